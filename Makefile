@@ -1,0 +1,32 @@
+# droidwire — the commands a newcomer needs. Every target works from a clean clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.droidwire-installed
+
+.PHONY: setup test lint bench clean
+
+## setup: create .venv with the project and its dev tools (idempotent, no root)
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+## test: setup, then run the whole suite
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## lint: ruff everywhere, mypy (strict on protocol/)
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy protocol
+
+## bench: run the benchmarks in bench/ (QUICK=1 for a short run)
+bench: setup
+	$(BIN)/python -m bench $(if $(QUICK),--quick,)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
