@@ -1,0 +1,88 @@
+"""Typed errors of the wire protocol.
+
+Exception tree (one root per package, STYLE.md §4)::
+
+    ProtocolError                 the root: anything this package raises
+    ├── RpcError                  an error that travels in a ``res`` frame's ``e`` field
+    │                             (code, message, data); raised by handlers, re-raised by callers
+    ├── DecodeError               bytes that are not a valid frame (peer broke the protocol)
+    │   └── FrameTooLarge         over the configured frame-size cap
+    └── InvalidState              a send or transition not allowed in the session's state
+                                  (we broke the protocol)
+
+Error codes are the contract of DESIGN.md §3; they are strings on the wire.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "DecodeError",
+    "ErrorCode",
+    "FrameTooLarge",
+    "InvalidState",
+    "ProtocolError",
+    "RpcError",
+]
+
+
+class ErrorCode(StrEnum):
+    BAD_REQUEST = "bad_request"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    DEVICE_OFFLINE = "device_offline"
+    BUSY = "busy"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    """Root of every exception raised by ``protocol``."""
+
+
+class RpcError(ProtocolError):
+    """A typed RPC failure: what a ``res`` frame's ``e`` carries.
+
+    ``data`` holds structured details, e.g. ``{"rule": "metacharacter"}`` for a policy refusal.
+    """
+
+    def __init__(self, code: ErrorCode | str, message: str, data: dict[str, Any] | None = None):
+        try:
+            self.code = ErrorCode(code)
+        except ValueError:
+            self.code = ErrorCode.INTERNAL
+        self.message = message
+        self.data = data
+        super().__init__(f"{self.code.value}: {message}")
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code.value, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+    @classmethod
+    def from_wire(cls, e: dict[str, Any]) -> RpcError:
+        return cls(str(e.get("code", "internal")), str(e.get("message", "")), e.get("data"))
+
+
+class DecodeError(ProtocolError):
+    """The peer sent bytes that are not a valid frame."""
+
+
+class FrameTooLarge(DecodeError):
+    """A frame exceeded the size cap."""
+
+    def __init__(self, size: int, limit: int):
+        self.size = size
+        self.limit = limit
+        super().__init__(f"frame of {size} bytes exceeds the {limit}-byte cap")
+
+
+class InvalidState(ProtocolError):
+    """An operation not allowed in the current session state (a local bug)."""

@@ -1,0 +1,35 @@
+"""Suite-wide configuration.
+
+Services: tests that need PostgreSQL or Redis read ``DATABASE_URL`` / ``REDIS_URL``. Outside CI
+they skip with a reason when unset; under ``CI=true`` they fail instead (``require_service``).
+Time: every test-scaled timing comes from ``protocol.settings`` via ``TIME_SCALE`` (env
+``DROIDWIRE_TEST_TIME_SCALE``, default 1.0): a slow machine stretches it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TIME_SCALE = float(os.environ.get("DROIDWIRE_TEST_TIME_SCALE", "1.0"))
+
+
+def require_service(env_var: str) -> str:
+    """Return the URL in ``env_var``; skip (outside CI) or fail (in CI) when it is unset."""
+    url = os.environ.get(env_var)
+    if url:
+        return url
+    if IN_CI:
+        pytest.fail(f"{env_var} is not set, and CI must not skip service tests")
+    pytest.skip(f"{env_var} not set: this test needs a real service")
+
+
+def require_or_skip(condition: bool, reason: str) -> None:
+    """Skip when ``condition`` is false — except in CI, where a missing prerequisite fails."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing in CI: {reason}")
+    pytest.skip(reason)
