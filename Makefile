@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 ## test: setup, then run the whole suite
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	@sh tests/tools/system_deps.sh
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 ## lint: ruff everywhere, mypy (strict on protocol/)
 lint: setup
