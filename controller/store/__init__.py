@@ -1,0 +1,50 @@
+"""Controller state: SQLAlchemy 2 (async) over SQLite or PostgreSQL, migrated by Alembic.
+
+Exception tree::
+
+    UnsupportedDatabase (ValueError)   a database URL we cannot map to an async driver
+    MigrationLockTimeout (TimeoutError) the schema lock was held too long by another replica
+"""
+
+from __future__ import annotations
+
+from controller.store.models import (
+    AuditEntry,
+    Base,
+    Bridge,
+    Device,
+    Grant,
+    Run,
+    RunStatus,
+    RunStep,
+    TestResult,
+    Token,
+    TokenKind,
+    User,
+    new_id,
+    utcnow,
+)
+from controller.store.store import MigrationLockTimeout, Store, head_revision
+from controller.store.url import UnsupportedDatabase, to_async_url
+
+__all__ = [
+    "AuditEntry",
+    "Base",
+    "Bridge",
+    "Device",
+    "Grant",
+    "MigrationLockTimeout",
+    "Run",
+    "RunStatus",
+    "RunStep",
+    "Store",
+    "TestResult",
+    "Token",
+    "TokenKind",
+    "UnsupportedDatabase",
+    "User",
+    "head_revision",
+    "new_id",
+    "to_async_url",
+    "utcnow",
+]

@@ -1,0 +1,1 @@
+"""Alembic migrations of the controller store, run programmatically by ``Store.migrate()``."""

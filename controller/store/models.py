@@ -1,0 +1,224 @@
+"""The controller's tables (SQLAlchemy 2 declarative, typed).
+
+Every id is a random UUID4 hex string, so rows written by several controller replicas never
+collide (DESIGN.md §7), except the audit log's, which only ever grows and is ordered by it.
+Every timestamp is timezone-aware UTC (:class:`UTCDateTime`), on SQLite as on PostgreSQL.
+
+The schema itself is owned by the Alembic migrations in ``migrations/versions``; these
+classes must match them (``tests/controller/store`` checks that they do).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "AuditEntry",
+    "Base",
+    "Bridge",
+    "Device",
+    "Grant",
+    "Run",
+    "RunStatus",
+    "RunStep",
+    "TestResult",
+    "Token",
+    "TokenKind",
+    "UTCDateTime",
+    "User",
+    "new_id",
+    "utcnow",
+]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A datetime stored in UTC and always read back timezone-aware.
+
+    SQLite keeps no zone, so a naive value read back is UTC by construction; a naive value
+    handed in is refused rather than guessed at.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: pass a timezone-aware value")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class TokenKind(StrEnum):
+    BRIDGE = "bridge"
+    USER = "user"
+    ADMIN = "admin"
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Bridge(Base):
+    """A device host. Its identity is its tokens'; it belongs to the user who created them."""
+
+    __tablename__ = "bridges"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Token(Base):
+    """An API or bridge token. Only the SHA-256 of the secret is ever stored."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The user the token acts for (user and admin tokens) or whose bridge it is.
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    bridge_id: Mapped[str | None] = mapped_column(ForeignKey("bridges.id"), default=None)
+    scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Device(Base):
+    """A device a bridge has reported at least once, with what it last said about it."""
+
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("bridge_id", "serial"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    bridge_id: Mapped[str] = mapped_column(ForeignKey("bridges.id"))
+    serial: Mapped[str] = mapped_column(String(255), index=True)
+    last_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Grant(Base):
+    """A device lent by its owner to a user, until a time (or until revoked)."""
+
+    __tablename__ = "grants"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    device_id: Mapped[str] = mapped_column(ForeignKey("devices.id"), index=True)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    until: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), default=None)
+    device_id: Mapped[str | None] = mapped_column(ForeignKey("devices.id"), default=None)
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED.value, index=True)
+    verdict: Mapped[str | None] = mapped_column(String(16), default=None)
+    request: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class RunStep(Base):
+    """One step of a run: an RPC sent (or refused), a compile round, a state change."""
+
+    __tablename__ = "run_steps"
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TestResult(Base):
+    """One instrumented test's outcome within a run."""
+
+    __tablename__ = "test_results"
+    __test__ = False  # not a pytest class, whatever its name says
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    class_name: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(32))
+    stack: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class AuditEntry(Base):
+    """Who did what to which device, when, and how it ended. Append-only."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_device_at", "device", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    actor_token_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str | None] = mapped_column(String(255), default=None)
+    outcome: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
