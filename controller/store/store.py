@@ -26,7 +26,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event, text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.pool import StaticPool
 
 from controller.store.url import is_sqlite, to_async_url
@@ -103,9 +108,9 @@ class Store:
                 # One shared connection, or every session would see its own empty database.
                 options["poolclass"] = StaticPool
             else:
-                Path(self.url.database or "").expanduser().parent.mkdir(
-                    parents=True, exist_ok=True
-                )
+                path = Path(self.url.database or "").expanduser()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock_path = path.with_name(path.name + ".migrate.lock")
         else:
             options["pool_pre_ping"] = True
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
@@ -168,9 +173,7 @@ class Store:
         if self._memory:
             yield
             return
-        path = Path(str(self.url.database)).expanduser()
-        lock_path = path.with_name(path.name + ".migrate.lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         waiter = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
         try:
             await asyncio.shield(waiter)
