@@ -1,0 +1,594 @@
+"""Gradle / kotlinc / javac output → structured compile errors (DESIGN.md §9, ``fixer errors``).
+
+Pure text in, data out: no I/O. The parser is line-oriented and forgiving, because what
+reaches it is often a paste: GitHub Actions timestamps, markdown quotes and backticks,
+wrapper indentation, truncated last lines, dropped ``e:`` prefixes.
+
+Shapes recognised (see the corpus' VARIATIONS.md §6):
+
+* kotlinc ≤ 1.7   ``e: /abs/Foo.kt: (12, 5): Unresolved reference: bar`` (Windows paths too)
+* kotlinc 1.8/1.9 ``e: file:///abs/Foo.kt:12:5 Unresolved reference: bar`` (``file:///C:/…``)
+* kotlinc 2 (K2)  ``e: file:///abs/Foo.kt:12:5 Unresolved reference 'bar'.``
+* kotlinc CLI     ``Foo.kt:12:5: error: unresolved reference 'bar'.``
+* a location with the message on the next line, or a message wrapped over several lines
+* ``w:`` / ``warning:`` lines → severity ``warning``
+* javac           ``Foo.java:12: error: cannot find symbol`` + source line + caret line
+                  (the caret gives the column) + ``symbol:`` / ``location:`` lines
+* Gradle          ``> Task :m:compileX FAILED``, ``* What went wrong:``, ``BUILD FAILED``,
+                  and failures that are not compile errors (dependency resolution, missing
+                  SDK, daemon crash, build-script errors) → ``failure: "build_config"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CompileError",
+    "CompileReport",
+    "ErrorKind",
+    "Failure",
+    "classify_message",
+    "parse_errors",
+]
+
+ErrorKind = Literal[
+    "unresolved_reference",
+    "type_mismatch",
+    "nullability",
+    "wrong_arguments",
+    "syntax",
+    "visibility",
+    "other",
+]
+Failure = Literal["compile", "build_config", "none"]
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileError:
+    """One compiler diagnostic. ``file`` is the path as printed, ``file://`` removed."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    severity: Severity
+    message: str
+    kind: ErrorKind
+    symbol: str | None = None
+    location: str | None = None  # javac's ``location:`` line ("class DetoxTest"), if any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "severity": self.severity,
+            "message": self.message,
+            "kind": self.kind,
+            "symbol": self.symbol,
+            "location": self.location,
+        }
+
+    def signature(self) -> tuple[str, str, str, str]:
+        """What makes two errors "the same" across compiles (line numbers shift with edits)."""
+        base = (self.file or "").replace("\\", "/").rsplit("/", 1)[-1]
+        return (base, self.kind, self.symbol or "", self.message)
+
+    def __str__(self) -> str:
+        where = self.file or "<unknown>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass(slots=True)
+class CompileReport:
+    """Everything the parser read out of one build's output."""
+
+    errors: list[CompileError] = field(default_factory=list)
+    build_failed: bool = False
+    failure: Failure = "none"
+    failed_tasks: list[str] = field(default_factory=list)
+    what_went_wrong: list[str] = field(default_factory=list)
+
+    @property
+    def compile_errors(self) -> list[CompileError]:
+        """Only severity ``error``."""
+        return [e for e in self.errors if e.severity == "error"]
+
+    @property
+    def warnings(self) -> list[CompileError]:
+        return [e for e in self.errors if e.severity == "warning"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The §9 ``fixer errors --json`` shape (plus ``failed_tasks`` and ``what_went_wrong``)."""
+        return {
+            "errors": [e.to_dict() for e in self.errors],
+            "build_failed": self.build_failed,
+            "failure": self.failure,
+            "failed_tasks": list(self.failed_tasks),
+            "what_went_wrong": list(self.what_went_wrong),
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Line clean-up: wrappers that pastes and CI tools put around compiler output.
+
+# GitHub Actions: ``2020-10-21T13:44:03.3295751Z `` (7 fractional digits), other ISO stamps.
+_TIMESTAMP = re.compile(r"^\ufeff?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s")
+# Markdown and bullet decorations: backticks, ``> `` quotes, ``- `` bullets.
+_DECORATION = re.compile(r"^(?:`{1,3}|>\s|-\s|\*\s)+")
+
+_SRC_EXT = r"(?:kts?|java|gradle)"
+
+# kotlinc 1.8+: file URI (or a bare path) with ``:L:C`` then the message (maybe empty).
+_K_URI = re.compile(
+    rf"^(?P<path>file:(?://)?\S.*?\.{_SRC_EXT}):(?P<line>\d+):(?P<col>\d+):?(?:\s+(?P<msg>.*))?$"
+)
+# kotlinc ≤1.7: ``path: (L, C): message``.
+_K_PAREN = re.compile(
+    rf"^(?P<path>\S.*?\.{_SRC_EXT}):\s*\((?P<line>\d+),\s*(?P<col>\d+)\)(?::\s*(?P<msg>.*))?$"
+)
+# kotlinc CLI / K2 ``path:L:C: error: msg``; also a bare ``path:L:C msg`` (no ``file://``).
+_K_CLI = re.compile(
+    rf"^(?P<path>\S.*?\.{_SRC_EXT}):(?P<line>\d+):(?P<col>\d+):?"
+    r"(?:\s+(?:(?P<sev>error|warning|info):\s*)?(?P<msg>.*))?$"
+)
+# javac (and kapt): ``path.java:L: error: msg``.
+_JAVAC = re.compile(
+    r"^(?P<path>\S.*?\.java):(?P<line>\d+):\s*(?P<sev>error|warning):\s*(?P<msg>.*)$"
+)
+_SEVERITY_PREFIX = re.compile(
+    r"^(?P<sev>e|w|i|v|error|warning|info|ERROR|WARNING):\s?(?P<rest>.*)$"
+)
+
+_CARET = re.compile(r"^(?P<pad>\s*)\^\s*$")
+_JAVAC_SYMBOL = re.compile(r"^\s*symbol\s*:\s*(?P<sym>.+?)\s*$")
+_JAVAC_LOCATION = re.compile(r"^\s*location\s*:\s*(?P<loc>.+?)\s*$")
+
+_FAILED_TASK = re.compile(r"(?:^|\s)(?:>\s*)?(?:Task\s+)?(?P<task>:[\w.\-:]*[\w\-])\s+FAILED\b")
+_EXEC_FAILED = re.compile(r"Execution failed for task '(?P<task>:[^']+)'")
+_SEEN_TASK = re.compile(r"(?:^|\s)(?:>\s*)?Task\s+(?P<task>:[\w.\-:]*[\w\-])\b")
+_COMPILE_TASK = re.compile(r"compile\w*(?:Kotlin|Java\w*|Sources)$")
+
+_BUILD_FAILED = re.compile(
+    r"^(?:BUILD FAILED\b|FAILURE: Build (?:failed|completed with)|Error: Gradle task \S+ failed)"
+)
+_BUILD_OK = re.compile(r"^BUILD SUCCESSFUL\b")
+_COMPILE_FAILURE_TEXT = re.compile(
+    r"Compilation error\. See log|Compilation failed; see the compiler error output"
+    r"|Script compilation error|Compilation failed",
+    re.IGNORECASE,
+)
+
+# Build failures that no edit of the test can fix: do not waste an LLM round on them.
+_BUILD_CONFIG = re.compile(
+    "|".join(
+        (
+            r"Could not resolve (?:all|dependencies|\S+:\S+)",
+            r"Could not find [\w.\-]+:[\w.\-]+",
+            r"Could not (?:download|GET|HEAD) ",
+            r"Could not determine the dependencies",
+            r"SDK location not found",
+            r"ANDROID_(?:HOME|SDK_ROOT)",
+            r"sdk\.dir",
+            r"Failed to (?:find|install) (?:the following )?(?:Build Tools|Platform|Android SDK|target)",
+            r"License for package .* not accepted",
+            r"licen[cs]es? .*not (?:been )?accepted",
+            r"daemon (?:disappeared|crashed|stopped)",
+            r"Gradle build daemon",
+            r"Could not (?:create|start|connect to) .*(?:daemon|service)",
+            r"OutOfMemoryError|Java heap space|Metaspace",
+            r"Plugin \[id: .*\] was not found",
+            r"A problem occurred (?:configuring|evaluating) (?:root )?project",
+            r"Unsupported class file major version",
+            r"requires Java \d+|Android Gradle plugin requires",
+            r"No matching variant",
+            r"Duplicate class ",
+            r"Timeout waiting to lock",
+            r"Could not read workspace metadata",
+            r"Could not open \S+ (?:generic class|class) cache",
+            r"Unable to (?:find|start) .*(?:JDK|Java)",
+            r"AAPT: error|Android resource linking failed",
+            r"Manifest merger failed",
+            r"invalid (?:source|target) release",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+# Lines that are certainly not the continuation of a compiler message.
+_NOT_CONTINUATION = re.compile(
+    r"^(?:>|\*|FAILURE:|BUILD |Task |:[\w\-]|\d+ (?:errors?|warnings?)\b|Note:|e:|w:|i:"
+    r"|error:|warning:|Runtime JAR|Execution failed|Run with|Try:|Get more help"
+    r"|\d+ actionable tasks|Deprecated Gradle|You can use|See https?:|Starting |Running "
+    r"|Launching |Error: Gradle|Exception:|Warning:|Caused by:|Compilation |Daemon |\[)",
+)
+_MAX_CONTINUATION = 4
+
+
+# --------------------------------------------------------------------------------------
+# Message classification.
+
+_KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
+    (
+        "nullability",
+        re.compile(
+            r"Only safe \(\?\.\) or non-null asserted \(!!\.\) calls|nullable receiver"
+            r"|Null can ?not be a value of a non-null type|Unsafe use of a nullable"
+            r"|Smart cast to .* is impossible|is possibly null|might be null",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "type_mismatch",
+        re.compile(
+            r"type mismatch|incompatible types|Type inference failed|cannot be converted to"
+            r"|bad operand types?|is not a subtype of|Cannot infer (?:a )?type",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "unresolved_reference",
+        re.compile(
+            r"Unresolved reference|cannot find symbol|package \S+ does not exist"
+            r"|cannot resolve symbol|Unresolved (?:class|type)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "wrong_arguments",
+        re.compile(
+            r"No value passed for parameter|Too many arguments|None of the following"
+            r"|No parameter with name|cannot be applied to given types|no suitable (?:method|constructor)"
+            r"|actual and formal argument lists differ|Missing (?:value for|argument)"
+            r"|Not enough arguments|Expected \d+ (?:arguments|parameters)"
+            r"|Overload resolution ambiguity|No applicable|Inapplicable candidate",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "visibility",
+        re.compile(
+            r"Cannot access|has private access|is private in|is protected in|is not public"
+            r"|Private in|invisible|Visibility|is internal in|not visible|has protected access",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "syntax",
+        re.compile(
+            r"^Expecting|Syntax error|Unexpected tokens?|expected$|'.+' expected|illegal start of"
+            r"|reached end of file while parsing|unclosed (?:string|comment|character)"
+            r"|not a statement|class, interface, enum, or record expected|Unclosed comment"
+            r"|Expected an? |Unexpected symbol|Missing '",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+_UNRESOLVED_K1 = re.compile(r"Unresolved reference:\s*`?(?P<name>[^\s`'\",;()]+)`?")
+_UNRESOLVED_K2 = re.compile(r"Unresolved reference\s+['`](?P<name>[^'`]+)['`]", re.IGNORECASE)
+_PACKAGE_MISSING = re.compile(r"package (?P<name>[\w.]+) does not exist")
+
+
+def classify_message(message: str) -> tuple[ErrorKind, str | None]:
+    """Kind and (for unresolved references) symbol of a compiler message."""
+    kind: ErrorKind = "other"
+    for candidate, pattern in _KIND_RULES:
+        if pattern.search(message):
+            kind = candidate
+            break
+    symbol: str | None = None
+    if kind == "unresolved_reference":
+        match = _UNRESOLVED_K2.search(message) or _UNRESOLVED_K1.search(message)
+        if match:
+            symbol = match.group("name").rstrip(".")
+        else:
+            pkg = _PACKAGE_MISSING.search(message)
+            if pkg:
+                symbol = pkg.group("name")
+    return kind, symbol
+
+
+def _javac_symbol(text: str) -> str:
+    """``class MainActivity`` → ``MainActivity``; ``method foo(String)`` → ``foo``."""
+    parts = text.split(None, 1)
+    name = parts[1] if len(parts) == 2 else parts[0]
+    return name.split("(", 1)[0].strip()
+
+
+# --------------------------------------------------------------------------------------
+# The parser.
+
+
+def _normalise_path(raw: str) -> str:
+    path = raw.strip()
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    elif path.startswith("file:"):
+        path = path[len("file:") :]
+    # ``file:///C:/Users/…`` → ``C:/Users/…``: the drive letter is the real start.
+    if re.match(r"^/[A-Za-z]:[/\\]", path):
+        path = path[1:]
+    return path
+
+
+@dataclass(slots=True)
+class _Line:
+    raw: str  # the line with wrappers (timestamp) removed but indentation kept
+    text: str  # stripped of indentation and decorations
+
+
+def _clean(line: str) -> _Line:
+    line = line.rstrip("\r\n").replace("\t", "    ")
+    line = _TIMESTAMP.sub("", line, count=1)
+    text = line.strip()
+    # Decorations only matter when what follows them is something we recognise.
+    undecorated = _DECORATION.sub("", text).rstrip("`").strip()
+    return _Line(raw=line.rstrip(), text=undecorated)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An error whose message may continue on the next lines."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    severity: Severity
+    parts: list[str]
+    continuations: int = 0
+
+
+def _match_location(text: str) -> tuple[re.Match[str], bool] | None:
+    """Match a compiler location line; returns (match, has explicit javac shape)."""
+    m = _JAVAC.match(text)
+    if m:
+        return m, True
+    for pattern in (_K_URI, _K_PAREN, _K_CLI):
+        m = pattern.match(text)
+        if m:
+            return m, False
+    return None
+
+
+def parse_errors(output: str | Iterable[str]) -> CompileReport:
+    """Parse a build's combined output. Never raises on any text."""
+    lines = output.splitlines() if isinstance(output, str) else [str(x) for x in output]
+    cleaned = [_clean(x) for x in lines]
+    last_nonblank = max((i for i, c in enumerate(cleaned) if c.text), default=-1)
+
+    report = CompileReport()
+    errors: list[CompileError] = []
+    pending: _Pending | None = None
+    javac: dict[str, Any] | None = None  # the javac error being completed
+    saw_failed_marker = False
+    saw_success = False
+    saw_compile_failure_text = False
+    seen_tasks: list[str] = []
+    in_what_went_wrong = False
+
+    def flush() -> None:
+        nonlocal pending
+        if pending is None:
+            return
+        message = " ".join(p for p in pending.parts if p).strip()
+        kind, symbol = classify_message(message)
+        errors.append(
+            CompileError(
+                file=pending.file,
+                line=pending.line,
+                column=pending.column,
+                severity=pending.severity,
+                message=message,
+                kind=kind,
+                symbol=symbol,
+            )
+        )
+        pending = None
+
+    def flush_javac() -> None:
+        nonlocal javac
+        if javac is None:
+            return
+        message = javac["message"]
+        kind, symbol = classify_message(message)
+        if javac.get("symbol"):
+            symbol = javac["symbol"]
+            if kind == "other":
+                kind = "unresolved_reference"
+        errors.append(
+            CompileError(
+                file=javac["file"],
+                line=javac["line"],
+                column=javac.get("column"),
+                severity=javac["severity"],
+                message=message,
+                kind=kind,
+                symbol=symbol if kind == "unresolved_reference" else None,
+                location=javac.get("location"),
+            )
+        )
+        javac = None
+
+    for index, cur in enumerate(cleaned):
+        text = cur.text
+
+        # --- javac follow-up lines: source line, caret, symbol:, location:
+        if javac is not None:
+            if not text:
+                flush_javac()
+            else:
+                caret = _CARET.match(cur.raw)
+                sym = _JAVAC_SYMBOL.match(text)
+                loc = _JAVAC_LOCATION.match(text)
+                if caret and javac.get("column") is None:
+                    pad = len(caret.group("pad")) - javac["indent"]
+                    javac["column"] = max(pad, 0) + 1
+                    continue
+                if sym:
+                    javac["symbol"] = _javac_symbol(sym.group("sym"))
+                    continue
+                if loc:
+                    javac["location"] = loc.group("loc")
+                    continue
+                if javac["source_lines"] == 0 and _match_location(text) is None:
+                    javac["source_lines"] = 1  # the offending source line, echoed
+                    continue
+                flush_javac()
+
+        # --- Gradle structure (read on the undecorated line: ``*`` and ``>`` are Gradle's)
+        plain = cur.raw.strip()
+        if plain.startswith("* What went wrong"):
+            flush()
+            in_what_went_wrong = True
+            continue
+        if in_what_went_wrong:
+            if plain.startswith("* ") or plain.startswith("BUILD "):
+                in_what_went_wrong = False
+            elif plain:
+                report.what_went_wrong.append(plain.lstrip("> ").strip())
+        for m in _FAILED_TASK.finditer(cur.raw):
+            if m.group("task") not in report.failed_tasks:
+                report.failed_tasks.append(m.group("task"))
+        for m in _EXEC_FAILED.finditer(text):
+            if m.group("task") not in report.failed_tasks:
+                report.failed_tasks.append(m.group("task"))
+        for m in _SEEN_TASK.finditer(text):
+            seen_tasks.append(m.group("task"))
+        if _BUILD_FAILED.match(text) or text == "FAILED":
+            saw_failed_marker = True
+        if _BUILD_OK.match(text):
+            saw_success = True
+        if _COMPILE_FAILURE_TEXT.search(text):
+            saw_compile_failure_text = True
+
+        if not text:
+            flush()
+            continue
+
+        # --- compiler diagnostics
+        severity: Severity = "error"
+        body = text
+        explicit_severity = False
+        sev_match = _SEVERITY_PREFIX.match(text)
+        if sev_match:
+            explicit_severity = True
+            sev_word = sev_match.group("sev").lower()
+            if sev_word in ("i", "v", "info"):  # kotlinc's informational lines
+                flush()
+                continue
+            severity = "warning" if sev_word.startswith("w") else "error"
+            body = sev_match.group("rest").strip()
+
+        located = _match_location(body)
+        if located is not None:
+            flush()
+            m, is_javac = located
+            path = _normalise_path(m.group("path"))
+            sev_group = m.groupdict().get("sev")
+            sev: Severity = severity
+            if sev_group:
+                sev = "warning" if sev_group in ("warning", "info") else "error"
+            if is_javac:
+                indent = len(cur.raw) - len(cur.raw.lstrip())
+                javac = {
+                    "file": path,
+                    "line": int(m.group("line")),
+                    "column": None,
+                    "severity": sev,
+                    "message": m.group("msg").strip(),
+                    "indent": indent,
+                    "source_lines": 0,
+                }
+                continue
+            msg = (m.group("msg") or "").strip()
+            pending = _Pending(
+                file=path,
+                line=int(m.group("line")),
+                column=int(m.group("col")),
+                severity=sev,
+                parts=[msg],
+            )
+            continue
+
+        if explicit_severity:
+            flush()
+            # A truncated last line (``e: fi``, ``e: file:///…/features/``) is damage, not
+            # an error of its own.
+            if index == last_nonblank and " " not in body:
+                continue
+            if not body:
+                continue
+            pending = _Pending(None, None, None, severity, [body])
+            continue
+
+        # --- continuation of the message being read
+        if pending is not None:
+            if (
+                pending.continuations < _MAX_CONTINUATION
+                and not _NOT_CONTINUATION.match(text)
+                and not _BUILD_CONFIG.search(text)
+            ):
+                pending.parts.append(text)
+                pending.continuations += 1
+                continue
+            flush()
+
+    flush()
+    flush_javac()
+
+    report.errors = errors
+    _conclude(report, saw_failed_marker, saw_success, saw_compile_failure_text, seen_tasks, lines)
+    return report
+
+
+def _conclude(
+    report: CompileReport,
+    saw_failed_marker: bool,
+    saw_success: bool,
+    saw_compile_failure_text: bool,
+    seen_tasks: list[str],
+    lines: list[str],
+) -> None:
+    compile_errors = report.compile_errors
+    located = [e for e in compile_errors if e.file]
+    # Errors in build scripts are configuration problems, not the test's.
+    in_sources = [e for e in located if not re.search(r"\.gradle(?:\.kts)?$", e.file or "")]
+
+    failed = bool(compile_errors) or bool(report.failed_tasks) or saw_failed_marker
+    if saw_success and not compile_errors and not report.failed_tasks:
+        failed = False
+    report.build_failed = failed
+
+    # A truncated log whose failing task line was cut: the last compile task seen.
+    if failed and not report.failed_tasks and compile_errors:
+        compile_tasks = [t for t in seen_tasks if _COMPILE_TASK.search(t)]
+        if compile_tasks:
+            report.failed_tasks.append(compile_tasks[-1])
+
+    if not failed:
+        report.failure = "none"
+        return
+    config_text = any(_BUILD_CONFIG.search(x) for x in report.what_went_wrong) or (
+        not compile_errors and any(_BUILD_CONFIG.search(x) for x in lines)
+    )
+    if in_sources:
+        report.failure = "compile"
+    elif located:  # only build-script errors
+        report.failure = "build_config"
+    elif config_text:
+        report.failure = "build_config"
+    elif compile_errors or saw_compile_failure_text:
+        report.failure = "compile"
+    elif any(_COMPILE_TASK.search(t) for t in report.failed_tasks):
+        report.failure = "compile"
+    else:
+        report.failure = "build_config"
