@@ -1,0 +1,1 @@
+"""REST routers of the controller, one module per resource, mounted by ``controller.app``."""

@@ -1,0 +1,161 @@
+"""The controller's FastAPI application: ``create_app(config)``.
+
+Start-up order (lifespan): open the store → migrate its schema under the migration lock →
+install the bootstrap admin token → start the components (the bridge hub, …) → serve.
+Shutdown runs the same stack in reverse, so the hub closes its bridges before the store goes.
+
+Errors become HTTP problems here and nowhere else (STYLE.md §5): handlers raise
+:class:`protocol.errors.RpcError`, and the client sees ``{"error": {"code", "message",
+…data}}`` with the status of :data:`HTTP_STATUS`. Statuses chosen where the spec was open:
+
+- ``device_offline`` → 409: the request conflicts with the device's current state; it is
+  not the controller failing, so it does not page anyone watching 5xx rates, and a load
+  balancer never retries a non-idempotent call elsewhere because of it.
+- ``busy`` → 429 (too many requests for that device right now), ``cancelled`` → 409.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from controller.api import ops, tokens
+from controller.audit import AuditLog
+from controller.auth import Unauthenticated, ensure_bootstrap_admin
+from controller.config import ControllerConfig
+from controller.metrics import Metrics, MetricsMiddleware
+from controller.store import Store, Token
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["HTTP_STATUS", "RevocationHook", "create_app", "error_body", "error_response"]
+
+log = logging.getLogger("droidwire.controller.app")
+
+HTTP_STATUS: Mapping[ErrorCode, int] = {
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.DEVICE_OFFLINE: 409,
+    ErrorCode.BUSY: 429,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.CANCELLED: 409,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+# Errors raised by the framework itself (unknown route, wrong method, …), by status.
+_CODE_FOR_STATUS = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+}
+
+RevocationHook = Callable[[Token], Awaitable[None]]
+
+
+def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"error": {"code", "message", …data}}``; data never overrides code or message."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    for key, value in (data or {}).items():
+        body.setdefault(key, value)
+    return {"error": jsonable_encoder(body)}
+
+
+def error_response(exc: RpcError) -> JSONResponse:
+    return JSONResponse(
+        error_body(exc.code.value, exc.message, exc.data), status_code=HTTP_STATUS[exc.code]
+    )
+
+
+async def _rpc_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RpcError)
+    return error_response(exc)
+
+
+async def _unauthenticated(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Unauthenticated)
+    return JSONResponse(
+        error_body("unauthorized", exc.message),
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="droidwire"'},
+    )
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    # Location and reason only: pydantic's "input" would echo the request body back.
+    problems = [
+        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+        for e in exc.errors()
+    ]
+    return JSONResponse(
+        error_body(ErrorCode.BAD_REQUEST.value, "invalid request", {"errors": problems}),
+        status_code=400,
+    )
+
+
+async def _http_exception(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    code = _CODE_FOR_STATUS.get(status, "internal" if status >= 500 else "bad_request")
+    return JSONResponse(error_body(code, str(exc.detail)), status_code=status, headers=exc.headers)
+
+
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return JSONResponse(error_body(ErrorCode.INTERNAL.value, "internal error"), status_code=500)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    config: ControllerConfig = app.state.config
+    async with AsyncExitStack() as stack:
+        store = Store(config.db_url)
+        stack.push_async_callback(store.close)
+        await store.migrate()
+        if config.bootstrap_token is not None:
+            await ensure_bootstrap_admin(store, config.bootstrap_token)
+        app.state.store = store
+        app.state.audit = AuditLog(store)
+        # Components start here, after the store, and stop in reverse order before it:
+        # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
+        log.info("controller ready (store %r)", store)
+        yield
+        log.info("controller shutting down")
+
+
+def create_app(config: ControllerConfig | None = None) -> FastAPI:
+    """A controller app for ``config`` (defaults plus ``DROIDWIRE_*`` environment if None)."""
+    config = config if config is not None else ControllerConfig.from_env()
+    app = FastAPI(
+        title="droidwire controller",
+        version="1",
+        lifespan=_lifespan,
+        # The bundled API browsers load scripts from a CDN; the schema stays at /openapi.json.
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.config = config
+    app.state.metrics = Metrics()
+    app.state.revocation_hooks = []  # list[RevocationHook]: called after a token is revoked
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_exception_handler(RpcError, _rpc_error)
+    app.add_exception_handler(Unauthenticated, _unauthenticated)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(Exception, _unexpected)
+    app.include_router(ops.router)
+    app.include_router(tokens.router)
+    return app

@@ -1,0 +1,54 @@
+"""The audit log writer: who did what to which device, when, and how it ended (DESIGN.md §6).
+
+Every device call and every change of credentials is recorded through :class:`AuditLog`.
+Entries are append-only rows in ``audit_log``; ``detail`` holds small structured facts (a
+method name, a rule that refused), never a secret and never a payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+
+from controller.auth import Principal
+from controller.store import AuditEntry, Store
+
+__all__ = ["AuditLog"]
+
+OK = "ok"
+
+
+class AuditLog:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def record(
+        self,
+        principal: Principal | None,
+        action: str,
+        *,
+        device: str | None = None,
+        outcome: str = OK,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one entry. ``principal`` None is the controller itself (e.g. a scheduler)."""
+        entry = AuditEntry(
+            actor=principal.actor if principal else "controller",
+            actor_token_id=principal.token_id if principal else None,
+            action=action,
+            device=device,
+            outcome=outcome,
+            detail=dict(detail or {}),
+        )
+        async with self.store.session() as session, session.begin():
+            session.add(entry)
+
+    async def recent(self, *, limit: int = 100, device: str | None = None) -> list[AuditEntry]:
+        """The newest entries first (for admins and tests)."""
+        query = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+        if device is not None:
+            query = query.where(AuditEntry.device == device)
+        async with self.store.session() as session:
+            return list((await session.execute(query)).scalars())

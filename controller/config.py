@@ -1,0 +1,96 @@
+"""The controller's configuration: built by the CLI (or a test), read by ``create_app``.
+
+Thin CLI → settings object → runner (STYLE.md §10). Every default is defined once, here;
+``droidwire controller --help`` and the docs read these constants. Timings and limits shared
+with the bridge live in :class:`protocol.settings.Settings`, carried as ``settings``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.store.url import UnsupportedDatabase, to_async_url
+from protocol.settings import DEFAULTS, Settings
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ENV_BOOTSTRAP_TOKEN",
+    "ENV_DB",
+    "ENV_REDIS",
+    "MIN_BOOTSTRAP_TOKEN_CHARS",
+    "ConfigError",
+    "ControllerConfig",
+    "default_db_url",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8700
+# Seconds uvicorn waits for open connections (bridges, log streams) after a shutdown signal.
+DEFAULT_GRACEFUL_SHUTDOWN_S = 10
+# A bootstrap token is an admin password in all but name: refuse short ones.
+MIN_BOOTSTRAP_TOKEN_CHARS = 16
+
+ENV_DB = "DROIDWIRE_DB"
+ENV_REDIS = "DROIDWIRE_REDIS"
+ENV_BOOTSTRAP_TOKEN = "DROIDWIRE_BOOTSTRAP_TOKEN"
+
+
+class ConfigError(ValueError):
+    """A configuration value the controller cannot start with."""
+
+
+def default_db_url() -> str:
+    """SQLite under the user's data directory (``$XDG_DATA_HOME/droidwire/controller.db``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite:///{Path(base) / 'droidwire' / 'controller.db'}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    # Listening
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    graceful_shutdown_s: int = DEFAULT_GRACEFUL_SHUTDOWN_S
+    # State
+    db_url: str = field(default_factory=default_db_url)
+    redis_url: str | None = None  # None: single process, in-process routing
+    # Auth: the admin token accepted from the first start (stored hashed, like any token).
+    bootstrap_token: str | None = field(default=None, repr=False)
+    # Timings and limits shared with the bridge
+    settings: Settings = DEFAULTS
+
+    def __post_init__(self) -> None:
+        try:
+            to_async_url(self.db_url)
+        except UnsupportedDatabase as exc:
+            raise ConfigError(str(exc)) from exc
+        if self.bootstrap_token is not None:
+            token = self.bootstrap_token
+            if len(token) < MIN_BOOTSTRAP_TOKEN_CHARS or token != token.strip():
+                raise ConfigError(
+                    f"the bootstrap token must be at least {MIN_BOOTSTRAP_TOKEN_CHARS} "
+                    "characters without surrounding spaces (try: python -c "
+                    "'import secrets; print(secrets.token_urlsafe(32))')"
+                )
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is out of range")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> ControllerConfig:
+        """Defaults, then ``DROIDWIRE_*`` variables, then explicit ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        if env.get(ENV_DB):
+            values["db_url"] = env[ENV_DB]
+        if env.get(ENV_REDIS):
+            values["redis_url"] = env[ENV_REDIS]
+        if env.get(ENV_BOOTSTRAP_TOKEN):
+            values["bootstrap_token"] = env[ENV_BOOTSTRAP_TOKEN]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
