@@ -5,8 +5,15 @@ Exception tree (one root per package, STYLE.md §4)::
     ProtocolError                 the root: anything this package raises
     ├── RpcError                  an error that travels in a ``res`` frame's ``e`` field
     │                             (code, message, data); raised by handlers, re-raised by callers
-    ├── DecodeError               bytes that are not a valid frame (peer broke the protocol)
-    │   └── FrameTooLarge         over the configured frame-size cap
+    ├── DecodeError               bytes that are not a valid frame (peer broke the protocol);
+    │   │                         ``kind`` / ``frame_id`` say what could still be read, so a
+    │   │                         malformed ``req`` can get an error ``res`` instead of a close
+    │   ├── FrameTooLarge         over the configured frame-size cap (also raised by encode,
+    │   │                         so a handler can answer "too large" instead of sending it)
+    │   └── UnexpectedFrame       a valid frame the session's state does not allow (hello
+    │                             twice, a req before welcome, …): close with 4400
+    ├── HandshakeRefused          the peer's hello/welcome is unacceptable; carries the close code
+    ├── EncodeError               a value that msgpack cannot carry (we broke the protocol)
     └── InvalidState              a send or transition not allowed in the session's state
                                   (we broke the protocol)
 
@@ -20,11 +27,14 @@ from typing import Any
 
 __all__ = [
     "DecodeError",
+    "EncodeError",
     "ErrorCode",
     "FrameTooLarge",
+    "HandshakeRefused",
     "InvalidState",
     "ProtocolError",
     "RpcError",
+    "UnexpectedFrame",
 ]
 
 
@@ -72,7 +82,17 @@ class RpcError(ProtocolError):
 
 
 class DecodeError(ProtocolError):
-    """The peer sent bytes that are not a valid frame."""
+    """The peer sent bytes that are not a valid frame.
+
+    ``kind`` is the frame's ``t`` and ``frame_id`` its ``id`` when those could be read (both
+    ``None`` otherwise): a receiver answers a malformed ``req`` with a ``bad_request`` result
+    and closes with 4400 only when it cannot tell what the frame was.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None, frame_id: str | None = None):
+        self.kind = kind
+        self.frame_id = frame_id
+        super().__init__(message)
 
 
 class FrameTooLarge(DecodeError):
@@ -82,6 +102,22 @@ class FrameTooLarge(DecodeError):
         self.size = size
         self.limit = limit
         super().__init__(f"frame of {size} bytes exceeds the {limit}-byte cap")
+
+
+class UnexpectedFrame(DecodeError):
+    """The peer sent a well-formed frame that its side or the session state does not allow."""
+
+
+class EncodeError(ProtocolError):
+    """A frame holds a value msgpack cannot encode (a local bug)."""
+
+
+class HandshakeRefused(ProtocolError):
+    """The peer's ``hello``/``welcome`` cannot be accepted; close the connection with ``close_code``."""
+
+    def __init__(self, close_code: int, message: str):
+        self.close_code = close_code
+        super().__init__(message)
 
 
 class InvalidState(ProtocolError):

@@ -1,0 +1,141 @@
+"""msgpack codec for envelopes: bytes in, typed frames out, with a frame-size cap.
+
+Strict by contract: whatever bytes arrive, :func:`decode` returns a frame or raises
+:class:`~protocol.errors.DecodeError` (:class:`~protocol.errors.FrameTooLarge` over the cap),
+never another exception type. msgpack maps keep ``str`` keys (``raw=False``), ``bin`` stays
+``bytes`` (``use_bin_type=True``); extension types are refused.
+
+Hot path: ``evt`` frames (logcat batches, hundreds of lines each) skip pydantic — the envelope
+keys are checked by hand and ``d`` is left as plain msgpack structures, for the channel's
+consumer to validate once per batch (see :func:`protocol.methods.parse_log_batch`).
+:func:`encode_event` likewise packs a plain dict.
+
+Set the WebSocket library's own ``max_size`` to the same cap, so an oversize frame is
+refused before it is buffered whole.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgpack
+from pydantic import ValidationError
+
+from protocol.envelope import FRAME_ADAPTER, FRAME_KINDS, Evt, Frame
+from protocol.errors import DecodeError, EncodeError, FrameTooLarge
+from protocol.settings import DEFAULTS
+
+__all__ = ["Codec", "decode", "decode_raw", "encode", "encode_event"]
+
+_CHANNEL = re.compile(r"[!-~]{1,64}")
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def _pack(obj: dict[str, Any], limit: int) -> bytes:
+    try:
+        data: bytes = msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode frame: {exc}") from exc
+    if len(data) > limit:
+        raise FrameTooLarge(len(data), limit)
+    return data
+
+
+def encode(frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> bytes:
+    """One frame as msgpack bytes; ``FrameTooLarge`` if over the cap (answer with an error)."""
+    if isinstance(frame, Evt):
+        return encode_event(frame.ch, frame.seq, frame.d, max_frame_bytes=max_frame_bytes)
+    return _pack(frame.model_dump(exclude_none=True), max_frame_bytes)
+
+
+def encode_event(
+    ch: str, seq: int, d: Any, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
+) -> bytes:
+    """An ``evt`` frame from plain values, without building a model (the logcat hot path)."""
+    obj: dict[str, Any] = {"t": "evt", "ch": ch, "seq": seq}
+    if d is not None:
+        obj["d"] = d
+    return _pack(obj, max_frame_bytes)
+
+
+def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> dict[str, Any]:
+    """Bytes to the plain msgpack map with a known ``t``; no model validation."""
+    if len(data) > max_frame_bytes:
+        raise FrameTooLarge(len(data), max_frame_bytes)
+    try:
+        obj = msgpack.unpackb(
+            data, raw=False, use_list=True, strict_map_key=True, ext_hook=_refuse_ext
+        )
+    except Exception as exc:
+        # msgpack's exception set is not a documented contract (ValueError and subclasses,
+        # TypeError, StackError, …): any failure to parse the peer's bytes is the peer's.
+        raise DecodeError(f"not a msgpack frame: {type(exc).__name__}") from exc
+    if not isinstance(obj, dict):
+        raise DecodeError(f"a frame is a msgpack map, not {type(obj).__name__}")
+    kind = obj.get("t")
+    if not isinstance(kind, str) or kind not in FRAME_KINDS:
+        raise DecodeError("unknown frame kind", frame_id=_id_of(obj))
+    return obj
+
+
+def decode(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> Frame:
+    """Bytes to a validated frame, or :class:`DecodeError` (``kind``/``frame_id`` when known)."""
+    obj = decode_raw(data, max_frame_bytes=max_frame_bytes)
+    kind: str = obj["t"]
+    if kind == "evt":
+        return _fast_event(obj)
+    try:
+        return FRAME_ADAPTER.validate_python(obj)
+    except ValidationError as exc:
+        raise DecodeError(
+            f"invalid {kind} frame: {_summarize(exc)}", kind=kind, frame_id=_id_of(obj)
+        ) from exc
+
+
+def _fast_event(obj: dict[str, Any]) -> Evt:
+    ch = obj.get("ch")
+    seq = obj.get("seq", 0)
+    if not isinstance(ch, str) or not _CHANNEL.fullmatch(ch):
+        raise DecodeError("invalid evt frame: bad channel", kind="evt")
+    if type(seq) is not int or seq < 0:
+        raise DecodeError("invalid evt frame: bad seq", kind="evt")
+    return Evt.model_construct(ch=ch, seq=seq, d=obj.get("d"))
+
+
+def _id_of(obj: dict[str, Any]) -> str | None:
+    value = obj.get("id")
+    return value if isinstance(value, str) and len(value) <= 64 else None
+
+
+def _summarize(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    parts = [
+        f"{'.'.join(str(x) for x in err['loc']) or '<frame>'}: {err['msg']}" for err in errors[:3]
+    ]
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "; ".join(parts) + more
+
+
+class Codec:
+    """The codec bound to one frame cap (from settings)."""
+
+    __slots__ = ("max_frame_bytes",)
+
+    def __init__(self, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> None:
+        self.max_frame_bytes = max_frame_bytes
+
+    def encode(self, frame: Frame) -> bytes:
+        return encode(frame, max_frame_bytes=self.max_frame_bytes)
+
+    def encode_event(self, ch: str, seq: int, d: Any) -> bytes:
+        return encode_event(ch, seq, d, max_frame_bytes=self.max_frame_bytes)
+
+    def decode(self, data: bytes) -> Frame:
+        return decode(data, max_frame_bytes=self.max_frame_bytes)
+
+    def decode_raw(self, data: bytes) -> dict[str, Any]:
+        return decode_raw(data, max_frame_bytes=self.max_frame_bytes)

@@ -1,0 +1,336 @@
+"""The envelope: one msgpack map per binary WebSocket frame (DESIGN.md §3, a contract).
+
+Keys are short on the wire: ``t`` kind, ``id`` request id, ``m`` method, ``p`` params,
+``r`` result, ``e`` error ``{code, message, data?}``, ``ch`` channel, ``d`` data, ``seq`` stream
+sequence. One pydantic model per kind, tagged by ``t``:
+
+========  =====================  ==============================================================
+kind      direction              fields
+========  =====================  ==============================================================
+hello     bridge → controller    first frame: session, software, protocol, caps, devices, held
+welcome   controller → bridge    bridge, session, resumed, protocol, waiting, settings
+req       controller → bridge    id (UUID4), m, p
+res       bridge → controller    id, exactly one of r / e
+ack       controller → bridge    ids: results received, the bridge may forget them
+cancel    controller → bridge    id: stop working on it, nobody waits for the result
+evt       bridge → controller    ch, seq, d (stream data, e.g. a logcat batch)
+ping      either                 id: an application-level liveness probe (not RFC 6455 ping)
+pong      either                 id: the probe's id echoed
+========  =====================  ==============================================================
+
+Unknown keys are ignored, so a later version may add optional fields without a bump; a change
+that an older peer would misread bumps :data:`PROTOCOL_VERSION` (and the subprotocol name).
+Every model's ``repr``/``str`` is safe for logs: payloads are truncated, bytes shown by size.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+from itertools import islice
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    model_validator,
+)
+
+from protocol.errors import ErrorCode, RpcError
+from protocol.settings import DEFAULTS, Settings
+
+__all__ = [
+    "DEVICES_CHANNEL",
+    "FRAME_ADAPTER",
+    "FRAME_KINDS",
+    "PROTOCOL_VERSION",
+    "SUBPROTOCOL",
+    "Ack",
+    "Cancel",
+    "Capabilities",
+    "ChannelId",
+    "DeviceInfo",
+    "ErrorBody",
+    "Evt",
+    "Frame",
+    "Hello",
+    "Ping",
+    "Pong",
+    "Profile",
+    "Req",
+    "RequestId",
+    "Res",
+    "Serial",
+    "SharedSettings",
+    "Welcome",
+    "new_request_id",
+    "short_repr",
+]
+
+PROTOCOL_VERSION = 1
+SUBPROTOCOL = f"droidwire.v{PROTOCOL_VERSION}"
+
+#: The reserved channel on which a bridge announces inventory changes (``d``: ``{"devices": [...]}``).
+DEVICES_CHANNEL = "$devices"
+
+_MAX_ID = 64
+_MAX_LIST = 100_000  # ids in hello/welcome/ack; the frame cap bounds them anyway
+
+
+def _check_uuid4(value: str) -> str:
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        raise ValueError("request id must be a UUID4 string") from None
+    if parsed.version != 4 or str(parsed) != value:
+        raise ValueError("request id must be a canonical lower-case UUID4 string")
+    return value
+
+
+#: A request id: a canonical UUID4 string, globally unique across controller replicas.
+RequestId = Annotated[
+    str, StringConstraints(min_length=36, max_length=36), AfterValidator(_check_uuid4)
+]
+#: An adb serial: printable ASCII without spaces (``emulator-5554``, ``10.0.0.7:5555``).
+Serial = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!-~]+$")]
+#: A stream channel name (a subscription's id, or a reserved ``$name``).
+ChannelId = Annotated[str, StringConstraints(min_length=1, max_length=_MAX_ID, pattern=r"^[!-~]+$")]
+_Nonce = Annotated[str, StringConstraints(max_length=_MAX_ID)]
+_Name = Annotated[str, StringConstraints(max_length=256)]
+
+
+def new_request_id() -> str:
+    """A fresh request id (UUID4): ids from several controller replicas never collide."""
+    return str(uuid.uuid4())
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr`` for logs: bytes as their size, containers and strings cut, never the whole payload."""
+    text = _brief(value, limit, 0)
+    if len(text) > limit:
+        return f"{text[:limit]}…"
+    return text
+
+
+def _brief(value: Any, limit: int, depth: int) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, str):
+        return repr(value[: limit + 1])
+    if depth >= 3 and isinstance(value, dict | list | tuple):
+        return "{…}" if isinstance(value, dict) else "[…]"
+    if isinstance(value, dict):
+        parts = [f"{k!r}: {_brief(v, limit, depth + 1)}" for k, v in islice(value.items(), 8)]
+        more = ", …" if len(value) > 8 else ""
+        return "{" + ", ".join(parts) + more + "}"
+    if isinstance(value, list | tuple):
+        parts = [_brief(v, limit, depth + 1) for v in islice(value, 8)]
+        more = f", …({len(value)} items)" if len(value) > 8 else ""
+        return "[" + ", ".join(parts) + more + "]"
+    return repr(value)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    def __repr__(self) -> str:
+        fields = " ".join(
+            f"{name}={short_repr(getattr(self, name))}"
+            for name in type(self).model_fields
+            if getattr(self, name) is not None
+        )
+        return f"<{type(self).__name__} {fields}>"
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+
+class Profile(StrEnum):
+    """What a device's owner lets droidwire do with it (DESIGN.md §6)."""
+
+    STANDARD = "standard"
+    INSTRUMENT_ONLY = "instrument-only"
+    NO_SHELL = "no-shell"
+    FULL = "full"
+
+
+class DeviceInfo(_Model):
+    """One device as a bridge sees it; ``state`` is adb's (``device``, ``offline``, …)."""
+
+    serial: Serial
+    state: Annotated[str, StringConstraints(min_length=1, max_length=32)]
+    model: _Name | None = None
+    manufacturer: _Name | None = None
+    release: _Name | None = None
+    sdk: int | None = None
+    abi: _Name | None = None
+    battery: int | None = Field(default=None, ge=0, le=100)
+    profile: Profile = Profile.STANDARD
+
+
+class Capabilities(_Model):
+    """What a bridge can do. ``methods`` lists exactly the RPCs it implements (no lying)."""
+
+    build: bool = False
+    devices: bool = False
+    toolchain: Literal["gradle", "simulated"] | None = None
+    projects: list[_Name] = Field(default_factory=list, max_length=1000)
+    methods: list[_Name] = Field(default_factory=list, max_length=1000)
+
+
+class SharedSettings(_Model):
+    """The controller's settings a bridge adopts, so both ends agree (STYLE.md §7)."""
+
+    ping_interval_s: float | None = Field(default=None, gt=0)
+    ping_timeout_s: float | None = Field(default=None, gt=0)
+    max_frame_bytes: int = Field(gt=0)
+    logcat_batch_lines: int = Field(gt=0)
+    logcat_flush_s: float = Field(gt=0)
+
+    @classmethod
+    def from_settings(cls, settings: Settings = DEFAULTS) -> SharedSettings:
+        return cls(
+            ping_interval_s=settings.ping_interval_s,
+            ping_timeout_s=settings.ping_timeout_s,
+            max_frame_bytes=settings.max_frame_bytes,
+            logcat_batch_lines=settings.logcat_batch_lines,
+            logcat_flush_s=settings.logcat_flush_s,
+        )
+
+    def apply(self, settings: Settings) -> Settings:
+        """``settings`` with these values taken over."""
+        import dataclasses
+
+        return dataclasses.replace(
+            settings,
+            ping_interval_s=self.ping_interval_s,
+            ping_timeout_s=self.ping_timeout_s,
+            max_frame_bytes=self.max_frame_bytes,
+            logcat_batch_lines=self.logcat_batch_lines,
+            logcat_flush_s=self.logcat_flush_s,
+        )
+
+
+class ErrorBody(_Model):
+    """A ``res`` frame's ``e``. ``code`` stays a string so a newer peer's codes pass through."""
+
+    code: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    message: Annotated[str, StringConstraints(max_length=16_384)]
+    data: dict[str, Any] | None = None
+
+    @classmethod
+    def from_error(cls, error: RpcError) -> ErrorBody:
+        return cls(code=error.code.value, message=error.message, data=error.data)
+
+    def to_error(self) -> RpcError:
+        """The :class:`RpcError` to raise; an unknown code becomes ``internal``."""
+        error = RpcError(self.code, self.message, self.data)
+        if error.code is ErrorCode.INTERNAL and self.code != ErrorCode.INTERNAL.value:
+            error.data = {**(self.data or {}), "wire_code": self.code}
+        return error
+
+
+class Hello(_Model):
+    """Bridge → controller, first frame of every connection."""
+
+    t: Literal["hello"] = "hello"
+    session: RequestId  # the bridge process's session id (UUID4); same id => resume
+    software: _Name  # droidwire version of the bridge
+    protocol: int = PROTOCOL_VERSION
+    caps: Capabilities = Field(default_factory=Capabilities)
+    devices: list[DeviceInfo] = Field(default_factory=list, max_length=10_000)
+    held: list[RequestId] = Field(default_factory=list, max_length=_MAX_LIST)
+
+
+class Welcome(_Model):
+    """Controller → bridge, answers ``hello``; the session is then open."""
+
+    t: Literal["welcome"] = "welcome"
+    bridge: _Name  # the bridge's id, from its token (never from what hello claims)
+    session: RequestId
+    resumed: bool = False
+    protocol: int = PROTOCOL_VERSION
+    waiting: list[RequestId] = Field(default_factory=list, max_length=_MAX_LIST)
+    settings: SharedSettings = Field(default_factory=SharedSettings.from_settings)
+
+
+class Req(_Model):
+    t: Literal["req"] = "req"
+    id: RequestId
+    m: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    p: dict[str, Any] = Field(default_factory=dict)
+
+
+class Res(_Model):
+    t: Literal["res"] = "res"
+    id: RequestId
+    r: dict[str, Any] | None = None
+    e: ErrorBody | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Self:
+        if (self.r is None) == (self.e is None):
+            raise ValueError("a res carries exactly one of r and e")
+        return self
+
+    @classmethod
+    def success(cls, request_id: str, result: dict[str, Any]) -> Res:
+        return cls(id=request_id, r=result)
+
+    @classmethod
+    def failure(cls, request_id: str, error: RpcError) -> Res:
+        return cls(id=request_id, e=ErrorBody.from_error(error))
+
+    @property
+    def ok(self) -> bool:
+        return self.e is None
+
+    def unwrap(self) -> dict[str, Any]:
+        """The result, or raise the error it carries as :class:`RpcError`."""
+        if self.e is not None:
+            raise self.e.to_error()
+        assert self.r is not None  # guaranteed by _one_of
+        return self.r
+
+
+class Ack(_Model):
+    t: Literal["ack"] = "ack"
+    ids: list[RequestId] = Field(min_length=1, max_length=_MAX_LIST)
+
+
+class Cancel(_Model):
+    t: Literal["cancel"] = "cancel"
+    id: RequestId
+
+
+class Evt(_Model):
+    """A stream frame; ``d`` is validated per batch by the channel's model, not per line."""
+
+    t: Literal["evt"] = "evt"
+    ch: ChannelId
+    seq: int = Field(default=0, ge=0)
+    d: Any = None
+
+
+class Ping(_Model):
+    t: Literal["ping"] = "ping"
+    id: _Nonce
+
+
+class Pong(_Model):
+    t: Literal["pong"] = "pong"
+    id: _Nonce
+
+
+Frame = Annotated[
+    Hello | Welcome | Req | Res | Ack | Cancel | Evt | Ping | Pong,
+    Field(discriminator="t"),
+]
+FRAME_ADAPTER: TypeAdapter[Frame] = TypeAdapter(Frame)
+FRAME_KINDS: frozenset[str] = frozenset(
+    {"hello", "welcome", "req", "res", "ack", "cancel", "evt", "ping", "pong"}
+)
