@@ -1,0 +1,206 @@
+"""The HTTP client every CLI noun shares: base URL, bearer header, typed errors, exit codes.
+
+Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (DESIGN.md §9),
+or the ``--controller`` / ``--token`` options (prefer the variable for the token: a command
+line is visible to every user of the machine in ``ps``).
+
+Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart::
+
+    0  ok                  3  unauthorized or forbidden (401, 403)
+    1  any other error     4  not found (404)
+    2  usage error         5  controller or device unavailable (no connection, 409 device
+                              offline, 429, 503, 504)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from enum import IntEnum
+from typing import Annotated, Any, NoReturn
+from urllib.parse import urlsplit
+
+import httpx
+import typer
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "ENV_CONTROLLER",
+    "ENV_TOKEN",
+    "ApiError",
+    "Client",
+    "ControllerOption",
+    "ExitCode",
+    "JsonOption",
+    "TokenOption",
+    "cli_errors",
+    "fail",
+    "print_json",
+]
+
+ENV_CONTROLLER = "DROIDWIRE_CONTROLLER"
+ENV_TOKEN = "DROIDWIRE_TOKEN"
+DEFAULT_TIMEOUT_S = 30.0
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    AUTH = 3
+    NOT_FOUND = 4
+    UNAVAILABLE = 5
+
+
+ControllerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--controller", envvar=ENV_CONTROLLER, help="Controller URL, e.g. http://127.0.0.1:8700."
+    ),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar=ENV_TOKEN,
+        show_default=False,
+        help=f"API token (prefer the {ENV_TOKEN} variable: command lines show in ps).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+class ApiError(Exception):
+    """A failed call: the controller's typed error, or no answer at all (status 0)."""
+
+    def __init__(
+        self, status: int, code: str, message: str, data: Mapping[str, Any] | None = None
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.data = dict(data or {})
+        super().__init__(f"{code}: {message}")
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.status == 0 or self.status in (429, 503, 504) or self.code == "device_offline":
+            return ExitCode.UNAVAILABLE
+        if self.status in (401, 403):
+            return ExitCode.AUTH
+        if self.status == 404:
+            return ExitCode.NOT_FOUND
+        if self.code == "usage":
+            return ExitCode.USAGE
+        return ExitCode.ERROR
+
+
+class Client:
+    """A small synchronous client of the controller's REST API (``/v1/...`` paths)."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        token: str | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not base_url:
+            raise ApiError(0, "usage", f"no controller: set {ENV_CONTROLLER} or pass --controller")
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ApiError(0, "usage", f"not an http(s) URL: {base_url!r}")
+        if not token:
+            raise ApiError(0, "usage", f"no token: set {ENV_TOKEN} or pass --token")
+        if parts.scheme == "http" and parts.hostname not in _LOOPBACK_HOSTS:
+            print(
+                f"warning: {parts.hostname} over plain http: your token travels unencrypted",
+                file=sys.stderr,
+            )
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,  # a redirect must never carry the bearer header elsewhere
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """The decoded JSON answer (None for an empty one), or :class:`ApiError`."""
+        try:
+            response = self._http.request(method, path, json=json_body, params=params)
+        except httpx.TimeoutException as exc:
+            raise ApiError(0, "timeout", f"no answer from {self.base_url}: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "unavailable", f"cannot reach {self.base_url}: {exc}") from exc
+        if response.is_success:
+            if not response.content:
+                return None
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ApiError(
+                    response.status_code, "bad_response", "the controller sent something not JSON"
+                ) from exc
+        raise _error_from(response)
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params or None)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, json_body=body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
+def _error_from(response: httpx.Response) -> ApiError:
+    try:
+        error = response.json()["error"]
+        data = {k: v for k, v in error.items() if k not in ("code", "message")}
+        return ApiError(response.status_code, str(error["code"]), str(error["message"]), data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        reason = response.reason_phrase or "error"
+        return ApiError(response.status_code, "http_error", f"HTTP {response.status_code} {reason}")
+
+
+def fail(error: ApiError) -> NoReturn:
+    """Print a typed error on stderr and exit with its code."""
+    print(f"error: {error.code}: {error.message}", file=sys.stderr)
+    for key, value in error.data.items():
+        print(f"  {key}: {value if isinstance(value, str) else json.dumps(value)}", file=sys.stderr)
+    raise typer.Exit(int(error.exit_code))
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn :class:`ApiError` raised inside into a printed message and an exit code."""
+    try:
+        yield
+    except ApiError as error:
+        fail(error)
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True))

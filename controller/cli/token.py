@@ -1,0 +1,103 @@
+"""``droidwire token create|list|revoke``: API and bridge tokens (DESIGN.md §9)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.console import Console
+from rich.table import Column, Table
+
+from controller.cli.client import (
+    Client,
+    ControllerOption,
+    JsonOption,
+    TokenOption,
+    cli_errors,
+    print_json,
+)
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Create, list and revoke API and bridge tokens.", no_args_is_help=True)
+
+
+class Kind(StrEnum):
+    BRIDGE = "bridge"
+    USER = "user"
+
+
+@app.command()
+def create(
+    name: Annotated[str, typer.Argument(help="Bridge name, or the user the token is for.")],
+    kind: Annotated[Kind, typer.Option("--kind", help="bridge or user.")],
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create a token. The secret is printed once: store it now.
+
+    The secret alone goes to stdout, so T=$(droidwire token create --kind bridge pi) works.
+    """
+    with cli_errors(), Client(controller, token) as client:
+        created = client.post("/v1/tokens", {"kind": kind.value, "name": name})
+    if json_out:
+        print_json(created)
+        return
+    print(
+        f"created {created['kind']} token {created['name']!r} (id {created['id']}); "
+        "it is shown only this once",
+        file=sys.stderr,
+    )
+    typer.echo(created["token"])
+
+
+@app.command("list")
+def list_(
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List tokens (all for an admin, your own otherwise). Secrets are never shown."""
+    with cli_errors(), Client(controller, token) as client:
+        tokens: list[dict[str, Any]] = client.get("/v1/tokens")
+    if json_out:
+        print_json(tokens)
+        return
+    table = Table("kind", "name", "owner", "created", "last used", "status")
+    # The id is what `revoke` takes: never shortened.
+    table.columns.insert(0, Column("id", no_wrap=True, min_width=32))
+    for t in tokens:
+        table.add_row(
+            t["id"],
+            t["kind"],
+            t["name"],
+            t["owner"],
+            _when(t["created_at"]),
+            _when(t["last_used_at"]),
+            "revoked" if t["revoked"] else "active",
+        )
+    Console().print(table)
+
+
+@app.command()
+def revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (see list).")],
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Revoke a token: it stops working at once."""
+    with cli_errors(), Client(controller, token) as client:
+        client.delete(f"/v1/tokens/{quote(token_id, safe='')}")
+    if json_out:
+        print_json({"id": token_id, "revoked": True})
+    else:
+        typer.echo(f"revoked token {token_id}")
+
+
+def _when(value: str | None) -> str:
+    return "-" if not value else value.replace("T", " ")[:19]
