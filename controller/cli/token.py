@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import typer
 from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Table
 
 from controller.cli.client import (
     Client,
@@ -67,9 +67,10 @@ def list_(
     if json_out:
         print_json(tokens)
         return
-    table = Table("kind", "name", "owner", "created", "last used", "status")
-    # The id is what `revoke` takes: never shortened.
-    table.columns.insert(0, Column("id", no_wrap=True, min_width=32))
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=32)  # what `revoke` takes: never shortened
+    for header in ("kind", "name", "owner", "created", "last used", "status"):
+        table.add_column(header)
     for t in tokens:
         table.add_row(
             t["id"],
