@@ -1,0 +1,453 @@
+"""The bridge's build service: compile a test against a project, with the right toolchain.
+
+Toolchain choice (DESIGN.md §5, §8), per project:
+
+* ``gradle`` — the host has a JDK (``JAVA_HOME/bin/java`` or ``java`` on PATH) and an
+  Android SDK (``ANDROID_HOME`` or ``ANDROID_SDK_ROOT`` with at least one ``build-tools/<v>``)
+  and the project has a launcher (``gradlew``, else ``gradle`` on PATH). The service runs
+  ``gradlew assembleDebug assembleDebugAndroidTest`` in the project's working copy, with a
+  timeout, output captured, and reads the APKs from ``app/build/outputs/apk/…``.
+* ``simulated`` — otherwise, for the demo project only: ``device_bridge.sim.toolchain``
+  checks the test against the demo app's symbols and builds simulated APKs. It says so in
+  every outcome and in the capabilities, never silently.
+* any other project on a host without an SDK is refused: ``unavailable``, with what is
+  missing.
+
+``prefer`` forces a side: ``"simulated"`` (the demo without ``--real``, tests) or
+``"gradle"`` (never fall back). Blocking work — copying, tar, reading APKs, the simulated
+compiler — runs in threads; Gradle runs as an asyncio subprocess in its own process group,
+killed as a group on timeout or cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from protocol.errors import ErrorCode, RpcError
+
+from .workspace import Lease, Project, WorkspaceManager
+from .workspace.fsutil import is_within
+
+__all__ = [
+    "DEFAULT_COMPILE_TIMEOUT_S",
+    "GRADLE_TASKS",
+    "BuildService",
+    "CompileOutcome",
+    "HostToolchain",
+    "Toolchain",
+    "detect_host",
+]
+
+log = logging.getLogger("droidwire.bridge.build")
+
+Toolchain = Literal["gradle", "simulated"]
+Prefer = Literal["auto", "gradle", "simulated"]
+
+GRADLE_TASKS = ("assembleDebug", "assembleDebugAndroidTest")
+DEFAULT_COMPILE_TIMEOUT_S = 900.0
+# Gradle's compiler errors come near the end of its output: keep the tail when it is long.
+MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+# After killing Gradle, how long to wait for a grandchild that still holds the pipe open.
+_DRAIN_AFTER_KILL_S = 5.0
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """What a compile produced. ``ok`` False means the compiler refused the test (the output
+    holds its errors, for the fixer); anything else that goes wrong is an ``RpcError``."""
+
+    ok: bool
+    output: str
+    toolchain: Toolchain
+    app_apk: bytes | None = None
+    test_apk: bytes | None = None
+    apk_hashes: dict[str, str] = field(default_factory=dict)  # {"app": sha256, "test": sha256}
+    project: str = ""
+    test_class: str | None = None  # fully qualified, for ``am instrument -e class``
+    workspace: str | None = None  # the start branch the working copy took
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True)
+class HostToolchain:
+    """What this host offers for a real Android build."""
+
+    java: Path | None
+    sdk: Path | None
+    build_tools: tuple[str, ...] = ()
+    gradle: Path | None = None  # ``gradle`` on PATH, used when a project has no wrapper
+
+    @property
+    def can_build(self) -> bool:
+        return self.java is not None and self.sdk is not None and bool(self.build_tools)
+
+    @property
+    def missing(self) -> list[str]:
+        out = []
+        if self.java is None:
+            out.append("a JDK (java)")
+        if self.sdk is None:
+            out.append("the Android SDK (ANDROID_HOME or ANDROID_SDK_ROOT)")
+        elif not self.build_tools:
+            out.append(f"build-tools in {self.sdk}")
+        return out
+
+
+def detect_host(env: Mapping[str, str] | None = None) -> HostToolchain:
+    """Look for a JDK and an Android SDK the way Gradle and AGP do (environment first)."""
+    env = os.environ if env is None else env
+    path = env.get("PATH", "")
+    java: Path | None = None
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            java = candidate
+    if java is None:
+        found = shutil.which("java", path=path)
+        java = Path(found) if found else None
+
+    sdk: Path | None = None
+    build_tools: tuple[str, ...] = ()
+    for var in ("ANDROID_HOME", "ANDROID_SDK_ROOT"):
+        value = env.get(var)
+        if value and Path(value).is_dir():
+            sdk = Path(value)
+            bt = sdk / "build-tools"
+            if bt.is_dir():
+                build_tools = tuple(
+                    sorted(d.name for d in bt.iterdir() if d.is_dir() and any(d.iterdir()))
+                )
+            break
+    gradle = shutil.which("gradle", path=path)
+    return HostToolchain(java, sdk, build_tools, Path(gradle) if gradle else None)
+
+
+class SimulatedCompiler(Protocol):
+    """What the build service needs of ``device_bridge.sim.toolchain.SimulatedToolchain``."""
+
+    def compile(self, project_dir: Path, test_code: str) -> Any: ...
+
+
+def _load_simulated() -> SimulatedCompiler | None:
+    try:
+        from device_bridge.sim.toolchain import SimulatedToolchain
+    except ImportError as exc:
+        log.warning("simulated toolchain unavailable: %s", exc)
+        return None
+    return SimulatedToolchain()  # type: ignore[no-any-return]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _as_bytes(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str | os.PathLike):
+        return Path(value).read_bytes()
+    raise TypeError(f"an APK must be bytes or a path, not {type(value).__name__}")
+
+
+class BuildService:
+    """Compiles tests for the projects a :class:`WorkspaceManager` serves."""
+
+    def __init__(
+        self,
+        workspaces: WorkspaceManager,
+        *,
+        prefer: Prefer = "auto",
+        host: HostToolchain | None = None,
+        simulated: SimulatedCompiler | None = None,
+        env: Mapping[str, str] | None = None,
+        # Limits
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+    ) -> None:
+        self.workspaces = workspaces
+        self.prefer: Prefer = prefer
+        self._env = dict(os.environ if env is None else env)
+        self.host = host if host is not None else detect_host(self._env)
+        self._simulated = simulated
+        self._simulated_loaded = simulated is not None
+        self.max_output_bytes = max_output_bytes
+
+    # -- choosing ----------------------------------------------------------------------
+    @property
+    def simulated(self) -> SimulatedCompiler | None:
+        if not self._simulated_loaded:
+            self._simulated = _load_simulated()
+            self._simulated_loaded = True
+        return self._simulated
+
+    def _launcher(self, project: Project) -> list[str] | None:
+        if (project.path / "gradlew").is_file():
+            return ["sh", "gradlew"]  # sh: package data may have lost the executable bit
+        if self.host.gradle is not None:
+            return [str(self.host.gradle)]
+        return None
+
+    def toolchain_for(self, project: Project) -> Toolchain:
+        """The toolchain ``project`` builds with here; ``unavailable`` if none can."""
+        if self.prefer != "simulated" and self.host.can_build:
+            if self._launcher(project) is not None:
+                return "gradle"
+            if self.prefer == "gradle" or not project.demo:
+                raise RpcError(
+                    ErrorCode.UNAVAILABLE,
+                    f"project {project.name} has no Gradle wrapper (gradlew) and there is no"
+                    " gradle on PATH",
+                    {"reason": "no_gradle", "project": project.name},
+                )
+        elif self.prefer == "gradle":
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"cannot build {project.name}: this bridge lacks {' and '.join(self.host.missing)}",
+                {"reason": "no_sdk", "project": project.name, "missing": self.host.missing},
+            )
+        if project.demo and self.simulated is not None:
+            return "simulated"
+        if project.demo:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                "the simulated toolchain is not installed on this bridge",
+                {"reason": "no_toolchain", "project": project.name},
+            )
+        if self.prefer == "simulated":
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"cannot build project {project.name}: this bridge is set to the simulated"
+                " toolchain, which builds only the demo project",
+                {"reason": "simulated_only", "project": project.name},
+            )
+        raise RpcError(
+            ErrorCode.UNAVAILABLE,
+            f"cannot build project {project.name}: this bridge lacks"
+            f" {' and '.join(self.host.missing)}; without them only the demo project builds,"
+            " with the simulated toolchain",
+            {"reason": "no_sdk", "project": project.name, "missing": self.host.missing},
+        )
+
+    def capabilities(self) -> dict[str, Any]:
+        """``build``: some project can be compiled here; ``toolchain``: the default project's."""
+        per_project: dict[str, str | None] = {}
+        for project in self.workspaces.projects:
+            try:
+                per_project[project.name] = self.toolchain_for(project)
+            except RpcError:
+                per_project[project.name] = None
+        default = self.workspaces.projects.default
+        toolchain = per_project.get(default) if default is not None else None
+        if toolchain is None:
+            toolchain = next((t for t in per_project.values() if t is not None), None)
+        return {
+            "build": any(t is not None for t in per_project.values()),
+            "toolchain": toolchain,
+            "default_project": default,
+            "projects": per_project,
+        }
+
+    # -- compiling ---------------------------------------------------------------------
+    async def compile(
+        self,
+        project: str | None,
+        test_code: str,
+        *,
+        timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+    ) -> CompileOutcome:
+        """Write ``test_code`` into a working copy of ``project`` and build it.
+
+        Raises ``RpcError``: refusals of the project or the test (``not_found``,
+        ``forbidden``, ``bad_request``, ``conflict``), ``unavailable`` (no toolchain, disk
+        errors), ``busy`` (no workspace free in time), ``timeout``.
+        """
+        if not timeout_s or timeout_s <= 0:
+            raise RpcError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
+        proj = self.workspaces.projects.get(project)
+        toolchain = self.toolchain_for(proj)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self.workspaces.lease(proj.name, test_code) as lease:
+                    log.info(
+                        "compile %s in %s slot %d (%s, %s)",
+                        lease.test_class,
+                        proj.name,
+                        lease.slot,
+                        toolchain,
+                        lease.branch.value,
+                    )
+                    if toolchain == "gradle":
+                        outcome = await self._gradle(lease, test_code, deadline)
+                    else:
+                        outcome = await self._simulate(lease, test_code)
+        except TimeoutError:
+            raise RpcError(
+                ErrorCode.TIMEOUT,
+                f"compile of project {proj.name} did not finish within {timeout_s:g}s",
+                {"project": proj.name, "toolchain": toolchain},
+            ) from None
+        return replace(outcome, duration_ms=int((loop.time() - started) * 1000))
+
+    async def _simulate(self, lease: Lease, test_code: str) -> CompileOutcome:
+        compiler = self.simulated
+        assert compiler is not None  # toolchain_for checked it
+        work = asyncio.ensure_future(
+            asyncio.to_thread(compiler.compile, lease.project_dir, test_code)
+        )
+        lease.hold(work)
+        result = await asyncio.shield(work)
+        if inspect.isawaitable(result):
+            result = await result
+        ok = bool(result.ok)
+        app_apk = test_apk = None
+        if ok:
+            app_apk, test_apk = await asyncio.to_thread(
+                lambda: (_as_bytes(result.app_apk), _as_bytes(result.test_apk))
+            )
+            if not app_apk or not test_apk:
+                raise RpcError(
+                    ErrorCode.INTERNAL,
+                    "the simulated toolchain reported success without both APKs",
+                )
+        return self._outcome(lease, ok, str(result.output), "simulated", app_apk, test_apk)
+
+    def _outcome(
+        self,
+        lease: Lease,
+        ok: bool,
+        output: str,
+        toolchain: Toolchain,
+        app_apk: bytes | None,
+        test_apk: bytes | None,
+    ) -> CompileOutcome:
+        hashes = {}
+        if app_apk is not None and test_apk is not None:
+            hashes = {"app": _sha256(app_apk), "test": _sha256(test_apk)}
+        return CompileOutcome(
+            ok=ok,
+            output=output,
+            toolchain=toolchain,
+            app_apk=app_apk if ok else None,
+            test_apk=test_apk if ok else None,
+            apk_hashes=hashes if ok else {},
+            project=lease.project.name,
+            test_class=lease.test_class,
+            workspace=lease.branch.value,
+        )
+
+    async def _gradle(self, lease: Lease, test_code: str, deadline: float) -> CompileOutcome:
+        launcher = self._launcher(lease.project)
+        if launcher is None:  # the wrapper vanished since toolchain_for looked
+            raise RpcError(ErrorCode.UNAVAILABLE, "no Gradle launcher", {"reason": "no_gradle"})
+        argv = [*launcher, "--console=plain", *GRADLE_TASKS]
+        env = dict(self._env)
+        if self.host.sdk is not None:
+            env["ANDROID_HOME"] = str(self.host.sdk)
+        if self.host.java is not None and "JAVA_HOME" not in env:
+            env["JAVA_HOME"] = str(self.host.java.parent.parent)
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=lease.project_dir,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a timeout kills the whole tree
+        )
+        assert proc.stdout is not None
+        tail = _Tail(self.max_output_bytes)
+        reader = asyncio.ensure_future(tail.read_from(proc.stdout))
+        waiter = asyncio.ensure_future(proc.wait())
+        lease.hold(waiter)  # the slot stays taken until Gradle is really gone
+        try:
+            rc = await asyncio.shield(waiter)
+            # A grandchild that kept the pipe open must not hold the build hostage.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader, _DRAIN_AFTER_KILL_S)
+        except BaseException:
+            _kill_group(proc)
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(waiter), _DRAIN_AFTER_KILL_S)
+            raise
+        output = tail.text()
+        ok = rc == 0
+        app_apk = test_apk = None
+        if ok:
+            app_apk, test_apk = await asyncio.to_thread(_read_apks, lease)
+        log.info("gradle exited %s for %s", rc, lease.test_class)
+        return self._outcome(lease, ok, output, "gradle", app_apk, test_apk)
+
+
+class _Tail:
+    """The last ``limit`` bytes of a stream, readable even if the reading is cut short."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.dropped = 0
+
+    async def read_from(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(64 * 1024):
+            self.buf += chunk
+            if len(self.buf) > self.limit:
+                self.dropped += len(self.buf) - self.limit
+                del self.buf[: len(self.buf) - self.limit]
+
+    def text(self) -> str:
+        text = self.buf.decode("utf-8", "replace")
+        if self.dropped:
+            text = f"[droidwire: {self.dropped} earlier bytes of output dropped]\n{text}"
+        return text
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _find_apk(directory: Path, root: Path) -> bytes | None:
+    try:
+        apks = [p for p in directory.glob("*.apk") if p.is_file()]
+    except OSError:
+        return None
+    if not apks:
+        return None
+    newest = max(apks, key=lambda p: p.stat().st_mtime_ns)
+    if not is_within(newest.resolve(), root):
+        raise RpcError(ErrorCode.FORBIDDEN, "refused: an APK path leaves the working copy")
+    return newest.read_bytes()
+
+
+def _read_apks(lease: Lease) -> tuple[bytes, bytes]:
+    root = lease.project_dir.resolve()
+    outputs = lease.project_dir / lease.project.module / "build" / "outputs" / "apk"
+    try:
+        app = _find_apk(outputs / "debug", root)
+        test = _find_apk(outputs / "androidTest" / "debug", root)
+    except OSError as exc:
+        raise RpcError(ErrorCode.UNAVAILABLE, f"cannot read the built APKs: {exc}") from exc
+    if app is None or test is None:
+        raise RpcError(
+            ErrorCode.INTERNAL,
+            f"Gradle succeeded but left no {'app' if app is None else 'test'} APK under {outputs}",
+        )
+    return app, test

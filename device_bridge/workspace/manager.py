@@ -1,0 +1,563 @@
+"""Working copies of a project, started with the sandbox's 4-branch rule, snapshotted on stop.
+
+Layout under the bridge's state directory::
+
+    <state_dir>/<project>/snapshot.tar.gz     the persisted snapshot (build outputs excluded)
+    <state_dir>/<project>/slot-<i>/ready.json the root-ready marker (+ the ephemeral entries)
+    <state_dir>/<project>/slot-<i>/project/   the working copy Gradle builds in
+
+The *entries* of a working copy are the project's files (persistent) and the test source
+(ephemeral). Starting a slot for a build takes one of four branches (the seed's sandbox):
+
+1. root ready, project dir present  → apply only the ephemeral entries (the test file)
+2. root ready, project dir missing  → restore from the snapshot, then the ephemeral entries
+3. root not ready, usable snapshot  → hydrate from the snapshot, then all entries
+4. root not ready, no snapshot      → fresh init: a copy of the project, then the test file
+
+A snapshot that cannot be used (corrupt, truncated, unsafe member, another project's) falls
+back to a fresh init, and the reason is logged and reported in the lease. When the project's
+files changed since the working copy was made (a fingerprint of paths, sizes and mtimes),
+the persistent entries are applied again, whatever the branch.
+
+Isolation: each project has a small pool of slots (``slots_per_project``, default 2), each a
+separate working copy used by one build at a time. Builds of one project run in parallel up
+to the pool size and queue beyond it; each keeps Gradle's incremental state in its own slot
+(a fresh copy per build would throw that away; one lock per project would serialise
+everything). A slot is released only once the blocking work running for it has finished,
+even if the build that held it was cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ErrorCode, RpcError
+
+from .fsutil import (
+    atomic_write,
+    ensure_dirs_no_symlinks,
+    ignore_build_outputs,
+    is_within,
+    os_error,
+    walk_files,
+)
+from .placement import TestPlacement, place_test, read_namespace
+from .projects import Project, ProjectRegistry
+
+__all__ = [
+    "DEFAULT_SLOTS_PER_PROJECT",
+    "Lease",
+    "StartBranch",
+    "WorkspaceManager",
+    "default_state_dir",
+    "source_fingerprint",
+]
+
+log = logging.getLogger("droidwire.bridge.workspace")
+
+DEFAULT_SLOTS_PER_PROJECT = 2
+DEFAULT_STOP_TIMEOUT_S = 30.0
+MARKER_FORMAT = 1
+SNAPSHOT_NAME = "snapshot.tar.gz"
+_PAX_PREFIX = "droidwire."
+
+
+class StartBranch(StrEnum):
+    READY = "ready"  # 1: ephemeral entries only
+    RESTORED = "restored"  # 2: snapshot restored into a ready root, + ephemeral
+    HYDRATED = "hydrated"  # 3: snapshot hydrated into a new root, + all entries
+    FRESH = "fresh"  # 4: a fresh copy of the project, + the test file
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A working copy held by one build, with its test file written."""
+
+    project: Project
+    slot: int
+    project_dir: Path
+    test_file: Path
+    placement: TestPlacement
+    branch: StartBranch
+    synced: bool  # the project's files were (re)applied
+    reason: str | None  # why a snapshot was not used, when it was not
+    _holds: list[asyncio.Future[Any]] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def test_class(self) -> str:
+        return self.placement.qualified_class
+
+    def hold(self, work: asyncio.Future[Any]) -> None:
+        """Keep the slot taken until ``work`` (e.g. a thread reading the working copy) ends,
+        even if the build that holds the lease is cancelled or times out first."""
+        self._holds.append(work)
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/droidwire/workspaces`` (``~/.local/state/…`` by default)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "droidwire" / "workspaces"
+
+
+def source_fingerprint(root: Path) -> str:
+    """A cheap identity of a project's files: paths, sizes, mtimes (build outputs excluded)."""
+    h = hashlib.sha256()
+    for rel in walk_files(root):
+        try:
+            st = os.lstat(root / rel)
+        except OSError:
+            continue
+        h.update(f"{rel.as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+    return h.hexdigest()[:32]
+
+
+class SnapshotUnusable(Exception):
+    """The snapshot cannot be restored; ``str(exc)`` is the reason that gets logged."""
+
+
+class _Slot:
+    """One working copy of one project. All methods block: call them from a thread."""
+
+    def __init__(self, project: Project, index: int, root: Path, snapshot: Path) -> None:
+        self.project = project
+        self.index = index
+        self.root = root
+        self.project_dir = root / "project"
+        self.marker_path = root / "ready.json"
+        self.snapshot_path = snapshot
+        self.fingerprint = ""
+
+    # -- the marker --------------------------------------------------------------------
+    def read_marker(self) -> dict[str, Any] | None:
+        try:
+            raw = json.loads(self.marker_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if (
+            not isinstance(raw, dict)
+            or raw.get("format") != MARKER_FORMAT
+            or raw.get("project") != self.project.name
+            or raw.get("source") != str(self.project.path)
+        ):
+            return None
+        return raw
+
+    def write_marker(self, fingerprint: str, ephemeral: list[str]) -> None:
+        body = {
+            "format": MARKER_FORMAT,
+            "project": self.project.name,
+            "source": str(self.project.path),
+            "fingerprint": fingerprint,
+            "ephemeral": ephemeral,
+        }
+        atomic_write(self.marker_path, json.dumps(body, indent=1).encode())
+
+    # -- starting ----------------------------------------------------------------------
+    def start(self) -> tuple[StartBranch, bool, str | None]:
+        """Bring the working copy up by the 4-branch rule, without any test file; returns
+        (branch, whether the project's files were applied, why a snapshot was not used)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(".init-*"):  # an init cut short by a crash
+            shutil.rmtree(leftover, ignore_errors=True)
+        fingerprint = source_fingerprint(self.project.path)
+        marker = self.read_marker()
+        reason: str | None = None
+
+        if marker is not None and self.project_dir.is_dir():
+            branch = StartBranch.READY
+            synced = marker.get("fingerprint") != fingerprint
+        else:
+            if marker is None and (self.project_dir.exists() or self.project_dir.is_symlink()):
+                # A working copy without a valid marker: another source, or a crash mid-init.
+                self._remove(self.project_dir)
+            try:
+                if not self.snapshot_path.is_file():
+                    raise SnapshotUnusable("no snapshot to restore")
+                snap_fingerprint = self._restore_snapshot()
+            except SnapshotUnusable as exc:
+                # Branch 4 proper needs no reason; a snapshot that was there (or that a ready
+                # root needed) and could not be used does.
+                if marker is not None or self.snapshot_path.exists():
+                    reason = str(exc)
+                    log.warning(
+                        "project %s slot %d: snapshot not used (%s); fresh init",
+                        self.project.name,
+                        self.index,
+                        reason,
+                    )
+                self._fresh_copy()
+                branch, synced = StartBranch.FRESH, False
+            else:
+                if marker is not None:
+                    branch = StartBranch.RESTORED
+                    synced = snap_fingerprint != fingerprint
+                else:
+                    branch, synced = StartBranch.HYDRATED, True
+        if synced:
+            self._apply_project_files()
+        if branch is StartBranch.READY:
+            self._remove_test_files(marker)
+        self.fingerprint = fingerprint
+        self.write_marker(fingerprint, [])  # the root is ready from here on
+        log.info(
+            "project %s slot %d: start branch %s%s",
+            self.project.name,
+            self.index,
+            branch.value,
+            " (project files applied)" if synced else "",
+        )
+        return branch, synced, reason
+
+    def _remove(self, path: Path) -> None:
+        if not is_within(path, self.root) or path == self.root:
+            raise RuntimeError(f"refusing to remove {path} outside {self.root}")
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+    def _new_init_dir(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix=".init-", dir=self.root))
+
+    def _fresh_copy(self) -> None:
+        tmp = self._new_init_dir()
+        target = tmp / "project"
+        try:
+            shutil.copytree(
+                self.project.path,
+                target,
+                symlinks=True,
+                ignore=ignore_build_outputs(self.project.path),
+            )
+            os.replace(target, self.project_dir)
+        except OSError as exc:
+            raise os_error(f"copy project {self.project.name}", exc) from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _apply_project_files(self) -> None:
+        try:
+            shutil.copytree(
+                self.project.path,
+                self.project_dir,
+                symlinks=True,
+                dirs_exist_ok=True,
+                ignore=ignore_build_outputs(self.project.path),
+            )
+        except (OSError, shutil.Error) as exc:
+            if isinstance(exc, OSError):
+                raise os_error(f"apply project {self.project.name}", exc) from exc
+            raise RpcError(
+                ErrorCode.UNAVAILABLE, f"workspace unavailable: cannot apply project files: {exc}"
+            ) from exc
+
+    def _restore_snapshot(self) -> str:
+        """Extract the snapshot into the project dir; returns its source fingerprint."""
+        tmp = self._new_init_dir()
+        target = tmp / "project"
+        try:
+            with tarfile.open(self.snapshot_path, "r:gz") as tf:
+                members = tf.getmembers()  # reads the whole archive: a truncation shows here
+                meta = {
+                    k.removeprefix(_PAX_PREFIX): v
+                    for k, v in tf.pax_headers.items()
+                    if k.startswith(_PAX_PREFIX)
+                }
+                if meta.get("format") != str(MARKER_FORMAT):
+                    raise SnapshotUnusable("snapshot has no droidwire metadata")
+                if meta.get("project") != self.project.name or meta.get("source") != str(
+                    self.project.path
+                ):
+                    raise SnapshotUnusable(
+                        f"snapshot belongs to {meta.get('project')}@{meta.get('source')}"
+                    )
+                target.mkdir()
+                tf.extractall(target, members=members, filter="data")
+            os.replace(target, self.project_dir)
+            return str(meta.get("fingerprint", ""))
+        except SnapshotUnusable:
+            raise
+        except (tarfile.TarError, EOFError, zlib.error, ValueError) as exc:
+            raise SnapshotUnusable(f"corrupt snapshot: {type(exc).__name__}: {exc}") from exc
+        except OSError as exc:
+            raise SnapshotUnusable(f"snapshot unreadable: {exc}") from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- the ephemeral entry: the test file --------------------------------------------
+    def _remove_test_files(self, marker: dict[str, Any] | None) -> None:
+        """Delete the test files earlier builds wrote (the marker lists them)."""
+        android_test = (self.project_dir / self.project.module / "src" / "androidTest").resolve()
+        for rel in (marker or {}).get("ephemeral", []):
+            if not isinstance(rel, str):
+                continue
+            old = self.project_dir / rel
+            # Only ever delete a regular .kt file that really lies under the androidTest sources.
+            if (
+                old.suffix == ".kt"
+                and not old.is_symlink()
+                and old.is_file()
+                and is_within(old.parent.resolve(), android_test)
+            ):
+                old.unlink()
+
+    def write_test(self, placement: TestPlacement, test_code: str) -> Path:
+        """Write the test source (derived path, confined, atomic); refuse to overwrite."""
+        android_test = self.project_dir / self.project.module / "src" / "androidTest"
+        real_wc = self.project_dir.resolve()
+        lang = (
+            "kotlin"
+            if (android_test / "kotlin").is_dir() and not (android_test / "java").is_dir()
+            else "java"
+        )
+        # Every level from the working copy down must be a real directory, never a link.
+        source_root = ensure_dirs_no_symlinks(
+            self.project_dir, [self.project.module, "src", "androidTest", lang]
+        )
+        *pkg_parts, file_name = placement.relative_parts
+        directory = ensure_dirs_no_symlinks(source_root, pkg_parts)
+        target = directory / file_name
+        real_root = source_root.resolve()
+        if not is_within(real_root, real_wc) or not is_within(directory.resolve(), real_root):
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "refused: the test source path escapes the working copy",
+                {"rule": "path_escape"},
+            )
+        rel = target.relative_to(self.project_dir).as_posix()
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise os_error(f"inspect {file_name}", exc) from exc
+        if st is not None:
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                raise RpcError(
+                    ErrorCode.FORBIDDEN,
+                    f"refused: {rel} exists and is not a regular file",
+                    {"rule": "symlink_in_path"},
+                )
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                f"refused: {rel} is a file of the project; rename the test class",
+                {"rule": "overwrites_project_file", "path": rel},
+            )
+        # Record the entry before writing it, so a crash in between still cleans it up.
+        self.write_marker(self.fingerprint, [rel])
+        atomic_write(target, test_code.encode("utf-8", "surrogatepass"))
+        return target
+
+    # -- the snapshot --------------------------------------------------------------------
+    def write_snapshot(self) -> bool:
+        """Persist this working copy (no build outputs, no test files) as the snapshot."""
+        marker = self.read_marker()
+        if marker is None or not self.project_dir.is_dir():
+            return False
+        ephemeral = {p for p in marker.get("ephemeral", []) if isinstance(p, str)}
+        headers = {
+            _PAX_PREFIX + "format": str(MARKER_FORMAT),
+            _PAX_PREFIX + "project": self.project.name,
+            _PAX_PREFIX + "source": str(self.project.path),
+            _PAX_PREFIX + "fingerprint": str(marker.get("fingerprint", "")),
+        }
+        fd, tmp_name = tempfile.mkstemp(
+            dir=self.snapshot_path.parent, prefix=".snapshot-", suffix=".tmp"
+        )
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT, pax_headers=headers) as tf:
+                for rel in walk_files(self.project_dir):
+                    if rel.as_posix() in ephemeral:
+                        continue
+                    path = self.project_dir / rel
+                    if path.is_symlink():
+                        link = os.readlink(path)
+                        if os.path.isabs(link) or not is_within(
+                            Path(os.path.normpath(path.parent / link)), self.project_dir
+                        ):
+                            log.info(
+                                "snapshot of %s skips %s (link out of the tree)",
+                                self.project.name,
+                                rel,
+                            )
+                            continue
+                    tf.add(path, arcname=rel.as_posix(), recursive=False)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.snapshot_path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise os_error(f"write the snapshot of {self.project.name}", exc) from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        log.info("project %s: snapshot written from slot %d", self.project.name, self.index)
+        return True
+
+
+class _ProjectPool:
+    def __init__(self, slots: list[_Slot]) -> None:
+        self.slots = slots
+        # LIFO: the slot released last is taken first, so sequential builds keep hitting the
+        # same warm working copy (Gradle's incremental state) and extra slots stay cold.
+        self.free: asyncio.LifoQueue[int] = asyncio.LifoQueue()
+        for slot in reversed(slots):
+            self.free.put_nowait(slot.index)
+
+
+class WorkspaceManager:
+    """Leases working copies of the configured projects to builds."""
+
+    def __init__(
+        self,
+        projects: ProjectRegistry,
+        *,
+        state_dir: Path | None = None,
+        slots_per_project: int = DEFAULT_SLOTS_PER_PROJECT,
+        stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    ) -> None:
+        if slots_per_project < 1:
+            raise ValueError("slots_per_project must be at least 1")
+        self.projects = projects
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self.slots_per_project = slots_per_project
+        self.stop_timeout_s = stop_timeout_s
+        self._pools: dict[str, _ProjectPool] = {}
+        self._stopping = False
+
+    def _pool(self, project: Project) -> _ProjectPool:
+        pool = self._pools.get(project.name)
+        if pool is None:
+            base = self.state_dir / project.name
+            snapshot = base / SNAPSHOT_NAME
+            slots = [
+                _Slot(project, i, base / f"slot-{i}", snapshot)
+                for i in range(self.slots_per_project)
+            ]
+            pool = self._pools[project.name] = _ProjectPool(slots)
+        return pool
+
+    @contextlib.asynccontextmanager
+    async def lease(
+        self,
+        project: str | None,
+        test_code: str,
+        *,
+        acquire_timeout_s: float | None = None,
+    ) -> AsyncIterator[Lease]:
+        """Hold a working copy of ``project`` with ``test_code`` written as its test file.
+
+        Raises ``RpcError``: ``not_found``/``forbidden`` (project), ``bad_request``/
+        ``forbidden``/``conflict`` (the test's placement), ``busy`` (no slot within
+        ``acquire_timeout_s``), ``unavailable`` (disk errors, shutting down).
+        """
+        if self._stopping:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE, "the bridge is shutting down", {"reason": "stopping"}
+            )
+        proj = self.projects.get(project)
+        placement = await asyncio.to_thread(_plan, proj, test_code)
+        pool = self._pool(proj)
+        try:
+            async with asyncio.timeout(acquire_timeout_s):
+                index = await pool.free.get()
+        except TimeoutError:
+            raise RpcError(
+                ErrorCode.BUSY,
+                f"all {len(pool.slots)} workspaces of project {proj.name} are busy",
+                {"project": proj.name},
+            ) from None
+        slot = pool.slots[index]
+        holds: list[asyncio.Future[Any]] = []
+        try:
+            work = asyncio.ensure_future(asyncio.to_thread(_prepare, slot, placement, test_code))
+            holds.append(work)
+            lease = await asyncio.shield(work)
+            holds = lease._holds
+            holds.append(work)
+            yield lease
+        finally:
+            pending = [f for f in holds if not f.done()]
+            if pending:
+                # Cancelled while a thread still works in the slot: free it only afterwards.
+                waiter = asyncio.gather(*pending, return_exceptions=True)
+                waiter.add_done_callback(lambda _: pool.free.put_nowait(index))
+            else:
+                pool.free.put_nowait(index)
+
+    async def snapshot(self, project: str | None) -> bool:
+        """Persist ``project``'s snapshot now from a free, ready slot; False if none is ready."""
+        proj = self.projects.get(project)
+        pool = self._pool(proj)
+        taken: list[int] = []
+        try:
+            async with asyncio.timeout(self.stop_timeout_s):
+                for _ in pool.slots:
+                    index = await pool.free.get()
+                    taken.append(index)
+                    if await asyncio.to_thread(pool.slots[index].write_snapshot):
+                        return True
+        except TimeoutError:
+            log.warning(
+                "project %s: no free slot to snapshot within %.0fs", proj.name, self.stop_timeout_s
+            )
+        finally:
+            for index in taken:
+                pool.free.put_nowait(index)
+        return False
+
+    async def stop(self) -> None:
+        """Refuse new leases, wait for running ones, and snapshot every project used."""
+        self._stopping = True
+        for name in list(self._pools):
+            try:
+                await self.snapshot(name)
+            except RpcError as exc:
+                log.warning("project %s: snapshot on stop failed: %s", name, exc)
+
+
+def _plan(project: Project, test_code: str) -> TestPlacement:
+    namespace = read_namespace(project.path / project.module)
+    if namespace is None:
+        raise RpcError(
+            ErrorCode.UNAVAILABLE,
+            f"project {project.name}: no namespace in {project.module}/build.gradle(.kts)"
+            " nor a package in its AndroidManifest.xml",
+            {"reason": "no_namespace"},
+        )
+    return place_test(test_code, namespace)
+
+
+def _prepare(slot: _Slot, placement: TestPlacement, test_code: str) -> Lease:
+    try:
+        branch, synced, reason = slot.start()
+        test_file = slot.write_test(placement, test_code)
+    except OSError as exc:
+        raise os_error(f"prepare the workspace of {slot.project.name}", exc) from exc
+    return Lease(
+        project=slot.project,
+        slot=slot.index,
+        project_dir=slot.project_dir,
+        test_file=test_file,
+        placement=placement,
+        branch=branch,
+        synced=synced,
+        reason=reason,
+    )
