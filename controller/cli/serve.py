@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
@@ -71,12 +71,14 @@ def controller(
         raise typer.Exit(1)
 
 
-def uvicorn_config(config: ControllerConfig, *, log_level: str = "info") -> uvicorn.Config:
+def uvicorn_config(
+    config: ControllerConfig, *, log_level: str = "info", **overrides: Any
+) -> uvicorn.Config:
+    """The uvicorn configuration for ``config``; ``overrides`` (tests) win over ours."""
     from controller.app import create_app
 
     settings = config.settings
-    return uvicorn.Config(
-        create_app(config),
+    options: dict[str, Any] = dict(
         host=config.host,
         port=config.port,
         lifespan="on",
@@ -89,6 +91,8 @@ def uvicorn_config(config: ControllerConfig, *, log_level: str = "info") -> uvic
         log_level=log_level,
         server_header=False,
     )
+    options.update(overrides)
+    return uvicorn.Config(create_app(config), **options)
 
 
 def run(config: ControllerConfig, *, log_level: str = "info") -> bool:
