@@ -1,0 +1,269 @@
+"""Log lines: every logcat rendering we have seen, parsed into one shape.
+
+Formats (``logcat -v …`` per AOSP ``liblog/logprint.cpp``; Android Studio's viewers):
+
+* ``threadtime``   ``MM-DD HH:MM:SS.mmm  PID  TID L Tag     : msg`` (also with the date cut off,
+  so the line starts at the right-aligned pid column)
+* ``time``         ``MM-DD HH:MM:SS.mmm L/Tag( PID): msg`` (DDMS exports add ``:`` after the time)
+* ``brief``        ``L/Tag( PID): msg``; ``tag``: ``L/Tag: msg``
+* ``long``         ``[ MM-DD HH:MM:SS.mmm PID:TID L/Tag ]`` then the message lines, then a blank
+* ``studio_legacy`` ``YYYY-MM-DD HH:MM:SS.mmm PID-TID/process L/Tag: msg`` (also without the pid,
+  or without time and pid); continuation lines are indented to the message column
+* ``studio``       Android Studio 2022+: ``YYYY-MM-DD HH:MM:SS.mmm PID-TID Tag process L msg``;
+  ``studio_compact``: ``HH:MM:SS.mmm L msg``
+* ``studio_4x``    ``Tag  L  msg``, continuation lines repeat only the level (``D      at …``)
+* ``level_tag``    ``L Tag: msg``; ``tag_only`` ``StrictMode: msg`` (for a few well-known tags)
+
+Wrappers removed before matching: markdown quoting and backticks, list dashes, a leading ``,``
+(log-concatenating CI tools), CI timestamps (GitHub Actions ISO, Taskcluster ``[task …]``), a
+``findstr``/``grep -n`` file prefix, indentation. Lines that match nothing are continuation lines:
+they inherit the pid/tid/tag of the entry above them (that is how Studio pastes and hard-wrapped
+lines look), or stand alone in a bare block. Lines that look like a truncated prefix are counted
+as damaged; a console wrap that split the timestamp over two lines is joined back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["LogLine", "ParsedLog", "clean", "parse_lines"]
+
+_L = r"[VDIWEFAS]"
+_DATE = r"(?:(?:\d{4}-)?\d\d-\d\d\s+)?"
+_TIME = r"\d\d:\d\d:\d\d(?:\.\d+)?"
+
+# Groups: pid, tid, level, tag, msg. The tag is everything up to the first ": " (tags may hold
+# ':' themselves, e.g. a truncated "prung:SamSprun"), and the message may be empty.
+_THREADTIME = re.compile(
+    rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$"
+)
+_THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
+# pid, tid, process, level, tag, msg
+_STUDIO_LEGACY = re.compile(
+    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)/(\S*)\s+({_L})/(.*?):(?: |$)(.*)$"
+)
+# level, tag, pid, msg  (time format, DDMS export, Studio without pid)
+_TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
+# level, tag, pid, msg  (brief, tag)
+_BRIEF = re.compile(rf"({_L})/([^\s(][^(]*?|[^\s(:]+)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
+# pid, tid, tag, process, level, msg (Studio 2022+; tag and process columns can be hidden)
+_STUDIO = re.compile(
+    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)\s+(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})\s+(.*)$"
+)
+_STUDIO_COMPACT = re.compile(rf"{_TIME}\s+({_L})\s\s+(.*)$")
+# pid, tid, level, tag
+_LONG = re.compile(
+    rf"\[\s*{_DATE}{_TIME}\s+(\d+)\s*:\s*(0x[0-9a-fA-F]+|\d+)\s+({_L})/(.*?)\s*\]$"
+)
+_STUDIO_4X = re.compile(rf"([\w.$:/-]+)\s{{2,}}({_L})\s{{2,}}(.*)$")
+_LEVEL_ONLY = re.compile(rf"({_L})\s{{2,}}(.*)$")
+_LEVEL_TAG = re.compile(rf"({_L})\s+([^\s:]\S*?)\s*:(?: |$)(.*)$")
+_TAG_ONLY = re.compile(
+    r"(StrictMode|AndroidRuntime|ActivityManager|ActivityTaskManager|ActivityManagerService"
+    r"|DroidUnblocker|TestRunner|System\.err|System\.out|libc|DEBUG):(?: |$)(.*)$"
+)
+_SEPARATOR = re.compile(r"-{5,} ?(?:beginning of|switch to|PROCESS (?:STARTED|ENDED))")
+_WRAPPER = re.compile(
+    r"(?:[\s>`,]+"                                    # indentation, markdown quote, backticks, ','
+    r"|- (?=\S)"                                      # markdown list item
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"  # GitHub Actions / ISO timestamp
+    r"|\[task [^\]]*\]\s"                             # Taskcluster
+    r"|\[\d{4}-\d\d-\d\d[T ][^\]]*\]\s"               # bracketed CI timestamp
+    r"|[A-Za-z]:\\[^:]*:\d+:"                         # Windows findstr file:line:
+    r"|[\w./-]+\.(?:txt|log):\d+:"                    # grep -n file:line:
+    r")+"
+)
+# What a prefix looks like when the rest of it was cut off or mangled.
+_DAMAGED = re.compile(r"(?:\d{4}-)?\d\d-\d?\d?(?:\s|$)|\d\d:\d\d(?::|\s|$)|\d+-\d+/|\d+\s+\d+\s*$|\d+\s*$")
+
+
+_HEAD = 2048  # prefixes are matched on at most this many characters
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One physical line (or a console-wrapped pair joined back), with its prefix parsed.
+
+    ``msg`` is the message after the prefix, or the cleaned text of an unprefixed line.
+    ``entry`` says a log prefix was recognised; ``continued`` that the line had none and
+    inherits ``pid``/``tid``/``level``/``tag``/``process`` from the entry above it.
+    """
+
+    index: int
+    raw: str
+    msg: str
+    pid: int | None = None
+    tid: int | None = None
+    level: str | None = None
+    tag: str | None = None
+    process: str | None = None
+    fmt: str = "bare"
+    entry: bool = False
+    continued: bool = False
+    damaged: bool = False
+
+
+@dataclass(slots=True)
+class ParsedLog:
+    lines: list[LogLine]
+    entries: int = 0
+    damaged: int = 0
+    formats: Counter[str] = field(default_factory=Counter)
+
+
+def clean(line: str) -> str:
+    """Strip wrappers (quoting, CI prefixes, indentation) from the start of a line."""
+    m = _WRAPPER.match(line)
+    return line[m.end():] if m else line
+
+
+def _int(s: str | None) -> int | None:
+    if s is None:
+        return None
+    try:
+        return int(s, 16) if s.startswith("0x") else int(s)
+    except ValueError:
+        return None
+
+
+def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | None, str] | None:
+    """Recognise a prefix on cleaned text: (fmt, pid, tid, level, tag, process, msg)."""
+    c = s[:1]
+    if c.isdigit():
+        m = _THREADTIME.match(s)
+        if m:
+            return ("threadtime", int(m[1]), int(m[2]), m[3], m[4], None, m[5])
+        m = _STUDIO_LEGACY.match(s)
+        if m:
+            proc = m[3] if m[3] and m[3] != "?" else None
+            return ("studio_legacy", int(m[1]), int(m[2]), m[4], m[5], proc, m[6])
+        m = _TIME_FMT.match(s)
+        if m:
+            return ("time", _int(m[3]), None, m[1], m[2], None, m[4])
+        m = _STUDIO.match(s)
+        if m:
+            tag, proc = m[3], m[4]
+            if proc is None and tag is not None and ("." in tag or tag.startswith("pid-")):
+                tag, proc = None, tag
+            if proc is not None and proc.startswith("pid-"):
+                proc = None
+            return ("studio", int(m[1]), int(m[2]), m[5], tag, proc, m[6])
+        m = _STUDIO_COMPACT.match(s)
+        if m:
+            return ("studio_compact", None, None, m[1], None, None, m[2])
+        m = _THREADTIME_NODATE.match(s)
+        if m:
+            return ("threadtime", int(m[1]), int(m[2]), m[3], m[4], None, m[5])
+        return None
+    if c == "[":
+        m = _LONG.match(s)
+        if m:
+            return ("long", int(m[1]), _int(m[2]), m[3], m[4], None, "")
+        return None
+    if len(s) > 2 and s[1] == "/":
+        m = _BRIEF.match(s)
+        if m:
+            return ("brief", _int(m[3]), None, m[1], m[2], None, m[4])
+    m = _STUDIO_4X.match(s)
+    if m and not s.startswith("at "):
+        return ("studio_4x", None, None, m[2], m[1], None, m[3])
+    if len(s) > 1 and s[1] == " ":
+        m = _LEVEL_TAG.match(s)
+        if m:
+            return ("level_tag", None, None, m[1], m[2], None, m[3])
+    m = _TAG_ONLY.match(s)
+    if m:
+        return ("tag_only", None, None, None, m[1], None, m[2])
+    return None
+
+
+def _match_long(s: str) -> tuple[str, int | None, int | None, str, str | None, str | None, str] | None:
+    # Prefix regexes run on a bounded head so that a pathological line stays linear.
+    r = _match(s[:_HEAD])
+    if r is None:
+        return None
+    return (*r[:6], r[6] + s[_HEAD:])
+
+
+def parse_lines(text: str) -> ParsedLog:
+    """Split ``text`` into lines and parse each one's prefix. Never raises."""
+    raw_lines = text.splitlines()
+    out: list[LogLine] = []
+    formats: Counter[str] = Counter()
+    entries = damaged = 0
+    prev: LogLine | None = None       # last entry: what unprefixed lines inherit
+    long_ctx: LogLine | None = None   # the header of an open `-v long` record
+    tt = _THREADTIME.match
+    i = 0
+    n = len(raw_lines)
+    while i < n:
+        raw = raw_lines[i]
+        idx = i
+        i += 1
+        # Fast path: plain threadtime, the format the executor itself collects.
+        m = tt(raw) if len(raw) <= _HEAD else None
+        if m is not None:
+            ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None,
+                         "threadtime", True)
+            out.append(ln)
+            entries += 1
+            formats["threadtime"] += 1
+            prev = ln
+            long_ctx = None
+            continue
+        s = clean(raw.rstrip())
+        if not s:
+            out.append(LogLine(idx, raw, "", fmt="blank"))
+            prev = long_ctx = None
+            continue
+        if _SEPARATOR.match(s):
+            out.append(LogLine(idx, raw, s, fmt="separator"))
+            prev = long_ctx = None
+            continue
+        r = _match(s) if len(s) <= _HEAD else _match_long(s)
+        if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
+            # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
+            joined = s + clean(raw_lines[i].rstrip()).lstrip() if s[-1:].isdigit() else ""
+            r2 = _match(joined) if joined else None
+            if r2 is not None:
+                r, s, raw = r2, joined, raw + raw_lines[i]
+                i += 1
+        if r is not None:
+            fmt, pid, tid, level, tag, proc, msg = r
+            if fmt == "long":
+                ln = LogLine(idx, raw, msg, pid, tid, level, tag, None, fmt, True)
+                long_ctx = ln
+            else:
+                ln = LogLine(idx, raw, msg, pid, tid, level, tag, proc, fmt, True)
+                long_ctx = None
+            out.append(ln)
+            entries += 1
+            formats[fmt] += 1
+            prev = ln
+            continue
+        if long_ctx is not None:
+            ln = LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid, long_ctx.level,
+                         long_ctx.tag, None, "long", False, True)
+            out.append(ln)
+            continue
+        if prev is not None and prev.fmt == "studio_4x":
+            m4 = _LEVEL_ONLY.match(s)
+            if m4:
+                ln = LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None, "studio_4x",
+                             True)
+                out.append(ln)
+                entries += 1
+                formats["studio_4x"] += 1
+                continue
+        bad = bool(_DAMAGED.match(s))
+        if bad:
+            damaged += 1
+        if prev is not None:
+            ln = LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
+                         "continuation", False, True, bad)
+        else:
+            ln = LogLine(idx, raw, s, fmt="bare", damaged=bad)
+        out.append(ln)
+    return ParsedLog(out, entries, damaged, formats)
