@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NoReturn
 
+from protocol.envelope import Profile
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -78,13 +79,6 @@ MAX_LOGCAT_LINES = 5000
 MAX_SWIPE_MS = 10_000
 MAX_INPUT_TEXT = 500
 MAX_KEYEVENTS = 16
-
-
-class Profile(StrEnum):
-    STANDARD = "standard"
-    INSTRUMENT_ONLY = "instrument-only"
-    NO_SHELL = "no-shell"
-    FULL = "full"
 
 
 class Rule(StrEnum):

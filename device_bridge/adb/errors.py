@@ -1,0 +1,75 @@
+"""adb failures → the protocol's typed errors (STYLE.md §5: translate at the boundary).
+
+adbutils raises ``AdbError`` with the adb server's ``FAIL`` text, ``AdbTimeout`` on a socket
+timeout, ``AdbConnectionError`` when the server cannot be reached, and plain ``OSError`` /
+``EOFError`` when a stream dies under it. The server's texts are stable (AOSP
+``adb/transport.cpp`` ``acquire_one_transport``, ``adb/client/commandline.cpp``):
+
+* ``device 'SERIAL' not found`` — no such transport;
+* ``device offline`` / ``device still connecting`` / ``device still authorizing``;
+* ``device unauthorized.`` followed by advice about the RSA key;
+* ``more than one device/emulator``;
+* sync ``FAIL`` texts: ``open failed: No such file or directory``, ``… Permission denied``.
+
+Most specific first; anything unknown is ``internal`` and keeps the original text.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from adbutils.errors import AdbConnectionError, AdbError, AdbInstallError, AdbTimeout
+
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["translate"]
+
+
+def _text(exc: BaseException) -> str:
+    if isinstance(exc, AdbInstallError):
+        return str(exc.output)
+    parts = [str(a) for a in exc.args if not isinstance(a, bytes)]
+    return " ".join(parts) or type(exc).__name__
+
+
+def translate(exc: BaseException, serial: str | None = None) -> RpcError:
+    """Map an adb-side exception to an :class:`RpcError` (the caller raises it ``from exc``)."""
+    if isinstance(exc, RpcError):
+        return exc
+    text = _text(exc)
+    lower = text.lower()
+    data: dict[str, object] = {"adb": text[:500]}
+    if serial is not None:
+        data["serial"] = serial
+    where = f" ({serial})" if serial else ""
+    if isinstance(exc, AdbTimeout | socket.timeout | TimeoutError):
+        return RpcError(ErrorCode.TIMEOUT, f"adb timed out{where}: {text}", data)
+    if isinstance(exc, AdbConnectionError | ConnectionRefusedError):
+        return RpcError(ErrorCode.UNAVAILABLE, f"the adb server is not reachable: {text}", data)
+    if isinstance(exc, AdbInstallError):
+        data["reason"] = exc.reason
+        return RpcError(ErrorCode.BAD_REQUEST, f"install failed{where}: {exc.reason}", data)
+    if isinstance(exc, AdbError):
+        if "not found" in lower and "device" in lower:
+            return RpcError(ErrorCode.NOT_FOUND, f"no device {serial or ''}".strip(), data)
+        if "unauthorized" in lower:
+            data["state"] = "unauthorized"
+            return RpcError(ErrorCode.DEVICE_OFFLINE, f"device{where} is unauthorized", data)
+        if "offline" in lower or "still connecting" in lower or "still authorizing" in lower:
+            data["state"] = "offline"
+            return RpcError(ErrorCode.DEVICE_OFFLINE, f"device{where} is offline", data)
+        if "more than one device" in lower:
+            return RpcError(ErrorCode.BAD_REQUEST, "more than one device: name a serial", data)
+        if "no such file" in lower:
+            return RpcError(ErrorCode.NOT_FOUND, f"no such file{where}: {text}", data)
+        if "permission denied" in lower or "read-only file system" in lower:
+            return RpcError(ErrorCode.FORBIDDEN, f"the device refused{where}: {text}", data)
+        if lower in ("closed", "connection closed"):
+            # The device closed the service: it refused it, or it went away under us.
+            return RpcError(ErrorCode.DEVICE_OFFLINE, f"the device closed the stream{where}", data)
+        return RpcError(ErrorCode.INTERNAL, f"adb error{where}: {text}", data)
+    if isinstance(exc, ConnectionError | EOFError | BrokenPipeError):
+        return RpcError(ErrorCode.DEVICE_OFFLINE, f"connection to the device lost{where}", data)
+    if isinstance(exc, OSError):
+        return RpcError(ErrorCode.UNAVAILABLE, f"adb I/O error{where}: {text}", data)
+    return RpcError(ErrorCode.INTERNAL, f"{type(exc).__name__}{where}: {text}", data)
