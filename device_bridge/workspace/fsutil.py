@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -41,8 +43,14 @@ _BUILD_SCRIPTS = ("build.gradle.kts", "build.gradle")
 
 def os_error(action: str, exc: OSError) -> RpcError:
     """Translate an ``OSError`` into the typed ``unavailable`` error, keeping errno's name."""
-    name = errno.errorcode.get(exc.errno or 0, "EIO")
-    reason = exc.strerror or str(exc)
+    code, reason = exc.errno, exc.strerror
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        # copytree gathers per-file failures as (src, dst, "[Errno N] text: path") tuples.
+        why = str(exc.args[0][0][-1])
+        m = re.match(r"\[Errno (\d+)\] ([^:]+)", why)
+        code, reason = (int(m.group(1)), m.group(2)) if m else (None, why)
+    name = errno.errorcode.get(code or 0, "EIO")
+    reason = reason or str(exc)
     return RpcError(
         ErrorCode.UNAVAILABLE,
         f"workspace unavailable: cannot {action}: {reason}",

@@ -259,12 +259,8 @@ class _Slot:
                 dirs_exist_ok=True,
                 ignore=ignore_build_outputs(self.project.path),
             )
-        except (OSError, shutil.Error) as exc:
-            if isinstance(exc, OSError):
-                raise os_error(f"apply project {self.project.name}", exc) from exc
-            raise RpcError(
-                ErrorCode.UNAVAILABLE, f"workspace unavailable: cannot apply project files: {exc}"
-            ) from exc
+        except OSError as exc:  # shutil.Error included: it gathers per-file failures
+            raise os_error(f"apply project {self.project.name}", exc) from exc
 
     def _restore_snapshot(self) -> str:
         """Extract the snapshot into the project dir; returns its source fingerprint."""
