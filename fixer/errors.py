@@ -216,29 +216,23 @@ _MAX_CONTINUATION = 4
 # --------------------------------------------------------------------------------------
 # Message classification.
 
+# First match wins: the order matters ("None of the following … type mismatch" is about
+# arguments; "Unresolved reference. None of the following …" is unresolved).
 _KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
+    (
+        "unresolved_reference",
+        re.compile(
+            r"Unresolved reference|cannot find symbol|package \S+ does not exist"
+            r"|cannot resolve symbol|Unresolved (?:class|type)",
+            re.IGNORECASE,
+        ),
+    ),
     (
         "nullability",
         re.compile(
             r"Only safe \(\?\.\) or non-null asserted \(!!\.\) calls|nullable receiver"
             r"|Null can ?not be a value of a non-null type|Unsafe use of a nullable"
             r"|Smart cast to .* is impossible|is possibly null|might be null",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "type_mismatch",
-        re.compile(
-            r"type mismatch|incompatible types|Type inference failed|cannot be converted to"
-            r"|bad operand types?|is not a subtype of|Cannot infer (?:a )?type",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "unresolved_reference",
-        re.compile(
-            r"Unresolved reference|cannot find symbol|package \S+ does not exist"
-            r"|cannot resolve symbol|Unresolved (?:class|type)",
             re.IGNORECASE,
         ),
     ),
@@ -250,6 +244,14 @@ _KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
             r"|actual and formal argument lists differ|Missing (?:value for|argument)"
             r"|Not enough arguments|Expected \d+ (?:arguments|parameters)"
             r"|Overload resolution ambiguity|No applicable|Inapplicable candidate",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "type_mismatch",
+        re.compile(
+            r"type mismatch|incompatible types|Type inference failed|cannot be converted to"
+            r"|bad operand types?|is not a subtype of|Cannot infer (?:a )?type",
             re.IGNORECASE,
         ),
     ),

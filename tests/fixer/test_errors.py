@@ -1,0 +1,511 @@
+"""Compiler-output parsing: one fixture of our own per variation, then the shared corpus."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fixer.errors import classify_message, parse_errors
+from tests.conftest import require_or_skip
+
+# --------------------------------------------------------------------------------------
+# Kotlin location shapes
+
+
+def test_kotlin_17_paren_format_absolute_path() -> None:
+    report = parse_errors(
+        "> Task :feature-login:compileDebugAndroidTestKotlin FAILED\n"
+        "e: /home/ci/proj/feature-login/src/androidTest/java/org/acme/LoginTest.kt: (41, 13): "
+        "Unresolved reference: onScreen\n"
+    )
+    (e,) = report.errors
+    assert (e.file, e.line, e.column) == (
+        "/home/ci/proj/feature-login/src/androidTest/java/org/acme/LoginTest.kt",
+        41,
+        13,
+    )
+    assert (e.severity, e.kind, e.symbol) == ("error", "unresolved_reference", "onScreen")
+    assert e.message == "Unresolved reference: onScreen"
+    assert report.failed_tasks == [":feature-login:compileDebugAndroidTestKotlin"]
+    assert report.build_failed and report.failure == "compile"
+
+
+def test_kotlin_paren_format_windows_backslashes_and_parens_in_message() -> None:
+    report = parse_errors(
+        r"e: D:\work\Shop App\app\src\main\java\com\shop\Cart.kt: (9, 21): Only safe (?.) or "
+        r"non-null asserted (!!.) calls are allowed on a nullable receiver of type Item?"
+    )
+    (e,) = report.errors
+    assert e.file == r"D:\work\Shop App\app\src\main\java\com\shop\Cart.kt"
+    assert (e.line, e.column, e.kind) == (9, 21, "nullability")
+    assert e.message.endswith("receiver of type Item?")
+
+
+def test_kotlin_19_file_uri_unix_and_windows_drive() -> None:
+    report = parse_errors(
+        "e: file:///srv/build/app/src/test/java/a/b/CTest.kt:7:3 Unresolved reference: mockk\n"
+        "e: file:///D:/dev/Proj/app/src/main/kotlin/a/Main.kt:12:44 Unresolved reference: Gson\n"
+    )
+    first, second = report.errors
+    assert (first.file, first.line, first.column, first.symbol) == (
+        "/srv/build/app/src/test/java/a/b/CTest.kt",
+        7,
+        3,
+        "mockk",
+    )
+    assert (second.file, second.line, second.column, second.symbol) == (
+        "D:/dev/Proj/app/src/main/kotlin/a/Main.kt",
+        12,
+        44,
+        "Gson",
+    )
+
+
+def test_k2_unresolved_reference_quoted_with_period() -> None:
+    (e,) = parse_errors(
+        "e: file:///p/app/src/androidTest/java/x/ExampleTest.kt:12:5 Unresolved reference 'bar'."
+    ).errors
+    assert (e.line, e.column, e.kind, e.symbol) == (12, 5, "unresolved_reference", "bar")
+    assert e.message == "Unresolved reference 'bar'."
+
+
+def test_k2_argument_type_mismatch_with_identical_names() -> None:
+    (e,) = parse_errors(
+        "e: file:///p/Repo.kt:30:18 Argument type mismatch: actual type is 'kotlin.String?', "
+        "but 'kotlin.String' was expected."
+    ).errors
+    assert e.kind == "type_mismatch" and e.symbol is None
+    assert e.message.startswith("Argument type mismatch: actual type is 'kotlin.String?'")
+
+
+def test_k1_type_mismatch_platform_type() -> None:
+    (e,) = parse_errors(
+        "e: /r/app/src/main/java/q/Upload.kt: (88, 12): Type mismatch: inferred type is Uri but String! was expected"
+    ).errors
+    assert e.kind == "type_mismatch"
+
+
+def test_kotlinc_cli_format_with_severity_after_location() -> None:
+    report = parse_errors(
+        "src/Foo.kt:3:9: error: unresolved reference 'helper'.\n"
+        "src/Foo.kt:5:1: warning: parameter 'x' is never used\n"
+    )
+    err, warn = report.errors
+    assert (err.severity, err.kind, err.symbol, err.line) == (
+        "error",
+        "unresolved_reference",
+        "helper",
+        3,
+    )
+    assert (warn.severity, warn.line) == ("warning", 5)
+
+
+def test_message_on_the_next_line() -> None:
+    report = parse_errors(
+        "/tmp/w/app/src/androidTest/java/d/GenTest.kt:14:9\n"
+        "Unresolved reference: measureBlocking\n"
+        "\n"
+        "BUILD FAILED in 3s\n"
+    )
+    (e,) = report.errors
+    assert (e.line, e.column, e.symbol) == (14, 9, "measureBlocking")
+
+
+def test_message_wrapped_over_two_lines() -> None:
+    (e,) = parse_errors(
+        "e: file:///w/T.kt:20:13 None of the following candidates is applicable because of\n"
+        "receiver type mismatch: public fun Context.open(): Unit\n"
+    ).errors
+    assert e.kind == "wrong_arguments"
+    assert e.message.endswith("public fun Context.open(): Unit")
+
+
+def test_relative_and_elided_paths() -> None:
+    report = parse_errors(
+        "e: feature/src/androidTest/java/z/ZTest.kt: (3, 8): Unresolved reference: espresso\n"
+        "e: .../app/src/androidTest/java/z/YTest.kt: (10, 2): Unresolved reference: Screen\n"
+        "e: /***/app/src/androidTest/java/z/XTest.kt: (11, 4): Unresolved reference: Page\n"
+    )
+    assert [e.file for e in report.errors] == [
+        "feature/src/androidTest/java/z/ZTest.kt",
+        ".../app/src/androidTest/java/z/YTest.kt",
+        "/***/app/src/androidTest/java/z/XTest.kt",
+    ]
+    assert [e.symbol for e in report.errors] == ["espresso", "Screen", "Page"]
+
+
+def test_missing_e_prefix_and_backtick_wrapper() -> None:
+    (e,) = parse_errors(
+        "`/.../app/src/androidTest/java/k/MyTests.kt: (5, 17): Unresolved reference: HomeScreen\n"
+        "\n"
+        "Runtime JAR files in the classpath should have the same version.\n"
+        "    /.../kotlin-stdlib-1.6.10.jar (version 1.6)`\n"
+    ).errors
+    assert (e.severity, e.line, e.column, e.symbol) == ("error", 5, 17, "HomeScreen")
+
+
+def test_warnings_are_reported_as_warnings_and_do_not_fail_the_build() -> None:
+    report = parse_errors(
+        "- w: file:///a/b/Foo.kt:3:5 Variable 'unused' is never used\n"
+        "w: Runtime JAR files in the classpath should have the same version.\n"
+        "     /x/kotlin-stdlib-1.6.10.jar (version 1.6)\n"
+        "BUILD SUCCESSFUL in 12s\n"
+    )
+    assert [e.severity for e in report.errors] == ["warning", "warning"]
+    assert report.errors[0].line == 3 and report.errors[1].file is None
+    assert report.build_failed is False and report.failure == "none"
+
+
+def test_wrapper_indentation_and_truncated_last_line() -> None:
+    report = parse_errors(
+        "        e: file:///u/.cache/lib-1.0/src/main/kotlin/l/Server.kt:10:16 Unresolved reference: empty\n"
+        "        e: file:///u/.cache/lib-1.0/src/main/kotlin/l/Server.kt:15:16 Unresolved reference: empty\n"
+        "        e: fi"
+    )
+    assert [(e.line, e.column) for e in report.errors] == [(10, 16), (15, 16)]
+    assert report.failure == "compile"
+
+
+def test_truncated_location_at_the_end_is_not_an_error() -> None:
+    report = parse_errors(
+        "e: file:///h/src/main/java/f/Impl.kt:63:60 Unresolved reference 'x'.\n"
+        "e: file:///h/src/main/java/f/feat"
+    )
+    assert len(report.errors) == 1
+
+
+def test_simulated_toolchain_line() -> None:
+    report = parse_errors(
+        "> Task :app:compileDebugAndroidTestKotlin FAILED\n"
+        "e: file:///tmp/droidwire/ws/app/src/androidTest/java/com/droidwire/demo/ExampleTest.kt:12:5 "
+        "Unresolved reference 'bar'.\n"
+        "\n"
+        "FAILURE: Build failed with an exception.\n"
+    )
+    (e,) = report.errors
+    assert e.file == "/tmp/droidwire/ws/app/src/androidTest/java/com/droidwire/demo/ExampleTest.kt"
+    assert (e.line, e.column, e.symbol) == (12, 5, "bar")
+    assert report.failed_tasks == [":app:compileDebugAndroidTestKotlin"]
+
+
+# --------------------------------------------------------------------------------------
+# javac
+
+
+JAVAC = """\
+/w/app/src/androidTest/java/org/x/LoginTest.java:22: error: cannot find symbol
+    @Rule public ActivityScenarioRule<LoginActivity> rule = new ActivityScenarioRule<>(LoginActivity.class);
+                                      ^
+  symbol:   class LoginActivity
+  location: class LoginTest
+/w/app/src/androidTest/java/org/x/LoginTest.java:30: error: cannot find symbol
+        helper.tapTwice();
+              ^
+  symbol: method tapTwice()
+  location: variable helper of type Helper
+/w/app/src/androidTest/java/org/x/LoginTest.java:3: error: package org.junit.jupiter.api does not exist
+import org.junit.jupiter.api.Test;
+                            ^
+/w/app/src/androidTest/java/org/x/LoginTest.java:40: warning: [deprecation] getColor(int) in Resources has been deprecated
+Note: Some input files use unchecked or unsafe operations.
+3 errors
+1 warning
+
+FAILURE: Build failed with an exception.
+
+* What went wrong:
+Execution failed for task ':app:compileDebugAndroidTestJavaWithJavac'.
+> Compilation failed; see the compiler error output for details.
+
+* Try:
+Run with --stacktrace option to get the stack trace.
+
+BUILD FAILED
+Total time: 4.145 secs
+"""
+
+
+def test_javac_symbol_location_and_caret_column() -> None:
+    report = parse_errors(JAVAC)
+    e1, e2, e3, w = report.errors
+    assert (e1.line, e1.column, e1.kind, e1.symbol, e1.location) == (
+        22,
+        39,
+        "unresolved_reference",
+        "LoginActivity",
+        "class LoginTest",
+    )
+    assert e1.message == "cannot find symbol"
+    assert (e2.line, e2.column, e2.symbol) == (30, 15, "tapTwice")
+    assert (e3.kind, e3.symbol, e3.column) == ("unresolved_reference", "org.junit.jupiter.api", 29)
+    assert w.severity == "warning"
+    assert report.failed_tasks == [":app:compileDebugAndroidTestJavaWithJavac"]
+    assert report.what_went_wrong == [
+        "Execution failed for task ':app:compileDebugAndroidTestJavaWithJavac'.",
+        "Compilation failed; see the compiler error output for details.",
+    ]
+    assert report.build_failed and report.failure == "compile"
+
+
+def test_javac_with_ci_timestamps_and_orphan_tail() -> None:
+    stamp = "2024-01-02T03:04:05.1234567Z "
+    text = "".join(
+        stamp + line + "\n"
+        for line in [
+            "        Foo f = new Foo(Bar.class);",  # the tail of an error cut off above
+            "                        ^",
+            "  symbol:   class Bar",
+            "  location: class QTest",
+            "/ci/app/src/androidTestShots/java/q/QTest.java:29: error: cannot find symbol",
+            "        intent.putExtra(Target.KEY, 1);",
+            "                        ^",
+            "  symbol:   variable Target",
+            "  location: class QTest",
+            "Task :app:compileShotsAndroidTestJavaWithJavac in app Finished",
+        ]
+    )
+    report = parse_errors(text)
+    (e,) = report.errors
+    assert (e.file, e.line, e.column, e.symbol) == (
+        "/ci/app/src/androidTestShots/java/q/QTest.java",
+        29,
+        25,
+        "Target",
+    )
+    assert report.failed_tasks == [":app:compileShotsAndroidTestJavaWithJavac"]
+
+
+# --------------------------------------------------------------------------------------
+# Gradle structure and failure classes
+
+
+def test_gradle4_task_after_errors_and_flavored_module_names() -> None:
+    report = parse_errors(
+        "e: /p/core.net-x/src/test/java/A.kt: (1, 1): Expecting a top level declaration\n"
+        ":core.net-x:compileAarch64BetaUnitTestKotlin FAILED\n"
+        "\n"
+        "FAILURE: Build completed with 2 failures.\n"
+        "\n"
+        "1: Task failed with an exception.\n"
+        "-----------\n"
+        "* What went wrong:\n"
+        "Execution failed for task ':core.net-x:compileAarch64BetaUnitTestKotlin'.\n"
+        "> Compilation error. See log for more details\n"
+    )
+    assert report.errors[0].kind == "syntax"
+    assert report.failed_tasks == [":core.net-x:compileAarch64BetaUnitTestKotlin"]
+    assert report.failure == "compile"
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "Could not resolve all files for configuration ':app:debugAndroidTestRuntimeClasspath'.\n"
+        "> Could not find androidx.test.ext:junit:9.9.9.",
+        "SDK location not found. Define a valid SDK location with an ANDROID_HOME environment "
+        "variable or by setting the sdk.dir path in your project's local properties file.",
+        "Gradle build daemon disappeared unexpectedly (it may have been killed or may have crashed)",
+        "A problem occurred configuring project ':app'.\n> Failed to find Platform SDK with path: platforms;android-35",
+    ],
+)
+def test_build_config_failures(what: str) -> None:
+    report = parse_errors(
+        "FAILURE: Build failed with an exception.\n\n* What went wrong:\n"
+        + what
+        + "\n\n* Try:\n> Run with --stacktrace option to get the stack trace.\n\nBUILD FAILED in 2s\n"
+    )
+    assert report.errors == []
+    assert report.build_failed is True
+    assert report.failure == "build_config"
+
+
+def test_build_script_errors_are_build_config() -> None:
+    report = parse_errors(
+        "e: file:///p/app/build.gradle.kts:14:5: Unresolved reference: kapt\n"
+        "FAILURE: Build failed with an exception.\n"
+        "* What went wrong:\nScript compilation error:\n"
+        "BUILD FAILED in 1s\n"
+    )
+    assert report.errors[0].line == 14
+    assert report.failure == "build_config"
+
+
+def test_flutter_wrapper_and_workaction_cause() -> None:
+    report = parse_errors(
+        "Running Gradle task 'assembleDebug'...\n"
+        "e: file:///C:/src/app/android/app/src/main/kotlin/m/MainActivity.kt:3:8 Unresolved reference: io\n"
+        "\n"
+        "FAILURE: Build failed with an exception.\n\n"
+        "* What went wrong:\n"
+        "Execution failed for task ':app:compileDebugKotlin'.\n"
+        "> A failure occurred while executing org.jetbrains.kotlin.compilerRunner.GradleCompilerRunnerWithWorkers$GradleKotlinCompilerWorkAction\n"
+        "   > Compilation error. See log for more details\n\n"
+        "* Try:\n> Run with --stacktrace option to get the stack trace.\n\n"
+        "BUILD FAILED in 9s\n"
+        "Error: Gradle task assembleDebug failed with exit code 1\n"
+    )
+    assert [e.symbol for e in report.errors] == ["io"]
+    assert report.failed_tasks == [":app:compileDebugKotlin"]
+    assert report.what_went_wrong[-1] == "Compilation error. See log for more details"
+    assert report.failure == "compile"
+
+
+def test_clean_output_and_garbage_never_raise() -> None:
+    assert parse_errors("").to_dict() == {
+        "errors": [],
+        "build_failed": False,
+        "failure": "none",
+        "failed_tasks": [],
+        "what_went_wrong": [],
+    }
+    junk = "\x00\x01 e: : (,): \n:::: \n file:///:1:2\n" * 50 + "é" * 1000
+    parse_errors(junk)
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("No value passed for parameter 'name'", "wrong_arguments"),
+        ("Too many arguments for public fun f(): Unit", "wrong_arguments"),
+        ("method run in class Task cannot be applied to given types;", "wrong_arguments"),
+        ("Cannot access 'secret': it is private in 'Vault'", "visibility"),
+        ("secret() has private access in Vault", "visibility"),
+        ("Expecting ')'", "syntax"),
+        ("';' expected", "syntax"),
+        ("incompatible types: String cannot be converted to int", "type_mismatch"),
+        ("Null can not be a value of a non-null type String", "nullability"),
+        ("Something nobody has seen before", "other"),
+    ],
+)
+def test_classify_message(message: str, kind: str) -> None:
+    assert classify_message(message)[0] == kind
+
+
+# --------------------------------------------------------------------------------------
+# The shared corpus (../shared/corpus next to the clone): facts read off each sample by hand.
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+
+# file → (failed task or None, [(line, column or None, kind, symbol or None)], path or prefix)
+CORPUS_FACTS: dict[str, tuple[str | None, list[tuple[int, int | None, str, str | None]], str]] = {
+    "gradle_compile_01_okhttp8178_k19_fileuri_androidtest.txt": (
+        ":android-test:compileDebugAndroidTestKotlin",
+        [(24, 15, "unresolved_reference", "test")],
+        "/Users/runner/work/okhttp/okhttp/okhttp-brotli/src/test/java/okhttp3/brotli/BrotliInterceptorTest.kt",
+    ),
+    "gradle_compile_03_okhttp5697_relative_path_androidtest.txt": (
+        ":android-test:compileDebugAndroidTestKotlin",
+        [(164, 9, "unresolved_reference", "AssumptionViolatedException")],
+        "okhttp/android-test/src/androidTest/java/okhttp/android/test/OkHttpTest.kt",
+    ),
+    "gradle_compile_05_kaspresso346_elided_path_runtime_jar_warning.txt": (
+        None,
+        [(27, 45, "unresolved_reference", "SampleScreen")],
+        ".../app/src/androidTest/java/com/ke_app/android/OtherTests.kt",
+    ),
+    "gradle_compile_07_flutter159712_windows_fileuri_workaction.txt": (
+        ":app:compileDebugKotlin",
+        [(3, 8, "unresolved_reference", "io"), (5, 21, "unresolved_reference", "FlutterActivity")],
+        "C:/Users/dcbrh/AndroidStudioProjects/Soundsplore_MobileApp/android/app/src/main/kotlin/com/soundsplore/soundsplore/MainActivity.kt",
+    ),
+    "gradle_compile_09_opennotescanner274_windows_type_mismatch_nullsafety.txt": (
+        ":app:compileGplayDebugKotlin",
+        [
+            (200, 46, "type_mismatch", None),
+            (65, 34, "type_mismatch", None),
+            (71, 42, "nullability", None),
+            (78, 34, "type_mismatch", None),
+            (84, 48, "nullability", None),
+            (86, 55, "nullability", None),
+            (87, 28, "nullability", None),
+        ],
+        "C:\\OpenNoteScanner\\app\\src\\main\\java\\com\\todobom\\opennotescanner\\",
+    ),
+    "gradle_compile_11_openfoodfacts3920_platform_type_bang.txt": (
+        ":app:compileOffPlaystoreScreenshotsKotlin",
+        [
+            (264, 48, "type_mismatch", None),
+            (96, 32, "type_mismatch", None),
+            (795, 20, "type_mismatch", None),
+        ],
+        "/home/runner/work/openfoodfacts-androidapp/openfoodfacts-androidapp/app/src/main/java/openfoodfacts/github/scrachx/openfood/features/product/",
+    ),
+    "gradle_compile_13_detox1163_javac_androidtest_caret.txt": (
+        ":app:compileDebugAndroidTestJavaWithJavac",
+        [
+            (18, 29, "unresolved_reference", "MainActivity"),
+            (18, 82, "unresolved_reference", "MainActivity"),
+        ],
+        "/home/user/Desktop/Test/android/app/src/androidTest/java/com/example/DetoxTest.java",
+    ),
+    "gradle_compile_15_openfoodfacts3555_gha_timestamps_javac_androidtest.txt": (
+        ":app:compileOffScreenshotsAndroidTestJavaWithJavac",
+        [(29, None, "unresolved_reference", "ProductBrowsingListActivity")],
+        "/home/runner/work/openfoodfacts-androidapp/openfoodfacts-androidapp/app/src/androidTestScreenshots/java/openfoodfacts/github/scrachx/openfood/TakeScreenshotIncompleteProductsTest.java",
+    ),
+    "gradle_compile_17_patrol1676_indented_flutter_k19.txt": (
+        None,
+        [(n, 16, "unresolved_reference", "empty") for n in (73, 78, 83, 88, 93, 98, 103, 108)],
+        "/Users/rus/.pub-cache/hosted/pub.dev/patrol-2.2.4/android/src/main/kotlin/pl/leancode/patrol/AutomatorServer.kt",
+    ),
+    "gradle_compile_19_occtax313_k2_argument_type_mismatch.txt": (
+        ":occtax:compileDebugKotlin",
+        [
+            (63, 60, "unresolved_reference", "defaultValue"),
+            (85, 37, "type_mismatch", None),
+            (86, 45, "type_mismatch", None),
+        ],
+        "/home/plabruyere/dev/clicnat_mobile_factory/clicnat_mobile/occtax/src/main/java/fr/geonature/occtax/features/nomenclature/repository/AdditionalFieldRepositoryImpl.kt",
+    ),
+}
+
+
+def _corpus_files() -> list[Path]:
+    require_or_skip(CORPUS.is_dir(), f"shared corpus not found at {CORPUS}")
+    return sorted(CORPUS.glob("gradle_compile_*.txt"))
+
+
+def test_corpus_samples_yield_their_facts() -> None:
+    files = _corpus_files()
+    assert files, "the corpus has no gradle_compile samples"
+    index_tsv = (CORPUS / "INDEX.tsv").read_text(encoding="utf-8")
+    for path in files:
+        report = parse_errors(path.read_text(encoding="utf-8", errors="replace"))
+        assert report.build_failed, path.name
+        assert report.failure == "compile", path.name
+        # Facts stated in INDEX.tsv itself: the failed task.
+        row = next((r for r in index_tsv.splitlines() if r.startswith(path.name)), "")
+        task = re.search(r"failed_task=(:[\w:.-]+)", row)
+        if task:
+            assert task.group(1) in report.failed_tasks, path.name
+        facts = CORPUS_FACTS.get(path.name)
+        if facts is None:  # a sample added after these facts were written: no crash, some error
+            assert report.compile_errors or report.failed_tasks, path.name
+            continue
+        failed_task, expected, file_part = facts
+        if failed_task:
+            assert report.failed_tasks == [failed_task], path.name
+        got = report.compile_errors
+        assert len(got) == len(expected), path.name
+        for error, (line, column, kind, symbol) in zip(got, expected, strict=True):
+            assert (error.line, error.kind, error.symbol) == (line, kind, symbol), path.name
+            if column is not None:
+                assert error.column == column, path.name
+            # The path as printed (``file://`` removed): the whole path, or a common prefix.
+            assert error.file is not None and error.file.startswith(file_part), path.name
+            if file_part.endswith((".kt", ".java")):
+                assert error.file == file_part, path.name
+
+
+def test_corpus_kotlin_messages_are_kept_verbatim() -> None:
+    _corpus_files()
+    report = parse_errors(
+        (CORPUS / "gradle_compile_01_okhttp8178_k19_fileuri_androidtest.txt").read_text()
+    )
+    assert report.errors[0].message == "Unresolved reference: test"
+    report = parse_errors(
+        (CORPUS / "gradle_compile_19_occtax313_k2_argument_type_mismatch.txt").read_text()
+    )
+    assert report.errors[0].message == "Unresolved reference 'defaultValue'."
