@@ -570,6 +570,7 @@ class BridgeSession(_Session):
                 self._out.append(self._outbox[rid])
             else:
                 dropped.append(rid)
+                del self._outbox[rid]
                 self._forget(rid, now)
         orphaned = [rid for rid in self._running if rid not in waiting]
         return WelcomeOutcome(resent=resent, dropped=dropped, orphaned=orphaned)

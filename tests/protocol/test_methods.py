@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from protocol.codec import decode, encode
+from protocol.envelope import Capabilities, DeviceInfo, Req, Res, new_request_id
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import (
+    METHODS,
+    Apk,
+    Empty,
+    LogBatch,
+    MethodSpec,
+    dump,
+    parse_log_batch,
+    register,
+    timeout_for,
+    validate_params,
+    validate_result,
+)
+from protocol.settings import DEFAULTS
+
+SERIAL = "emulator-5554"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+#: One valid (params, result) pair per method: every registered method must appear here.
+EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "ping": ({"payload": b"x" * 200}, {"payload": b"x" * 200}),
+    "bridge.info": (
+        {},
+        {
+            "software": "0.1.0",
+            "protocol": 1,
+            "session": new_request_id(),
+            "caps": {"devices": True},
+            "devices": [{"serial": SERIAL, "state": "device", "sdk": 34}],
+        },
+    ),
+    "devices.list": ({}, {"devices": [{"serial": SERIAL, "state": "offline"}]}),
+    "device.shell": (
+        {"serial": SERIAL, "argv": ["echo", "hi"], "timeout_s": 5},
+        {"exit_code": 0, "stdout": "hi\n", "stderr": ""},
+    ),
+    "device.logcat.clear": ({"serial": SERIAL, "buffers": ["main", "crash"]}, {}),
+    "device.logcat.dump": (
+        {"serial": SERIAL, "format": "threadtime", "lines": 500, "buffers": ["main"]},
+        {"lines": ["01-01 00:00:00.000  1  1 I Tag: hi"]},
+    ),
+    "device.logcat.subscribe": ({"serial": SERIAL, "tail": 10}, {"channel": "logcat-1"}),
+    "device.logcat.unsubscribe": ({"channel": "logcat-1"}, {}),
+    "device.screenshot": ({"serial": SERIAL}, {"png": PNG}),
+    "device.push": (
+        {"serial": SERIAL, "path": "/data/local/tmp/droidwire/a.txt", "data": b"abc"},
+        {"size": 3},
+    ),
+    "device.pull": (
+        {"serial": SERIAL, "path": "/data/local/tmp/droidwire/a.txt"},
+        {"data": b"abc"},
+    ),
+    "device.install": ({"serial": SERIAL, "apk": b"PK\x03\x04"}, {"package": "com.example.app"}),
+    "device.uninstall": ({"serial": SERIAL, "package": "com.example.app"}, {}),
+    "device.instrument": (
+        {"serial": SERIAL, "package": "com.example.app.test", "args": {"class": "a.B"}},
+        {"output": "INSTRUMENTATION_CODE: -1\n", "exit_code": 0},
+    ),
+    "workspace.compile": (
+        {"test_code": "class T {}", "project": "demo"},
+        {
+            "ok": True,
+            "output": "BUILD SUCCESSFUL",
+            "toolchain": "simulated",
+            "apks": [dump(Apk.from_bytes("app", "app-debug.apk", b"PK..."))],
+        },
+    ),
+    "source.lookup": (
+        {"names": ["loadConfig"]},
+        {"methods": [{"name": "loadConfig", "owner": "com.example.Repo", "line": 12}]},
+    ),
+}
+
+#: Invalid params per method (each must be a bad_request).
+BAD: list[tuple[str, dict[str, Any]]] = [
+    ("ping", {"payload": "not bytes", "extra": 1}),
+    ("bridge.info", {"unexpected": True}),
+    ("device.shell", {"serial": SERIAL}),  # neither argv nor command
+    ("device.shell", {"serial": SERIAL, "argv": ["ls"], "command": "ls"}),  # both
+    ("device.shell", {"serial": SERIAL, "argv": []}),
+    ("device.shell", {"serial": "has space", "command": "ls"}),
+    ("device.shell", {"serial": SERIAL, "command": "ls", "timeout_s": -1}),
+    ("device.logcat.dump", {"serial": SERIAL, "lines": 5001}),
+    ("device.logcat.dump", {"serial": SERIAL, "buffers": ["secret"]}),
+    ("device.logcat.dump", {"serial": SERIAL, "format": "json"}),
+    ("device.logcat.subscribe", {"serial": SERIAL, "tail": -1}),
+    ("device.push", {"serial": SERIAL, "path": "relative/path", "data": b""}),
+    ("device.push", {"serial": SERIAL, "path": "/a\x00b", "data": b""}),
+    ("device.pull", {"serial": SERIAL}),
+    ("device.install", {"serial": SERIAL}),
+    ("device.install", {"serial": SERIAL, "apk": b"x", "path": "/tmp/a.apk"}),
+    ("device.uninstall", {"serial": SERIAL, "package": "com.x; rm -rf /"}),
+    ("device.instrument", {"serial": SERIAL, "package": "a..b"}),
+    ("workspace.compile", {"test_code": ""}),
+    ("source.lookup", {"names": []}),
+    ("no.such.method", {}),
+]
+
+
+def test_every_method_has_an_example() -> None:
+    assert set(EXAMPLES) == set(METHODS)
+
+
+@pytest.mark.parametrize("method", sorted(EXAMPLES))
+def test_valid_params_and_results_validate_and_travel(method: str) -> None:
+    params, result = EXAMPLES[method]
+    spec = METHODS[method]
+    model = validate_params(method, params)
+    assert isinstance(model, spec.params)
+    # params survive the wire unchanged
+    req = Req(id=new_request_id(), m=method, p=dump(model))
+    back = decode(encode(req))
+    assert isinstance(back, Req)
+    assert validate_params(method, back.p) == model
+    res = Res.success(req.id, dump(validate_result(method, result)))
+    got = decode(encode(res))
+    assert isinstance(got, Res)
+    assert validate_result(method, got.unwrap()) == validate_result(method, result)
+
+
+@pytest.mark.parametrize(("method", "params"), BAD)
+def test_invalid_params_are_bad_request(method: str, params: dict[str, Any]) -> None:
+    with pytest.raises(RpcError) as info:
+        validate_params(method, params)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+    if method in METHODS:
+        assert info.value.data is not None
+        assert info.value.data["errors"]
+        assert all("input" not in e for e in info.value.data["errors"])
+    else:
+        assert info.value.data == {"reason": "unknown_method"}
+
+
+def test_invalid_result_is_internal() -> None:
+    with pytest.raises(RpcError) as info:
+        validate_result("device.shell", {"stdout": "x"})
+    assert info.value.code is ErrorCode.INTERNAL
+
+
+def test_results_ignore_unknown_keys() -> None:
+    model = validate_result("device.shell", {"exit_code": 0, "new_field": 1})
+    assert dump(model) == {"exit_code": 0, "stdout": "", "stderr": "", "truncated": False}
+
+
+def test_apk_hash_is_checked() -> None:
+    apk = Apk.from_bytes("test", "t.apk", b"data")
+    assert apk.sha256 == hashlib.sha256(b"data").hexdigest()
+    with pytest.raises(RpcError):
+        validate_result(
+            "workspace.compile",
+            {"ok": True, "toolchain": "gradle", "apks": [{**dump(apk), "data": b"tampered"}]},
+        )
+
+
+def test_device_bound_and_capabilities() -> None:
+    assert METHODS["device.shell"].device_bound
+    assert not METHODS["workspace.compile"].device_bound
+    assert METHODS["workspace.compile"].capability == "build"
+    assert METHODS["device.screenshot"].capability == "devices"
+    assert METHODS["ping"].capability is None
+    assert not METHODS["device.shell"].idempotent
+    assert not METHODS["device.instrument"].idempotent
+
+
+def test_timeout_for() -> None:
+    assert timeout_for("device.shell", DEFAULTS) == DEFAULTS.rpc_timeout_s
+    assert timeout_for("workspace.compile", DEFAULTS) == DEFAULTS.rpc_long_timeout_s
+    assert timeout_for("unknown", DEFAULTS) == DEFAULTS.rpc_timeout_s
+    assert timeout_for("workspace.compile", DEFAULTS, 3.0) == 3.0
+
+
+def test_register_adds_a_method() -> None:
+    class StateParams(Empty):
+        serial: str
+
+    class StateResult(BaseModel):
+        package: str
+
+    spec = MethodSpec("test.device.state", StateParams, StateResult, "devices")
+    try:
+        assert register(spec) is spec
+        with pytest.raises(ValueError):
+            register(spec)
+        register(spec, replace=True)
+        assert validate_params("test.device.state", {"serial": "s"}) == StateParams(serial="s")
+    finally:
+        METHODS.pop("test.device.state", None)
+
+
+def test_log_batch_validates_per_batch() -> None:
+    batch = LogBatch(lines=["a", "b"], dropped=3)
+    assert parse_log_batch(batch.to_wire()) == batch
+    end = LogBatch(lines=[], eof=True, reason="device offline")
+    assert parse_log_batch(end.to_wire()) == end
+    assert parse_log_batch({}) == LogBatch(lines=[])
+    for bad in [
+        None,
+        [],
+        {"lines": "abc"},
+        {"lines": ["a", 1]},
+        {"lines": [], "dropped": -1},
+        {"lines": [], "dropped": True},
+        {"lines": [], "eof": 1},
+        {"lines": [], "reason": 5},
+    ]:
+        with pytest.raises(RpcError) as info:
+            parse_log_batch(bad)
+        assert info.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_envelope_models_used_by_methods() -> None:
+    info = DeviceInfo(serial=SERIAL, state="device", battery=50)
+    assert info.profile == "standard"
+    with pytest.raises(ValueError):
+        DeviceInfo(serial=SERIAL, state="device", battery=101)
+    assert Capabilities().methods == []
