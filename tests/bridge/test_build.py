@@ -1,0 +1,315 @@
+"""The build service: which toolchain builds what, and compiling through each of them.
+
+Gradle itself is never run: a host "has an SDK" through a fake SDK layout, and the project's
+``gradlew`` is a small shell script that behaves like Gradle's outside (arguments, output,
+APKs under ``app/build/outputs/apk``, exit code, or hanging until killed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from device_bridge.build import BuildService, HostToolchain, detect_host
+from device_bridge.workspace import DEMO_PROJECT, ProjectRegistry, WorkspaceManager
+from protocol.errors import ErrorCode, RpcError
+from tests.conftest import TIME_SCALE, require_or_skip
+
+from .test_workspace import kotlin_test, make_project
+
+SYS_PATH = "/usr/bin:/bin"
+
+
+@dataclass
+class FakeResult:
+    ok: bool
+    output: str
+    app_apk: bytes | None
+    test_apk: bytes | None
+    toolchain: str = "simulated"
+
+
+class FakeSimulatedToolchain:
+    """Stands in for ``device_bridge.sim.toolchain.SimulatedToolchain`` (same call shape)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Path, str, list[str]]] = []
+
+    def compile(self, project_dir: Path, test_code: str) -> FakeResult:
+        test_dir = project_dir / "app/src/androidTest/java/com/droidwire/demo"
+        self.calls.append((project_dir, test_code, sorted(p.name for p in test_dir.iterdir())))
+        if "BROKEN" in test_code:
+            return FakeResult(
+                False, "e: file:///x/T.kt:5:9 Unresolved reference 'BROKEN'.", None, None
+            )
+        return FakeResult(True, "BUILD SUCCESSFUL", b"app-apk", b"test-apk:" + test_code.encode())
+
+
+def fake_sdk(tmp_path: Path, *, build_tools: bool = True) -> dict[str, str]:
+    sdk = tmp_path / "sdk"
+    (sdk / "platforms").mkdir(parents=True)
+    if build_tools:
+        (sdk / "build-tools" / "34.0.0").mkdir(parents=True)
+        (sdk / "build-tools" / "34.0.0" / "aapt2").write_text("")
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    return {"ANDROID_HOME": str(sdk), "JAVA_HOME": str(tmp_path / "jdk"), "PATH": SYS_PATH}
+
+
+NO_SDK = HostToolchain(java=None, sdk=None)
+
+FAKE_GRADLEW = r"""#!/bin/sh
+echo "fake gradle: $*"
+echo "sdk: $ANDROID_HOME"
+case "$FAKE_GRADLE_MODE" in
+  ok)
+    mkdir -p app/build/outputs/apk/debug app/build/outputs/apk/androidTest/debug
+    printf 'app apk' > app/build/outputs/apk/debug/app-debug.apk
+    cat app/src/androidTest/java/com/droidwire/demo/*Test.kt \
+      > app/build/outputs/apk/androidTest/debug/app-debug-androidTest.apk
+    echo "BUILD SUCCESSFUL in 1s"
+    exit 0 ;;
+  fail)
+    i=0; while [ $i -lt 200 ]; do echo "> Task :app:noise$i UP-TO-DATE"; i=$((i+1)); done
+    echo "e: file://$PWD/app/src/androidTest/java/com/droidwire/demo/DiskReadTest.kt:5:9 Unresolved reference 'nope'."
+    echo "BUILD FAILED in 1s"
+    exit 1 ;;
+  hang)
+    echo $$ > "$FAKE_GRADLE_PIDFILE"
+    exec sleep 600 ;;
+esac
+"""
+
+
+def projects(tmp_path: Path, *, gradlew: bool = False) -> ProjectRegistry:
+    root = tmp_path / "projects"
+    demo = make_project(root, "demo-copy")
+    other = make_project(root, "shop")
+    if gradlew:
+        for p in (demo, other):
+            script = p / "gradlew"
+            script.write_text(FAKE_GRADLEW)
+            script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return ProjectRegistry.from_config({"shop": str(other)}, roots=[root], demo_dir=demo)
+
+
+def service(
+    tmp_path: Path,
+    *,
+    host: HostToolchain | None = NO_SDK,
+    env: dict[str, str] | None = None,
+    gradlew: bool = False,
+    slots: int = 2,
+    **kw: object,
+) -> BuildService:
+    manager = WorkspaceManager(
+        projects(tmp_path, gradlew=gradlew), state_dir=tmp_path / "state", slots_per_project=slots
+    )
+    return BuildService(
+        manager,
+        host=host,
+        env=env if env is not None else {"PATH": SYS_PATH},
+        simulated=kw.pop("simulated", FakeSimulatedToolchain()),  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# -- detecting the host ------------------------------------------------------------------------
+
+
+def test_detect_nothing_on_a_bare_host(tmp_path: Path) -> None:
+    host = detect_host({"PATH": str(tmp_path)})
+    assert not host.can_build
+    assert host.java is None and host.sdk is None
+    assert len(host.missing) == 2
+
+
+def test_detect_a_jdk_and_an_sdk(tmp_path: Path) -> None:
+    host = detect_host(fake_sdk(tmp_path))
+    assert host.can_build and host.missing == []
+    assert host.build_tools == ("34.0.0",)
+    assert host.java == tmp_path / "jdk" / "bin" / "java"
+
+
+def test_an_sdk_without_build_tools_cannot_build(tmp_path: Path) -> None:
+    env = fake_sdk(tmp_path, build_tools=False)
+    env["ANDROID_SDK_ROOT"] = env.pop("ANDROID_HOME")
+    host = detect_host(env)
+    assert host.sdk is not None and not host.can_build
+    assert any("build-tools" in m for m in host.missing)
+
+
+# -- choosing the toolchain --------------------------------------------------------------------
+
+
+def test_without_an_sdk_the_demo_is_simulated_and_other_projects_are_refused(
+    tmp_path: Path,
+) -> None:
+    svc = service(tmp_path)
+    registry = svc.workspaces.projects
+    assert svc.toolchain_for(registry.get(DEMO_PROJECT)) == "simulated"
+    with pytest.raises(RpcError) as info:
+        svc.toolchain_for(registry.get("shop"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert "only the demo project" in info.value.message
+    assert info.value.data and info.value.data["reason"] == "no_sdk"
+    assert svc.capabilities() == {
+        "build": True,
+        "toolchain": "simulated",
+        "default_project": "shop",
+        "projects": {"shop": None, DEMO_PROJECT: "simulated"},
+    }
+
+
+async def test_compiling_another_project_without_an_sdk_is_refused(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    with pytest.raises(RpcError) as info:
+        await svc.compile("shop", kotlin_test(), timeout_s=30)
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert not (tmp_path / "state").exists()  # refused before any workspace work
+
+
+def test_with_an_sdk_and_a_wrapper_everything_builds_with_gradle(tmp_path: Path) -> None:
+    svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=True)
+    assert svc.capabilities()["projects"] == {"shop": "gradle", DEMO_PROJECT: "gradle"}
+    assert svc.capabilities()["toolchain"] == "gradle"
+
+
+def test_with_an_sdk_but_no_gradle_launcher_only_the_demo_falls_back(tmp_path: Path) -> None:
+    svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=False)
+    assert svc.capabilities()["projects"] == {"shop": None, DEMO_PROJECT: "simulated"}
+
+
+def test_prefer_simulated_ignores_the_sdk_and_serves_only_the_demo(tmp_path: Path) -> None:
+    svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=True, prefer="simulated")
+    assert svc.capabilities()["projects"] == {"shop": None, DEMO_PROJECT: "simulated"}
+    with pytest.raises(RpcError) as info:
+        svc.toolchain_for(svc.workspaces.projects.get("shop"))
+    assert info.value.data and info.value.data["reason"] == "simulated_only"
+
+
+def test_prefer_gradle_without_an_sdk_builds_nothing(tmp_path: Path) -> None:
+    svc = service(tmp_path, prefer="gradle")
+    caps = svc.capabilities()
+    assert caps["build"] is False and caps["toolchain"] is None
+
+
+def test_no_simulated_toolchain_installed_means_no_build(tmp_path: Path) -> None:
+    svc = service(tmp_path, simulated=None)
+    svc._simulated_loaded = True  # as if the import had failed
+    assert svc.capabilities()["build"] is False
+
+
+# -- compiling with the simulated toolchain ---------------------------------------------------
+
+
+async def test_simulated_compile_reports_itself_and_hashes_the_apks(tmp_path: Path) -> None:
+    fake = FakeSimulatedToolchain()
+    svc = service(tmp_path, simulated=fake)
+    outcome = await svc.compile(DEMO_PROJECT, kotlin_test("LoadTest"), timeout_s=30)
+    assert outcome.ok and outcome.toolchain == "simulated"
+    assert outcome.project == DEMO_PROJECT
+    assert outcome.test_class == "com.droidwire.demo.LoadTest"
+    assert outcome.workspace == "fresh"
+    assert outcome.app_apk == b"app-apk"
+    assert outcome.test_apk == b"test-apk:" + kotlin_test("LoadTest").encode()
+    assert set(outcome.apk_hashes) == {"app", "test"}
+    assert all(len(h) == 64 for h in outcome.apk_hashes.values())
+    project_dir, code, files = fake.calls[0]
+    assert code == kotlin_test("LoadTest")
+    assert "LoadTest.kt" in files  # the test was in the working copy when it compiled
+    assert project_dir.is_relative_to(tmp_path / "state")
+
+
+async def test_default_project_is_used_when_none_is_named(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    with pytest.raises(RpcError) as info:  # the default here is "shop", which needs an SDK
+        await svc.compile(None, kotlin_test(), timeout_s=30)
+    assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_simulated_compile_errors_come_back_as_output(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    outcome = await svc.compile(DEMO_PROJECT, kotlin_test(marker="BROKEN"), timeout_s=30)
+    assert not outcome.ok and outcome.toolchain == "simulated"
+    assert "Unresolved reference" in outcome.output
+    assert outcome.app_apk is None and outcome.test_apk is None and outcome.apk_hashes == {}
+
+
+async def test_refused_test_code_is_a_typed_error(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    with pytest.raises(RpcError) as info:
+        await svc.compile(DEMO_PROJECT, kotlin_test(cls="build.gradle.kts"), timeout_s=30)
+    assert info.value.code is ErrorCode.FORBIDDEN
+
+
+async def test_nonpositive_timeout_is_a_bad_request(tmp_path: Path) -> None:
+    with pytest.raises(RpcError) as info:
+        await service(tmp_path).compile(DEMO_PROJECT, kotlin_test(), timeout_s=0)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+
+
+async def test_the_real_simulated_toolchain_builds_the_demo(tmp_path: Path) -> None:
+    require_or_skip(
+        importlib.util.find_spec("device_bridge.sim.toolchain") is not None,
+        "the simulated toolchain is not in this tree yet",
+    )
+    toolchain = importlib.import_module("device_bridge.sim.toolchain")
+    manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
+    svc = BuildService(manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain())
+    assert svc.capabilities()["toolchain"] == "simulated"
+    outcome = await svc.compile(None, kotlin_test("FormatTitleTest"), timeout_s=60)
+    assert outcome.toolchain == "simulated"
+    assert outcome.ok, outcome.output
+
+
+# -- compiling with "Gradle" (a wrapper script that behaves like it) --------------------------
+
+
+def gradle_service(tmp_path: Path, mode: str, **kw: object) -> BuildService:
+    env = fake_sdk(tmp_path)
+    env["FAKE_GRADLE_MODE"] = mode
+    env["FAKE_GRADLE_PIDFILE"] = str(tmp_path / "gradle.pid")
+    return service(tmp_path, host=None, env=env, gradlew=True, **kw)
+
+
+async def test_gradle_build_runs_both_tasks_and_reads_the_apks(tmp_path: Path) -> None:
+    svc = gradle_service(tmp_path, "ok")
+    outcome = await svc.compile("shop", kotlin_test(marker="gradle"), timeout_s=60)
+    assert outcome.ok and outcome.toolchain == "gradle"
+    assert "fake gradle: --console=plain assembleDebug assembleDebugAndroidTest" in outcome.output
+    assert f"sdk: {tmp_path / 'sdk'}" in outcome.output
+    assert outcome.app_apk == b"app apk"
+    assert outcome.test_apk is not None and b"gradle" in outcome.test_apk
+    assert outcome.apk_hashes["app"] != outcome.apk_hashes["test"]
+
+
+async def test_gradle_failure_returns_its_output_tail(tmp_path: Path) -> None:
+    svc = gradle_service(tmp_path, "fail", max_output_bytes=2000)
+    outcome = await svc.compile("shop", kotlin_test(), timeout_s=60)
+    assert not outcome.ok and outcome.toolchain == "gradle"
+    assert outcome.output.startswith("[droidwire: ")  # the head was dropped, the errors kept
+    assert "Unresolved reference 'nope'" in outcome.output
+    assert outcome.output.rstrip().endswith("BUILD FAILED in 1s")
+    assert outcome.app_apk is None and outcome.apk_hashes == {}
+
+
+async def test_gradle_timeout_kills_the_build_and_frees_the_workspace(tmp_path: Path) -> None:
+    svc = gradle_service(tmp_path, "hang", slots=1)
+    with pytest.raises(RpcError) as info:
+        await svc.compile("shop", kotlin_test(), timeout_s=1.0 * TIME_SCALE)
+    assert info.value.code is ErrorCode.TIMEOUT
+    pid = int((tmp_path / "gradle.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
+    svc._env["FAKE_GRADLE_MODE"] = "ok"  # the single slot is usable again
+    outcome = await svc.compile("shop", kotlin_test(), timeout_s=60)
+    assert outcome.ok and outcome.workspace == "ready"
