@@ -87,14 +87,14 @@ class ApiError(Exception):
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.code == "usage":
+            return ExitCode.USAGE
         if self.status == 0 or self.status in (429, 503, 504) or self.code == "device_offline":
             return ExitCode.UNAVAILABLE
         if self.status in (401, 403):
             return ExitCode.AUTH
         if self.status == 404:
             return ExitCode.NOT_FOUND
-        if self.code == "usage":
-            return ExitCode.USAGE
         return ExitCode.ERROR
 
 
