@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from adbutils import AdbClient, adb_path
 from adbutils._adb import AdbConnection
-from adbutils.errors import AdbError
+from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
 from device_bridge.adb.errors import translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream, RawDecoder, ShellV2Decoder
@@ -125,8 +125,20 @@ class _Connection(AdbConnection):  # type: ignore[misc]
     of spawning a server (possibly on another port) from inside a worker thread.
     """
 
+    def __init__(self, host: str, port: int) -> None:
+        self._address = (host, port)
+        super().__init__(host, port)
+
     def _safe_connect(self) -> socket.socket:
-        return self._create_socket()  # type: ignore[no-any-return]
+        try:
+            sock = socket.create_connection(self._address, timeout=3.0)
+        except TimeoutError as exc:
+            raise AdbTimeout("connect to adb server timeout") from exc
+        except OSError as exc:
+            raise AdbConnectionError(f"connect to adb server failed: {exc}") from exc
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
 
 class _Client(AdbClient):  # type: ignore[misc]

@@ -1,0 +1,136 @@
+"""adb failures become typed RPC errors; deadlines hold even when the adb server goes silent."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from adbutils.errors import AdbConnectionError, AdbError, AdbInstallError, AdbTimeout
+
+from device_bridge.adb import AdbDevices, translate
+from protocol.errors import ErrorCode, RpcError
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (AdbError("device 'emulator-5554' not found"), ErrorCode.NOT_FOUND),
+        (AdbError("device offline"), ErrorCode.DEVICE_OFFLINE),
+        (AdbError("device still connecting"), ErrorCode.DEVICE_OFFLINE),
+        (AdbError("device still authorizing"), ErrorCode.DEVICE_OFFLINE),
+        (
+            AdbError("device unauthorized.\nThis adb server's $ADB_VENDOR_KEYS is not set"),
+            ErrorCode.DEVICE_OFFLINE,
+        ),
+        (AdbError("more than one device/emulator"), ErrorCode.BAD_REQUEST),
+        (AdbError("open failed: No such file or directory", "/x"), ErrorCode.NOT_FOUND),
+        (AdbError("open failed: Permission denied", "/x"), ErrorCode.FORBIDDEN),
+        (AdbError("closed"), ErrorCode.DEVICE_OFFLINE),
+        (AdbError("something new"), ErrorCode.INTERNAL),
+        (AdbTimeout("adb read timeout"), ErrorCode.TIMEOUT),
+        (TimeoutError(), ErrorCode.TIMEOUT),
+        (AdbConnectionError("connect to adb server failed"), ErrorCode.UNAVAILABLE),
+        (ConnectionRefusedError(), ErrorCode.UNAVAILABLE),
+        (ConnectionResetError(), ErrorCode.DEVICE_OFFLINE),
+        (EOFError("Expected 5 bytes, got 0"), ErrorCode.DEVICE_OFFLINE),
+        (BrokenPipeError(), ErrorCode.DEVICE_OFFLINE),
+        (AdbInstallError("Failure [INSTALL_FAILED_OLDER_SDK: too old]"), ErrorCode.BAD_REQUEST),
+        (ValueError("x"), ErrorCode.INTERNAL),
+    ],
+)
+def test_translate(exc: BaseException, code: ErrorCode) -> None:
+    err = translate(exc, "s1")
+    assert isinstance(err, RpcError)
+    assert err.code is code
+    assert err.data is not None and err.data["serial"] == "s1"
+
+
+def test_translate_keeps_the_install_reason_and_passes_rpc_errors_through() -> None:
+    err = translate(AdbInstallError("Failure [INSTALL_FAILED_OLDER_SDK: too old]"))
+    assert err.data is not None and err.data["reason"] == "INSTALL_FAILED_OLDER_SDK"
+    original = RpcError(ErrorCode.BUSY, "x")
+    assert translate(original) is original
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_no_server_is_unavailable_and_nothing_is_spawned() -> None:
+    port = free_port()
+    devices = AdbDevices(port=port, call_timeout_s=5)
+    try:
+        with pytest.raises(RpcError) as info:
+            await devices.devices()
+        assert info.value.code is ErrorCode.UNAVAILABLE
+        assert isinstance(info.value.__cause__, AdbConnectionError)
+        # adbutils alone would have run `adb start-server` here; we do not.
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        await devices.aclose()
+
+
+class SilentServer:
+    """Accepts adb clients and never answers (a wedged adb server)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.clients: list[socket.socket] = []
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.clients.append(conn)
+            threading.Thread(target=self._watch, args=(conn,), daemon=True).start()
+
+    def _watch(self, conn: socket.socket) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        self.closed.set()  # the client gave up on us and shut its socket
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.clients:
+            c.close()
+
+
+async def test_a_silent_server_times_out_and_the_worker_is_released() -> None:
+    server = SilentServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=0.3, max_workers=1)
+    try:
+        with pytest.raises(RpcError) as info:
+            await devices.shell("s1", ["echo", "hi"])
+        assert info.value.code is ErrorCode.TIMEOUT
+        assert server.closed.wait(10), "the blocked exchange's socket was not shut"
+        # The single worker is free again: a second call times out the same way, not forever.
+        with pytest.raises(RpcError) as info:
+            await devices.devices()
+        assert info.value.code is ErrorCode.TIMEOUT
+    finally:
+        await devices.aclose()
+        server.close()
+
+
+@pytest.mark.parametrize("serial", ["", "a b", "x" * 129, "é"])
+async def test_bad_serials_are_bad_requests(serial: str) -> None:
+    devices = AdbDevices(port=free_port())
+    try:
+        with pytest.raises(RpcError) as info:
+            await devices.shell(serial, ["echo"])
+        assert info.value.code is ErrorCode.BAD_REQUEST
+    finally:
+        await devices.aclose()
