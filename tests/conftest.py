@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["tests.adb_support"]
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TIME_SCALE = float(os.environ.get("DROIDWIRE_TEST_TIME_SCALE", "1.0"))
 

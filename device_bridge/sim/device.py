@@ -448,7 +448,7 @@ class SimDevice:
         if server is not None:
             server.close()
         for conn in list(self._connections):
-            conn.close()
+            conn.close()  # its reader sees EOF and its handler returns
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -483,9 +483,7 @@ class SimDevice:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Connection(self, reader, writer)
         self._connections.add(conn)
-        task = asyncio.current_task()
-        if task is not None:
-            self.keep_task(task)
+        logger.debug("device %s: adb server connected", self.serial)
         try:
             await conn.run()
         finally:
