@@ -1,0 +1,163 @@
+"""Every log rendering we know, parsed into the same fields (fixtures written for droidwire)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.analysis.lines import clean, parse_lines
+
+
+def one(text: str):
+    parsed = parse_lines(text)
+    assert len(parsed.lines) == 1
+    return parsed.lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "pid", "tid", "level", "tag", "msg"),
+    [
+        ("11-02 09:15:01.250  4321  4339 D StrictMode: hello", "threadtime", 4321, 4339, "D",
+         "StrictMode", "hello"),
+        ("11-02 09:15:01.250 14321 14339 I ICU     : padded tag", "threadtime", 14321, 14339, "I",
+         "ICU", "padded tag"),
+        ("11-02 09:15:01.250   321   339 W mdm:Prov: tag with a colon", "threadtime", 321, 339,
+         "W", "mdm:Prov", "tag with a colon"),
+        ("11-02 09:15:01.250   321   339 I EmptyMsg:", "threadtime", 321, 339, "I", "EmptyMsg",
+         ""),
+        ("11-02 09:15:01.250  1300  1350 D WindowMgr: Params:task=null size=3: ok", "threadtime",
+         1300, 1350, "D", "WindowMgr", "Params:task=null size=3: ok"),
+        ("  4321  4339 I ActivityTaskManager: no date columns", "threadtime", 4321, 4339, "I",
+         "ActivityTaskManager", "no date columns"),
+        ("11-02 09:15:01.250 D/StrictMode( 4321): time format", "time", 4321, None, "D",
+         "StrictMode", "time format"),
+        ("11-02 09:15:01.250: E/MyApp(12345): ddms export", "time", 12345, None, "E", "MyApp",
+         "ddms export"),
+        ("D/StrictMode( 987): brief", "brief", 987, None, "D", "StrictMode", "brief"),
+        ("D/StrictMode(98765): brief wide pid", "brief", 98765, None, "D", "StrictMode",
+         "brief wide pid"),
+        ("E/AndroidRuntime: no time no pid", "brief", None, None, "E", "AndroidRuntime",
+         "no time no pid"),
+        ("2024-03-01 10:00:00.001 5150-5170/org.demo.app D/StrictMode: legacy studio",
+         "studio_legacy", 5150, 5170, "D", "StrictMode", "legacy studio"),
+        ("03-01 10:00:00.001 5150-5170/? E/ActivityManager: unknown process", "studio_legacy",
+         5150, 5170, "E", "ActivityManager", "unknown process"),
+        ("2024-03-01 10:00:00.001 D/StrictMode: studio without pid", "time", None, None, "D",
+         "StrictMode", "studio without pid"),
+        ("2025-01-09 08:00:00.100  7001-7001  AndroidRuntime          org.demo.app"
+         "                         E  FATAL EXCEPTION: main", "studio", 7001, 7001, "E",
+         "AndroidRuntime", "FATAL EXCEPTION: main"),
+        ("08:00:00.100  D  compact studio view", "studio_compact", None, None, "D", None,
+         "compact studio view"),
+        ("StrictMode  D  studio 4.x columns", "studio_4x", None, None, "D", "StrictMode",
+         "studio 4.x columns"),
+        ("E ActivityManager: level and tag", "level_tag", None, None, "E", "ActivityManager",
+         "level and tag"),
+        ("StrictMode: tag only", "tag_only", None, None, None, "StrictMode", "tag only"),
+    ],
+)
+def test_formats(text, fmt, pid, tid, level, tag, msg):
+    ln = one(text)
+    assert (ln.fmt, ln.pid, ln.tid, ln.level, ln.tag, ln.msg) == (fmt, pid, tid, level, tag, msg)
+    assert ln.entry
+
+
+def test_studio_2022_process_column():
+    ln = one("2025-01-09 08:00:00.100  7001-7002  MyTag                   org.demo.app:remote"
+             "                 W  message text")
+    assert ln.process == "org.demo.app:remote"
+    unknown = one("2025-01-09 08:00:00.100   90-90    libc                    pid-90"
+                  "                               A  Fatal signal 6 (SIGABRT)")
+    assert unknown.process is None and unknown.level == "A" and unknown.tag == "libc"
+
+
+def test_legacy_process_slot():
+    assert one("01-01 00:00:01.000 1-2/system_process I/Tag: m").process == "system_process"
+    assert one("01-01 00:00:01.000 1-2/? I/Tag: m").process is None
+
+
+def test_long_format_message_lines_inherit_the_header():
+    parsed = parse_lines(
+        "[ 11-02 09:15:01.250  4321: 4339 D/StrictMode ]\n"
+        "StrictMode policy violation; ~duration=40 ms: android.os.strictmode.DiskReadViolation\n"
+        "\tat org.demo.Repo.load(Repo.kt:3)\n"
+        "\n"
+        "[ 11-02 09:15:01.300  4321:0x10f3 I/Other ]\n"
+        "second\n"
+    )
+    head, body, frame, blank, head2, second = parsed.lines
+    assert head.fmt == "long" and head.entry and head.pid == 4321 and head.tid == 4339
+    assert body.tag == "StrictMode" and body.pid == 4321 and body.msg.startswith("StrictMode")
+    assert frame.tid == 4339
+    assert blank.fmt == "blank"
+    assert head2.tid == 0x10F3 and second.tag == "Other"
+
+
+def test_studio_4x_continuation_repeats_level():
+    parsed = parse_lines("StrictMode  D  StrictMode policy violation: x\n"
+                         "D      at org.demo.A.b(A.kt:1)\n")
+    assert [ln.tag for ln in parsed.lines] == ["StrictMode", "StrictMode"]
+    assert parsed.lines[1].msg == "at org.demo.A.b(A.kt:1)"
+    assert parsed.entries == 2
+
+
+def test_separators_blank_and_continuations():
+    parsed = parse_lines(
+        "--------- beginning of main\n"
+        "2024-03-01 10:00:00.001 5150-5150/org.demo.app E/AndroidRuntime: FATAL EXCEPTION: main\n"
+        "    Process: org.demo.app, PID: 5150\n"
+        "        at org.demo.A.b(A.kt:1)\n"
+        "\n"
+        "bare line\n"
+    )
+    sep, head, proc, frame, blank, bare = parsed.lines
+    assert sep.fmt == "separator" and not sep.entry
+    assert proc.continued and proc.pid == 5150 and proc.tag == "AndroidRuntime"
+    assert proc.msg == "Process: org.demo.app, PID: 5150"
+    assert frame.msg == "at org.demo.A.b(A.kt:1)"
+    assert bare.pid is None and not bare.continued
+    assert parsed.entries == 1
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        ",11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "> 11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "`11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "    11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "2024-01-05T10:20:30.1234567Z 11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "[task 2019-09-17T09:23:10.041Z] 11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        r"C:\logs\dump.txt:120:11-02 09:15:01.250  4321  4339 D StrictMode: x",
+        "                 11-02 09:15:01.250  4321  4339 D StrictMode: x",
+    ],
+)
+def test_wrappers(wrapped):
+    ln = one(wrapped)
+    assert (ln.pid, ln.tid, ln.tag, ln.msg) == (4321, 4339, "StrictMode", "x")
+
+
+def test_console_wrap_inside_the_timestamp_is_joined():
+    parsed = parse_lines("11-0\n2 09:15:01.250  4321  4339 D StrictMode: x\n")
+    assert len(parsed.lines) == 1
+    assert parsed.lines[0].pid == 4321 and parsed.lines[0].msg == "x"
+
+
+def test_damaged_lines_are_counted_not_fatal():
+    parsed = parse_lines(
+        "11-02 09:15:01.250  4321  4339 D StrictMode: \tat a.B.c(B.kt:1)\n"
+        "11-02 09:15:01.250  4321  43\n"
+        "11-02 09:\n"
+    )
+    assert parsed.entries == 1
+    assert parsed.damaged == 2
+    assert all(ln.pid == 4321 for ln in parsed.lines)   # damaged lines still continue
+
+
+def test_clean_leaves_content():
+    assert clean("\tat a.B.c(B.kt:1)") == "at a.B.c(B.kt:1)"
+    assert clean("- offline : ") == "offline : "
+
+
+def test_pathological_long_line_is_linear():
+    parsed = parse_lines("01-01 00:00:00.000 1 1 D x" + " " * 200_000 + "\n")
+    assert len(parsed.lines) == 1

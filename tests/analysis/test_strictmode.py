@@ -1,0 +1,187 @@
+"""StrictMode violations in every wording (fixtures written for droidwire)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.analysis import analyze
+from controller.analysis.strictmode import kind_of_class, parse_header
+
+P = "11-02 09:15:01.250  4321  4321 D StrictMode: "
+
+
+def tt(*msgs: str, pid: int = 4321, tid: int = 4321, tag: str = "StrictMode") -> str:
+    return "".join(f"11-02 09:15:01.250 {pid:5d} {tid:5d} D {tag}: {m}\n" for m in msgs)
+
+
+MODERN = tt(
+    "StrictMode policy violation; ~duration=412 ms: android.os.strictmode.DiskReadViolation",
+    "\tat android.os.StrictMode$AndroidBlockGuardPolicy.onReadFromDisk(StrictMode.java:1596)",
+    "\tat libcore.io.BlockGuardOs.open(BlockGuardOs.java:249)",
+    "\tat java.io.FileInputStream.<init>(FileInputStream.java:160)",
+    "\tat okio.Okio__JvmOkioKt.source(JvmOkio.kt:178)",
+    "\tat org.demo.notes.NoteStore.load(NoteStore.kt:41)",
+    "\tat org.demo.notes.MainActivity.onCreate(MainActivity.kt:18)",
+)
+
+
+@pytest.mark.parametrize(
+    ("cls", "kind"),
+    [
+        ("android.os.strictmode.DiskReadViolation", "DiskRead"),
+        ("android.os.StrictMode$StrictModeDiskWriteViolation", "DiskWrite"),
+        ("android.os.strictmode.NonSdkApiUsedViolation", "NonSdkApiUsed"),
+        ("android.os.StrictMode$InstanceCountViolation", "InstanceCount"),
+        ("android.os.strictmode.UnbufferedIoViolation", "UnbufferedIo"),
+    ],
+)
+def test_kind_normalisation(cls, kind):
+    assert kind_of_class(cls) == kind
+
+
+def test_old_generic_class_uses_the_violation_code():
+    h = parse_header("StrictMode policy violation; ~duration=5 ms: "
+                     "android.os.StrictMode$StrictModeViolation: policy=23 violation=4", "StrictMode")
+    assert h is not None and h.kind == "Network" and h.policy == 23 and h.code == 4
+
+
+def test_modern_with_duration():
+    r = analyze(MODERN)
+    (v,) = r.violations
+    assert (v.kind, v.duration_ms, v.pid, v.tid) == ("DiskRead", 412, 4321, 4321)
+    assert v.app_frame == "okio.Okio__JvmOkioKt.source(JvmOkio.kt:178)"
+    assert v.line == MODERN.splitlines()[0]
+    assert r.strict_mode_violations == [MODERN.splitlines()[0]]
+
+
+def test_package_prefers_its_own_frame():
+    (v,) = analyze(MODERN, package="org.demo.notes").violations
+    assert v.app_frame == "org.demo.notes.NoteStore.load(NoteStore.kt:41)"
+
+
+def test_modern_without_duration_and_message():
+    text = tt("StrictMode policy violation: android.os.strictmode.NonSdkApiUsedViolation: "
+              "Landroid/view/View;->getAccessibilityDelegate()Landroid/view/View$Acc;",
+              "\tat android.os.StrictMode.lambda$static$1(StrictMode.java:428)",
+              "\tat android.os.-$$Lambda$StrictMode$lu9ekk.accept(Unknown Source:2)",
+              "\tat r8.a.b.c(SourceFile:3)")
+    (v,) = analyze(text).violations
+    assert v.kind == "NonSdkApiUsed" and v.duration_ms is None
+    assert v.message.startswith("Landroid/view/View;->getAccessibilityDelegate")
+    assert v.app_frame == "r8.a.b.c(SourceFile:3)"
+
+
+def test_old_form_with_policy_and_custom_message():
+    text = ("06-01 12:00:00.000: D/StrictMode(2222): StrictMode policy violation; ~duration=130 ms:"
+            " android.os.StrictMode$StrictModeCustomViolation: policy=31 violation=8 "
+            "msg=Compression of a bitmap is slow\n"
+            "06-01 12:00:00.000: D/StrictMode(2222):    at android.os.StrictMode.noteSlowCall"
+            "(StrictMode.java:1900)\n"
+            "06-01 12:00:00.000: D/StrictMode(2222):    at org.old.Pics.save(Pics.java:77)\n")
+    (v,) = analyze(text).violations
+    assert (v.kind, v.duration_ms, v.pid, v.policy, v.code) == ("Custom", 130, 2222, 31, 8)
+    assert v.message == "Compression of a bitmap is slow"
+    assert v.app_frame == "org.old.Pics.save(Pics.java:77)"
+
+
+def test_old_leak_wording_at_level_e():
+    text = ("09-09 10:00:00.000  7000  7010 E StrictMode: A resource was acquired at attached "
+            "stack trace but never released. See java.io.Closeable for information on avoiding "
+            "resource leaks.\n"
+            "09-09 10:00:00.000  7000  7010 E StrictMode: java.lang.Throwable: Explicit "
+            "termination method 'close' not called\n"
+            "09-09 10:00:00.000  7000  7010 E StrictMode:   at dalvik.system.CloseGuard.open"
+            "(CloseGuard.java:184)\n"
+            "09-09 10:00:00.000  7000  7010 E StrictMode:   at org.cache.Disk.get(Disk.java:9)\n"
+            "...\n")
+    (v,) = analyze(text).violations
+    assert (v.kind, v.pid, v.tid) == ("LeakedClosable", 7000, 7010)
+    assert v.app_frame == "org.cache.Disk.get(Disk.java:9)"
+
+
+def test_leaked_closable_counts_the_allocation_stack_and_adopts_the_prefix():
+    text = ("StrictMode policy violation: android.os.strictmode.LeakedClosableViolation: A resource"
+            " was acquired at attached stack trace but never released.\n"
+            + tt("\tat android.os.StrictMode$AndroidCloseGuardReporter.report(StrictMode.java:1)",
+                 "\tat org.reporter.Hook.report(Hook.java:5)",
+                 "\tat java.lang.Daemons$FinalizerDaemon.run(Daemons.java:2)",
+                 "Caused by: java.lang.Throwable: Explicit termination method 'close' not called",
+                 "\tat dalvik.system.CloseGuard.open(CloseGuard.java:237)",
+                 "\tat org.demo.Files.open(Files.kt:12)", pid=900, tid=913))
+    (v,) = analyze(text).violations
+    assert (v.kind, v.pid, v.tid) == ("LeakedClosable", 900, 913)
+    assert v.app_frame == "org.demo.Files.open(Files.kt:12)"
+
+
+def test_binder_continuation_does_not_start_a_violation():
+    text = tt(
+        "StrictMode policy violation; ~duration=80 ms: android.os.StrictMode$StrictModeDiskReadViolation:"
+        " policy=65599 violation=2",
+        "\tat android.os.StrictMode$AndroidBlockGuardPolicy.onReadFromDisk(StrictMode.java:1)",
+        "\tat android.os.Parcel.readExceptionCode(Parcel.java:2)",
+        "\tat org.demo.Client.call(Client.kt:8)",
+        "# via Binder call with stack:",
+        "android.os.StrictMode$LogStackTrace",
+        "\tat android.os.StrictMode.readAndHandleBinderCallViolations(StrictMode.java:3)",
+        "\tat com.android.server.Thing.run(Thing.java:4)",
+    )
+    (v,) = analyze(text).violations
+    assert v.kind == "DiskRead" and v.app_frame == "org.demo.Client.call(Client.kt:8)"
+
+
+def test_several_headers_in_a_row_and_a_leading_tail():
+    text = tt("\tat org.previous.Tail.frame(Tail.kt:1)",
+              "StrictMode policy violation; ~duration=20 ms: android.os.strictmode.DiskReadViolation",
+              "\tat org.a.A.a(A.kt:1)",
+              "StrictMode policy violation; ~duration=30 ms: android.os.strictmode.DiskWriteViolation",
+              "StrictMode policy violation; ~duration=40 ms: android.os.strictmode.NetworkViolation",
+              "\tat org.c.C.c(C.kt:3)")
+    r = analyze(text)
+    assert [(v.kind, v.duration_ms) for v in r.violations] == [
+        ("DiskRead", 20), ("DiskWrite", 30), ("Network", 40)]
+    assert [v.app_frame for v in r.violations] == ["org.a.A.a(A.kt:1)", None, "org.c.C.c(C.kt:3)"]
+    assert r.summary == "StrictMode violations: DiskRead, DiskWrite, Network | Blocking time: n/a"
+
+
+@pytest.mark.parametrize("indent", ["\t", " ", "   ", "    ", "        ", "", "                 \t"])
+def test_bare_stack_indentation(indent):
+    text = ("StrictMode policy violation; ~duration=9 ms: android.os.strictmode.DiskWriteViolation\n"
+            f"{indent}at libcore.io.BlockGuardOs.remove(BlockGuardOs.java:365)\n"
+            f"{indent}at org.demo.Db.reset(Db.kt:22)\n")
+    (v,) = analyze(text).violations
+    assert v.kind == "DiskWrite" and v.pid is None
+    assert v.app_frame == "org.demo.Db.reset(Db.kt:22)"
+
+
+def test_hard_wrapped_header_and_ide_link():
+    text = (P + "StrictMode policy violation: android.os.strictmode.UntaggedSocketViolation: "
+            "Untagged socket detected; use TrafficStats.setTrafficStatsTag\n"
+            "() to track all network usage\n"
+            + P + "    at android.os.StrictMode.onUntaggedSocket(StrictMode.java:2251)\n"
+            "15:00:00.000  D  StrictMode policy violation; ~duration=7 ms: "
+            "android.os.strictmode.DiskReadViolation (Ask Gemini)\n")
+    r = analyze(text)
+    assert [v.kind for v in r.violations] == ["UntaggedSocket", "DiskRead"]
+    assert r.violations[1].class_name == "android.os.strictmode.DiskReadViolation"
+
+
+def test_penalty_death_crash_is_a_violation_and_a_crash():
+    text = ("--------- beginning of crash\n"
+            + tt("FATAL EXCEPTION: main", "Process: org.demo.app, PID: 4321",
+                 "java.lang.RuntimeException: StrictMode ThreadPolicy violation",
+                 "\tat android.os.StrictMode$AndroidBlockGuardPolicy.onReadFromDisk(StrictMode.java:1)",
+                 "\tat org.demo.app.Main.onCreate(Main.kt:5)",
+                 "Caused by: android.os.strictmode.DiskReadViolation",
+                 "\t... 12 more", tag="AndroidRuntime"))
+    r = analyze(text, package="org.demo.app")
+    assert [c.exception for c in r.crashes] == ["java.lang.RuntimeException"]
+    assert r.crashes[0].strict_mode
+    assert [(v.kind, v.source) for v in r.violations] == [("DiskRead", "crash")]
+    assert r.verification_status == "CONFIRMED"
+
+
+def test_not_a_header():
+    assert parse_header("StrictMode.enableDefaults() called", "MyApp") is None
+    assert parse_header("android.os.StrictMode$LogStackTrace", "StrictMode") is None
+    assert parse_header("A resource was acquired at attached stack trace but never released",
+                        "SomethingElse") is None
