@@ -35,8 +35,16 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Apk, CompileResult
 
-from .workspace import Lease, Project, WorkspaceManager
+from .workspace import (
+    DEFAULT_SLOTS_PER_PROJECT,
+    Lease,
+    Project,
+    ProjectRegistry,
+    WorkspaceManager,
+    default_state_dir,
+)
 from .workspace.fsutil import is_within
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "HostToolchain",
     "Toolchain",
     "detect_host",
+    "from_config",
 ]
 
 log = logging.getLogger("droidwire.bridge.build")
@@ -77,6 +86,16 @@ class CompileOutcome:
     test_class: str | None = None  # fully qualified, for ``am instrument -e class``
     workspace: str | None = None  # the start branch the working copy took
     duration_ms: int = 0
+
+    def to_result(self) -> CompileResult:
+        """The ``workspace.compile`` RPC result (protocol.methods)."""
+        apks = []
+        if self.ok and self.app_apk is not None and self.test_apk is not None:
+            apks = [
+                Apk.from_bytes("app", "app-debug.apk", self.app_apk),
+                Apk.from_bytes("test", "app-debug-androidTest.apk", self.test_apk),
+            ]
+        return CompileResult(ok=self.ok, output=self.output, toolchain=self.toolchain, apks=apks)
 
 
 @dataclass(frozen=True)
@@ -241,14 +260,21 @@ class BuildService:
             {"reason": "no_sdk", "project": project.name, "missing": self.host.missing},
         )
 
-    def capabilities(self) -> dict[str, Any]:
-        """``build``: some project can be compiled here; ``toolchain``: the default project's."""
-        per_project: dict[str, str | None] = {}
+    def project_toolchains(self) -> dict[str, Toolchain | None]:
+        """Each served project and the toolchain it builds with here (None: it cannot)."""
+        out: dict[str, Toolchain | None] = {}
         for project in self.workspaces.projects:
             try:
-                per_project[project.name] = self.toolchain_for(project)
+                out[project.name] = self.toolchain_for(project)
             except RpcError:
-                per_project[project.name] = None
+                out[project.name] = None
+        return out
+
+    def capabilities(self) -> dict[str, Any]:
+        """The ``build`` side of the bridge's ``hello`` capabilities (``protocol.envelope.
+        Capabilities``): ``build`` — some project compiles here; ``toolchain`` — the default
+        project's (else the first buildable one's); ``projects`` — the buildable names."""
+        per_project = self.project_toolchains()
         default = self.workspaces.projects.default
         toolchain = per_project.get(default) if default is not None else None
         if toolchain is None:
@@ -256,8 +282,8 @@ class BuildService:
         return {
             "build": any(t is not None for t in per_project.values()),
             "toolchain": toolchain,
+            "projects": [name for name, t in per_project.items() if t is not None],
             "default_project": default,
-            "projects": per_project,
         }
 
     # -- compiling ---------------------------------------------------------------------
@@ -393,6 +419,69 @@ class BuildService:
             app_apk, test_apk = await asyncio.to_thread(_read_apks, lease)
         log.info("gradle exited %s for %s", rc, lease.test_class)
         return self._outcome(lease, ok, output, "gradle", app_apk, test_apk)
+
+
+_CONFIG_KEYS = frozenset(
+    {"state_dir", "roots", "projects", "default_project", "slots_per_project", "toolchain"}
+)
+
+
+def from_config(
+    section: Mapping[str, Any] | None,
+    *,
+    base: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BuildService:
+    """A build service from the ``build`` section of a bridge's config file.
+
+    ::
+
+        [build]
+        toolchain = "auto"            # or "gradle", "simulated"
+        roots = ["/srv/android"]      # every project must live under one of them
+        default_project = "shop"      # default: the first project (the demo if none)
+        slots_per_project = 2         # concurrent builds of one project
+        state_dir = "/var/lib/droidwire/workspaces"
+        [build.projects]
+        shop = "/srv/android/shop"    # or { path = "…", module = "app" }
+
+    Paths are relative to ``base`` (the config file's directory). Any problem is an
+    ``RpcError`` (``bad_request``, or ``forbidden`` for a project outside the roots).
+    """
+    section = dict(section or {})
+    unknown = sorted(set(section) - _CONFIG_KEYS)
+    if unknown:
+        raise RpcError(ErrorCode.BAD_REQUEST, f"unknown build settings: {', '.join(unknown)}")
+
+    def bad(key: str, expected: str) -> RpcError:
+        return RpcError(ErrorCode.BAD_REQUEST, f"build.{key} must be {expected}")
+
+    roots = section.get("roots", [])
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise bad("roots", "a list of paths")
+    projects = section.get("projects", {})
+    if not isinstance(projects, Mapping):
+        raise bad("projects", "a table of name = path")
+    default = section.get("default_project")
+    if default is not None and not isinstance(default, str):
+        raise bad("default_project", "a project name")
+    slots = section.get("slots_per_project", DEFAULT_SLOTS_PER_PROJECT)
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 64:
+        raise bad("slots_per_project", "an integer from 1 to 64")
+    prefer = section.get("toolchain", "auto")
+    if prefer not in ("auto", "gradle", "simulated"):
+        raise bad("toolchain", '"auto", "gradle" or "simulated"')
+    state_dir = section.get("state_dir")
+    if state_dir is not None and not isinstance(state_dir, str):
+        raise bad("state_dir", "a path")
+    base = base or Path.cwd()
+    registry = ProjectRegistry.from_config(projects, roots=roots, default=default, base=base)
+    manager = WorkspaceManager(
+        registry,
+        state_dir=(base / Path(state_dir).expanduser()) if state_dir else default_state_dir(),
+        slots_per_project=slots,
+    )
+    return BuildService(manager, prefer=prefer, env=env)
 
 
 class _Tail:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from device_bridge.build import BuildService, HostToolchain, detect_host
+from device_bridge.build import BuildService, HostToolchain, detect_host, from_config
 from device_bridge.workspace import DEMO_PROJECT, ProjectRegistry, WorkspaceManager
+from protocol.envelope import Capabilities
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import CompileResult
 from tests.conftest import TIME_SCALE, require_or_skip
 
 from .test_workspace import kotlin_test, make_project
@@ -164,9 +166,10 @@ def test_without_an_sdk_the_demo_is_simulated_and_other_projects_are_refused(
     assert svc.capabilities() == {
         "build": True,
         "toolchain": "simulated",
+        "projects": [DEMO_PROJECT],
         "default_project": "shop",
-        "projects": {"shop": None, DEMO_PROJECT: "simulated"},
     }
+    assert Capabilities(**svc.capabilities()).projects == [DEMO_PROJECT]
 
 
 async def test_compiling_another_project_without_an_sdk_is_refused(tmp_path: Path) -> None:
@@ -179,18 +182,18 @@ async def test_compiling_another_project_without_an_sdk_is_refused(tmp_path: Pat
 
 def test_with_an_sdk_and_a_wrapper_everything_builds_with_gradle(tmp_path: Path) -> None:
     svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=True)
-    assert svc.capabilities()["projects"] == {"shop": "gradle", DEMO_PROJECT: "gradle"}
+    assert svc.project_toolchains() == {"shop": "gradle", DEMO_PROJECT: "gradle"}
     assert svc.capabilities()["toolchain"] == "gradle"
 
 
 def test_with_an_sdk_but_no_gradle_launcher_only_the_demo_falls_back(tmp_path: Path) -> None:
     svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=False)
-    assert svc.capabilities()["projects"] == {"shop": None, DEMO_PROJECT: "simulated"}
+    assert svc.project_toolchains() == {"shop": None, DEMO_PROJECT: "simulated"}
 
 
 def test_prefer_simulated_ignores_the_sdk_and_serves_only_the_demo(tmp_path: Path) -> None:
     svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=True, prefer="simulated")
-    assert svc.capabilities()["projects"] == {"shop": None, DEMO_PROJECT: "simulated"}
+    assert svc.project_toolchains() == {"shop": None, DEMO_PROJECT: "simulated"}
     with pytest.raises(RpcError) as info:
         svc.toolchain_for(svc.workspaces.projects.get("shop"))
     assert info.value.data and info.value.data["reason"] == "simulated_only"
@@ -227,6 +230,12 @@ async def test_simulated_compile_reports_itself_and_hashes_the_apks(tmp_path: Pa
     assert code == kotlin_test("LoadTest")
     assert "LoadTest.kt" in files  # the test was in the working copy when it compiled
     assert project_dir.is_relative_to(tmp_path / "state")
+    result = CompileResult.model_validate(outcome.to_result().model_dump())
+    assert result.toolchain == "simulated"
+    assert [(a.role, a.data, a.sha256) for a in result.apks] == [
+        ("app", outcome.app_apk, outcome.apk_hashes["app"]),
+        ("test", outcome.test_apk, outcome.apk_hashes["test"]),
+    ]
 
 
 async def test_default_project_is_used_when_none_is_named(tmp_path: Path) -> None:
@@ -313,3 +322,49 @@ async def test_gradle_timeout_kills_the_build_and_frees_the_workspace(tmp_path: 
     svc._env["FAKE_GRADLE_MODE"] = "ok"  # the single slot is usable again
     outcome = await svc.compile("shop", kotlin_test(), timeout_s=60)
     assert outcome.ok and outcome.workspace == "ready"
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_from_config_reads_the_build_section(tmp_path: Path) -> None:
+    make_project(tmp_path / "android", "shop")
+    svc = from_config(
+        {
+            "roots": ["android"],
+            "projects": {"shop": "android/shop"},
+            "slots_per_project": 3,
+            "toolchain": "simulated",
+            "state_dir": "state",
+        },
+        base=tmp_path,
+        env={"PATH": SYS_PATH},
+    )
+    assert svc.prefer == "simulated"
+    assert svc.workspaces.slots_per_project == 3
+    assert svc.workspaces.state_dir == (tmp_path / "state").resolve()
+    assert svc.workspaces.projects.default == "shop"
+    assert svc.workspaces.projects.names == ["shop", DEMO_PROJECT]
+
+
+def test_from_config_without_a_section_serves_the_demo() -> None:
+    svc = from_config(None, env={"PATH": SYS_PATH})
+    assert svc.workspaces.projects.default == DEMO_PROJECT
+
+
+@pytest.mark.parametrize(
+    ("section", "code"),
+    [
+        ({"projets": {}}, ErrorCode.BAD_REQUEST),
+        ({"roots": "/srv"}, ErrorCode.BAD_REQUEST),
+        ({"slots_per_project": 0}, ErrorCode.BAD_REQUEST),
+        ({"slots_per_project": True}, ErrorCode.BAD_REQUEST),
+        ({"toolchain": "bazel"}, ErrorCode.BAD_REQUEST),
+        ({"default_project": "nope"}, ErrorCode.BAD_REQUEST),
+        ({"projects": {"etc": "/etc"}, "roots": ["/srv"]}, ErrorCode.FORBIDDEN),
+    ],
+)
+def test_from_config_refusals(tmp_path: Path, section: dict[str, object], code: ErrorCode) -> None:
+    with pytest.raises(RpcError) as info:
+        from_config(section, base=tmp_path, env={"PATH": SYS_PATH})
+    assert info.value.code is code
