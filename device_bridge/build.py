@@ -337,9 +337,17 @@ class BuildService:
             asyncio.to_thread(compiler.compile, lease.project_dir, test_code)
         )
         lease.hold(work)
-        result = await asyncio.shield(work)
-        if inspect.isawaitable(result):
-            result = await result
+        try:
+            result = await asyncio.shield(work)
+            if inspect.isawaitable(result):
+                result = await result
+        except RpcError:
+            raise
+        except Exception as exc:  # a bug in the simulator must not take the bridge down
+            log.exception("simulated toolchain failed on %s", lease.test_class)
+            raise RpcError(
+                ErrorCode.INTERNAL, f"the simulated toolchain failed: {type(exc).__name__}: {exc}"
+            ) from exc
         ok = bool(result.ok)
         app_apk = test_apk = None
         if ok:
@@ -387,15 +395,22 @@ class BuildService:
             env["ANDROID_HOME"] = str(self.host.sdk)
         if self.host.java is not None and "JAVA_HOME" not in env:
             env["JAVA_HOME"] = str(self.host.java.parent.parent)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=lease.project_dir,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a timeout kills the whole tree
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=lease.project_dir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a timeout kills the whole tree
+            )
+        except OSError as exc:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"cannot start Gradle ({' '.join(argv[:2])}): {exc.strerror or exc}",
+                {"reason": "gradle_start"},
+            ) from exc
         assert proc.stdout is not None
         tail = _Tail(self.max_output_bytes)
         reader = asyncio.ensure_future(tail.read_from(proc.stdout))

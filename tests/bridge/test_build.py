@@ -253,6 +253,19 @@ async def test_simulated_compile_errors_come_back_as_output(tmp_path: Path) -> N
     assert outcome.app_apk is None and outcome.test_apk is None and outcome.apk_hashes == {}
 
 
+async def test_a_crashing_simulator_is_an_internal_error_not_a_crash(tmp_path: Path) -> None:
+    class Exploding(FakeSimulatedToolchain):
+        def compile(self, project_dir: Path, test_code: str) -> FakeResult:
+            raise ValueError("simulator bug")
+
+    svc = service(tmp_path, simulated=Exploding(), slots=1)
+    with pytest.raises(RpcError) as info:
+        await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    assert info.value.code is ErrorCode.INTERNAL and "simulator bug" in info.value.message
+    svc._simulated = FakeSimulatedToolchain()
+    assert (await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)).ok  # slot released
+
+
 async def test_refused_test_code_is_a_typed_error(tmp_path: Path) -> None:
     svc = service(tmp_path)
     with pytest.raises(RpcError) as info:

@@ -171,6 +171,16 @@ def test_lookup_refusals(registry: ProjectRegistry, tmp_path: Path) -> None:
     assert registry.get(str(tmp_path / "projects" / "tiny")).name == "tiny"
 
 
+async def test_the_shipped_demo_project_takes_a_test(state: Path) -> None:
+    manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=state)
+    async with manager.lease(None, kotlin_test("ShippedDemoTest")) as lease:
+        assert lease.project.demo and lease.branch is StartBranch.FRESH
+        siblings = {p.name for p in lease.test_file.parent.iterdir()}
+    assert lease.test_file.relative_to(lease.project_dir) == TEST_DIR / "ShippedDemoTest.kt"
+    assert {"ShippedDemoTest.kt", "StrictModeRule.kt", "DroidUnblocker.kt"} <= siblings
+    assert not (template_dir() / TEST_DIR / "ShippedDemoTest.kt").exists()  # never the source
+
+
 # -- the four start branches -----------------------------------------------------------------
 
 
