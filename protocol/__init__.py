@@ -33,6 +33,8 @@ from protocol.envelope import (
     Res,
     SharedSettings,
     Welcome,
+    is_channel,
+    is_request_id,
     new_request_id,
 )
 from protocol.errors import (
@@ -124,6 +126,8 @@ __all__ = [
     "describe",
     "encode",
     "encode_event",
+    "is_channel",
+    "is_request_id",
     "is_terminal",
     "new_request_id",
     "parse_log_batch",

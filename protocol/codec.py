@@ -16,19 +16,16 @@ refused before it is buffered whole.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgpack
 from pydantic import ValidationError
 
-from protocol.envelope import FRAME_ADAPTER, FRAME_KINDS, Evt, Frame
+from protocol.envelope import FRAME_ADAPTER, FRAME_KINDS, Evt, Frame, is_channel
 from protocol.errors import DecodeError, EncodeError, FrameTooLarge
 from protocol.settings import DEFAULTS
 
 __all__ = ["Codec", "decode", "decode_raw", "encode", "encode_event"]
-
-_CHANNEL = re.compile(r"[!-~]{1,64}")
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
@@ -64,6 +61,8 @@ def encode_event(
 
 def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> dict[str, Any]:
     """Bytes to the plain msgpack map with a known ``t``; no model validation."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError(f"frames are binary, not {type(data).__name__}")
     if len(data) > max_frame_bytes:
         raise FrameTooLarge(len(data), max_frame_bytes)
     try:
@@ -99,7 +98,7 @@ def decode(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> F
 def _fast_event(obj: dict[str, Any]) -> Evt:
     ch = obj.get("ch")
     seq = obj.get("seq", 0)
-    if not isinstance(ch, str) or not _CHANNEL.fullmatch(ch):
+    if not is_channel(ch):
         raise DecodeError("invalid evt frame: bad channel", kind="evt")
     if type(seq) is not int or seq < 0:
         raise DecodeError("invalid evt frame: bad seq", kind="evt")

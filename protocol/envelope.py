@@ -25,6 +25,8 @@ Every model's ``repr``/``str`` is safe for logs: payloads are truncated, bytes s
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import uuid
 from enum import StrEnum
 from itertools import islice
@@ -67,6 +69,8 @@ __all__ = [
     "Serial",
     "SharedSettings",
     "Welcome",
+    "is_channel",
+    "is_request_id",
     "new_request_id",
     "short_repr",
 ]
@@ -78,6 +82,7 @@ SUBPROTOCOL = f"droidwire.v{PROTOCOL_VERSION}"
 DEVICES_CHANNEL = "$devices"
 
 _MAX_ID = 64
+_MAX_MESSAGE = 16_384
 _MAX_LIST = 100_000  # ids in hello/welcome/ack; the frame cap bounds them anyway
 
 
@@ -101,6 +106,25 @@ Serial = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 ChannelId = Annotated[str, StringConstraints(min_length=1, max_length=_MAX_ID, pattern=r"^[!-~]+$")]
 _Nonce = Annotated[str, StringConstraints(max_length=_MAX_ID)]
 _Name = Annotated[str, StringConstraints(max_length=256)]
+
+
+_CHANNEL_RE = re.compile(rf"[!-~]{{1,{_MAX_ID}}}")
+
+
+def is_channel(value: object) -> bool:
+    """A valid ``ch``: 1–64 printable ASCII characters, no spaces (cheap, for hot paths)."""
+    return isinstance(value, str) and _CHANNEL_RE.fullmatch(value) is not None
+
+
+def is_request_id(value: object) -> bool:
+    """A valid request id (canonical UUID4 string)."""
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        _check_uuid4(value)
+    except ValueError:
+        return False
+    return True
 
 
 def new_request_id() -> str:
@@ -203,8 +227,6 @@ class SharedSettings(_Model):
 
     def apply(self, settings: Settings) -> Settings:
         """``settings`` with these values taken over."""
-        import dataclasses
-
         return dataclasses.replace(
             settings,
             ping_interval_s=self.ping_interval_s,
@@ -219,12 +241,16 @@ class ErrorBody(_Model):
     """A ``res`` frame's ``e``. ``code`` stays a string so a newer peer's codes pass through."""
 
     code: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    message: Annotated[str, StringConstraints(max_length=16_384)]
+    message: Annotated[str, StringConstraints(max_length=_MAX_MESSAGE)]
     data: dict[str, Any] | None = None
 
     @classmethod
     def from_error(cls, error: RpcError) -> ErrorBody:
-        return cls(code=error.code.value, message=error.message, data=error.data)
+        """The wire form of ``error``; a message over the bound is cut, not refused."""
+        message = error.message
+        if len(message) > _MAX_MESSAGE:
+            message = message[: _MAX_MESSAGE - 1] + "…"
+        return cls(code=error.code.value, message=message, data=error.data)
 
     def to_error(self) -> RpcError:
         """The :class:`RpcError` to raise; an unknown code becomes ``internal``."""

@@ -11,9 +11,9 @@ Conventions:
 * ``bytes`` travel as msgpack ``bin`` (no base64 on the wire).
 * Every string and list has a bound; the frame cap bounds the rest.
 * Streams: ``device.logcat.subscribe`` returns a channel id; the bridge then sends ``evt``
-  frames on it whose ``d`` is a :class:`LogBatch` (``{"lines", "dropped", "eof"?}``) and whose
-  envelope ``seq`` counts batches from 0. A consumer validates a batch at once with
-  :func:`parse_log_batch`, not line by line.
+  frames on it whose ``d`` is a :class:`LogBatch` (``{"lines", "dropped", "eof"?, "reason"?}``)
+  and whose envelope ``seq`` counts batches from 0. A consumer validates a batch at once with
+  :meth:`LogBatch.from_event` / :func:`parse_log_batch`, not line by line.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from protocol.envelope import Capabilities, ChannelId, DeviceInfo, Serial
+from protocol.envelope import Capabilities, ChannelId, DeviceInfo, Evt, Serial
 from protocol.errors import ErrorCode, RpcError
 from protocol.settings import Settings
 
@@ -211,14 +211,21 @@ class LogcatUnsubscribeParams(Params):
 @dataclass(frozen=True, slots=True)
 class LogBatch:
     """One logcat ``evt``: ``lines`` in order, ``dropped`` lines lost to backpressure since the
-    previous batch, ``eof`` when the stream ended (device gone, unsubscribed), with ``reason``."""
+    previous batch, ``eof`` when the stream ended (device gone, unsubscribed), with ``reason``.
+
+    ``seq`` is the envelope's (DESIGN.md §3 puts the stream sequence there, once): it is not
+    part of :meth:`to_wire`; :meth:`from_event` fills it in. A gap in ``seq`` means batches
+    were lost (e.g. across a reconnect).
+    """
 
     lines: list[str]
     dropped: int = 0
     eof: bool = False
     reason: str | None = None
+    seq: int = 0
 
     def to_wire(self) -> dict[str, Any]:
+        """The ``d`` of the ``evt`` frame."""
         out: dict[str, Any] = {"lines": self.lines, "dropped": self.dropped}
         if self.eof:
             out["eof"] = True
@@ -226,9 +233,14 @@ class LogBatch:
             out["reason"] = self.reason
         return out
 
+    @classmethod
+    def from_event(cls, evt: Evt) -> LogBatch:
+        """Validate an ``evt`` frame's batch as a whole (see :func:`parse_log_batch`)."""
+        return parse_log_batch(evt.d, seq=evt.seq)
 
-def parse_log_batch(d: Any) -> LogBatch:
-    """Validate one batch as a whole (no per-line model); :class:`RpcError` ``bad_request``."""
+
+def parse_log_batch(d: Any, *, seq: int = 0) -> LogBatch:
+    """Validate one batch at once (no per-line model); :class:`RpcError` ``bad_request``."""
     if not isinstance(d, dict):
         raise RpcError(ErrorCode.BAD_REQUEST, "log batch must be a map")
     lines = d.get("lines", [])
@@ -241,7 +253,7 @@ def parse_log_batch(d: Any) -> LogBatch:
         raise RpcError(ErrorCode.BAD_REQUEST, "log batch dropped must be a non-negative int")
     if type(eof) is not bool or not (reason is None or isinstance(reason, str)):
         raise RpcError(ErrorCode.BAD_REQUEST, "log batch eof/reason malformed")
-    return LogBatch(lines=lines, dropped=dropped, eof=eof, reason=reason)
+    return LogBatch(lines=lines, dropped=dropped, eof=eof, reason=reason, seq=seq)
 
 
 # --- screenshot, files, packages -------------------------------------------------------------

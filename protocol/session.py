@@ -53,6 +53,8 @@ from protocol.envelope import (
     Res,
     SharedSettings,
     Welcome,
+    is_channel,
+    is_request_id,
     new_request_id,
 )
 from protocol.errors import (
@@ -133,7 +135,11 @@ class _Session:
         self._move(State.HANDSHAKE)
 
     def connection_lost(self) -> None:
-        """The connection dropped. Frames not yet drained are discarded; resume re-sends."""
+        """The connection dropped. Frames not yet drained are discarded; resume re-sends.
+
+        A no-op when already disconnected or closed (a close then the socket's end)."""
+        if self.state in (State.DISCONNECTED, State.CLOSED):
+            return
         self._move(State.DISCONNECTED)
         self._out.clear()
 
@@ -444,6 +450,8 @@ class ControllerSession(_Session):
 
     def connection_lost(self) -> None:
         super().connection_lost()
+        if self.state is State.CLOSED:
+            return
         self._acks.clear()  # unacked results are re-sent by the bridge and acked then
         self._pings_out = 0
         self._last_ping = None
@@ -493,6 +501,8 @@ class BridgeSession(_Session):
 
     def __init__(self, *, settings: Settings = DEFAULTS, session_id: str | None = None) -> None:
         super().__init__(settings)
+        if session_id is not None and not is_request_id(session_id):
+            raise ValueError("a bridge session id is a UUID4 string")
         self.session_id = session_id or new_request_id()
         self.bridge_id: str | None = None  # from welcome (the controller's word, from our token)
         self.shared: SharedSettings | None = None
@@ -617,8 +627,11 @@ class BridgeSession(_Session):
     def reject(self, request_id: str, error: RpcError, now: float) -> Res | None:
         """Answer a request that cannot be admitted (e.g. malformed params) with ``error``.
 
-        Like a result: kept until acked. Ignored (None) if the id is already known.
+        Like a result: kept until acked. None if the id is already known, or is not a valid
+        request id (nothing can answer it: the caller closes with 4400 or ignores it).
         """
+        if not is_request_id(request_id):
+            return None
         if (
             request_id in self._running
             or request_id in self._outbox
@@ -695,12 +708,20 @@ class BridgeSession(_Session):
 
     # -- streams
 
-    def event(self, ch: str, d: Any) -> Evt:
-        """Queue an ``evt`` on ``ch`` with the channel's next ``seq`` (0, 1, 2, …)."""
-        self._require("send an event", State.OPEN)
+    def next_seq(self, ch: str) -> int:
+        """Take the channel's next ``seq`` (0, 1, 2, …), for callers that encode events
+        themselves with :func:`protocol.codec.encode_event` (the logcat hot path)."""
+        if not is_channel(ch):
+            raise ValueError(f"invalid channel name {ch[:70]!r}")
         seq = self._seq.get(ch, 0)
         self._seq[ch] = seq + 1
-        evt = Evt.model_construct(ch=ch, seq=seq, d=d)
+        return seq
+
+    def event(self, ch: str, d: Any) -> Evt:
+        """Queue an ``evt`` on ``ch`` with the channel's next ``seq``. Only when open:
+        stream producers check :attr:`is_open` and count what they drop meanwhile."""
+        self._require("send an event", State.OPEN)
+        evt = Evt.model_construct(ch=ch, seq=self.next_seq(ch), d=d)
         self._out.append(evt)
         return evt
 

@@ -15,6 +15,8 @@ from protocol.envelope import (
     Ping,
     Req,
     Res,
+    is_channel,
+    is_request_id,
     new_request_id,
     short_repr,
 )
@@ -235,3 +237,34 @@ def test_error_body_round_trip_and_unknown_codes() -> None:
     assert err.data == {"wire_code": "from_the_future"}
     ok = Res.success(rid, {"a": 1})
     assert ok.ok and ok.unwrap() == {"a": 1}
+
+
+@pytest.mark.parametrize("data", ["a text frame", None, 42, ["x"]])
+def test_non_binary_input_is_a_decode_error(data: object) -> None:
+    with pytest.raises(DecodeError):
+        decode(data)  # type: ignore[arg-type]
+
+
+def test_decode_accepts_bytearray_and_memoryview() -> None:
+    data = encode(Ping(id="x"))
+    assert decode(bytearray(data)) == Ping(id="x")
+    assert decode(memoryview(data)) == Ping(id="x")
+
+
+def test_id_and_channel_predicates() -> None:
+    rid = new_request_id()
+    assert is_request_id(rid)
+    for bad in [rid.upper(), "x" * 36, None, 5, rid[:-1], "00000000-0000-1000-8000-000000000000"]:
+        assert not is_request_id(bad)
+    assert is_channel("logcat-1") and is_channel("$devices") and is_channel("x" * 64)
+    for bad_ch in ["", "x" * 65, "a b", "é", None]:
+        assert not is_channel(bad_ch)
+
+
+def test_rpc_error_wire_form() -> None:
+    err = RpcError("busy", "later", {"retry_s": 1})
+    assert err.to_wire() == {"code": "busy", "message": "later", "data": {"retry_s": 1}}
+    back = RpcError.from_wire(err.to_wire())
+    assert (back.code, back.message, back.data) == (err.code, err.message, err.data)
+    assert RpcError("nonsense", "m").code == "internal"
+    assert RpcError.from_wire({}).to_wire() == {"code": "internal", "message": ""}

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from protocol.codec import decode, encode
-from protocol.envelope import Capabilities, DeviceInfo, Req, Res, new_request_id
+from protocol.codec import decode, encode, encode_event
+from protocol.envelope import Capabilities, DeviceInfo, Evt, Req, Res, new_request_id
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import (
     METHODS,
@@ -201,6 +201,9 @@ def test_register_adds_a_method() -> None:
 def test_log_batch_validates_per_batch() -> None:
     batch = LogBatch(lines=["a", "b"], dropped=3)
     assert parse_log_batch(batch.to_wire()) == batch
+    evt = decode(encode_event("logcat-1", 9, batch.to_wire()))
+    assert isinstance(evt, Evt)
+    assert LogBatch.from_event(evt) == LogBatch(lines=["a", "b"], dropped=3, seq=9)
     end = LogBatch(lines=[], eof=True, reason="device offline")
     assert parse_log_batch(end.to_wire()) == end
     assert parse_log_batch({}) == LogBatch(lines=[])

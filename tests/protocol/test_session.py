@@ -444,6 +444,7 @@ def test_reject_answers_a_malformed_request_once() -> None:
     res = link.b.reject(rid, RpcError(ErrorCode.BAD_REQUEST, "bad params"), now=0)
     assert res is not None and res.e is not None and res.e.code == "bad_request"
     assert link.b.reject(rid, RpcError(ErrorCode.BAD_REQUEST, "again"), now=0) is None
+    assert link.b.reject("not-a-uuid", RpcError(ErrorCode.BAD_REQUEST, "x"), now=0) is None
     assert link.b.frames_to_send() == [res]
     assert link.b.held_ids() == [rid]
 
@@ -455,8 +456,8 @@ def test_wrong_state_operations_raise_invalid_state() -> None:
     b = BridgeSession()
     with pytest.raises(InvalidState):
         b.make_hello(software="t")  # not connected
-    with pytest.raises(InvalidState):
-        b.connection_lost()  # DISCONNECTED -> DISCONNECTED
+    b.connection_lost()  # already disconnected: a no-op
+    assert b.state is State.DISCONNECTED
     b.connection_made()
     with pytest.raises(InvalidState):
         b.connection_made()
@@ -467,6 +468,7 @@ def test_wrong_state_operations_raise_invalid_state() -> None:
         b.complete(new_request_id(), {}, now=0)  # never admitted
     b.close()
     b.close()  # idempotent
+    b.connection_lost()  # the socket ending after a close changes nothing
     assert b.state is State.CLOSED
     with pytest.raises(InvalidState):
         b.connection_made()
@@ -479,6 +481,8 @@ def test_wrong_state_operations_raise_invalid_state() -> None:
     [failed] = c.close()
     assert failed.error is not None and failed.error.code is ErrorCode.UNAVAILABLE
     assert c.close() == []
+    c.connection_lost()
+    assert c.state is State.CLOSED
     with pytest.raises(InvalidState):
         c.register("ping", {}, now=0)
 
@@ -626,3 +630,39 @@ def test_drops_never_run_a_request_twice_nor_lose_one(steps: list[str], rnd: Any
     assert set(runs) == set(registered)
     assert link.c.pending_count == 0
     assert link.b.held_ids() == []  # every result acked
+
+
+def test_long_error_messages_are_cut_not_refused() -> None:
+    link = Link()
+    link.connect()
+    p = link.c.register("workspace.compile", {"test_code": "x"}, now=0)
+    link.deliver_to_bridge()
+    res = link.b.complete(p.id, RpcError(ErrorCode.INTERNAL, "e: " + "x" * 100_000), now=1)
+    assert res is not None and res.e is not None
+    assert len(res.e.message) == 16_384 and res.e.message.endswith("…")
+    [done] = link.deliver_to_controller()
+    assert isinstance(done, Completion) and done.error is not None
+
+
+def test_session_ids_and_channels_are_checked() -> None:
+    with pytest.raises(ValueError):
+        BridgeSession(session_id="nope")
+    rid = new_request_id()
+    assert BridgeSession(session_id=rid).session_id == rid
+    b = BridgeSession()
+    assert b.next_seq("logcat-1") == 0
+    assert b.next_seq("logcat-1") == 1
+    with pytest.raises(ValueError):
+        b.next_seq("bad channel")
+    with pytest.raises(ValueError):
+        b.next_seq("")
+
+
+def test_welcome_settings_are_adopted_by_the_bridge() -> None:
+    link = Link(ping_interval_s=3.0, max_frame_bytes=1 << 20)
+    link.connect()
+    assert link.b.shared is not None
+    adopted = link.b.shared.apply(DEFAULTS)
+    assert adopted.ping_interval_s == 3.0
+    assert adopted.max_frame_bytes == 1 << 20
+    assert adopted.rpc_timeout_s == DEFAULTS.rpc_timeout_s
