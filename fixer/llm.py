@@ -146,7 +146,7 @@ class LlmClient:
             raise LlmError(reason, str(exc), status=exc.status_code) from exc
         except openai.APIConnectionError as exc:
             raise LlmError("connection", str(exc)) from exc
-        except openai.OpenAIError as exc:  # malformed responses and the like
+        except (openai.OpenAIError, ValueError) as exc:  # malformed responses and the like
             raise LlmError("bad_response", str(exc)) from exc
         except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
             raise LlmError("server_error", str(exc)) from exc

@@ -112,20 +112,26 @@ class Context:
         return "\n\n".join(out)
 
 
-_IDENT = re.compile(r"[A-Za-z_]\w*")
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*(?:\(|\{)")
+_CHAIN = re.compile(r"[A-Za-z_][\w.]*")
 
 
-def _identifier_at(code: str, line: int | None, column: int | None) -> str | None:
-    if line is None or column is None:
-        return None
+def _names_at(code: str, line: int | None, column: int | None) -> list[str]:
+    """Names an error points at: the dotted chain at its column, then every call on its line."""
+    if line is None:
+        return []
     lines = code.splitlines()
     if not 1 <= line <= len(lines):
-        return None
+        return []
     text = lines[line - 1]
-    for m in _IDENT.finditer(text):
-        if m.start() <= column - 1 < m.end() or m.start() >= column - 1:
-            return m.group(0)
-    return None
+    names: list[str] = []
+    if column is not None:
+        for m in _CHAIN.finditer(text):
+            if m.end() > column - 1:
+                names.extend(part for part in m.group(0).split(".") if part)
+                break
+    names.extend(m.group(1) for m in _CALL.finditer(text))
+    return names
 
 
 def collect_context(
@@ -136,7 +142,7 @@ def collect_context(
         return Context([], [])
     names: list[str] = []
     for e in errors:
-        for candidate in (e.symbol, _identifier_at(code, e.line, e.column)):
+        for candidate in (e.symbol, *_names_at(code, e.line, e.column)):
             if candidate and candidate not in names:
                 names.append(candidate)
     methods: list[MethodRecord] = []

@@ -69,7 +69,7 @@ class Reply:
 class RecordedRequest:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lower-cased
     json: Any  # the parsed body, or None when it was not JSON
 
 
@@ -232,7 +232,7 @@ def _make_handler(owner: LlmServer) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (timeout): nothing to answer
 
         def do_GET(self) -> None:
-            owner._record(RecordedRequest("GET", self.path, dict(self.headers), None))
+            owner._record(RecordedRequest("GET", self.path, _headers(self), None))
             if self.path.rstrip("/").endswith("/models"):
                 body = {
                     "object": "list",
@@ -244,7 +244,7 @@ def _make_handler(owner: LlmServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             payload = self._read_json()
-            owner._record(RecordedRequest("POST", self.path, dict(self.headers), payload))
+            owner._record(RecordedRequest("POST", self.path, _headers(self), payload))
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, b'{"error": {"message": "not found"}}')
                 return
@@ -263,6 +263,10 @@ def _make_handler(owner: LlmServer) -> type[BaseHTTPRequestHandler]:
             )
 
     return Handler
+
+
+def _headers(handler: BaseHTTPRequestHandler) -> dict[str, str]:
+    return {k.lower(): v for k, v in handler.headers.items()}
 
 
 def _sse(reply: Reply, model: str) -> bytes:
