@@ -16,6 +16,7 @@ Errors become HTTP problems here and nowhere else (STYLE.md §5): handlers raise
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +25,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.websockets import WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.api import ops, tokens
@@ -33,6 +35,7 @@ from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.store import Store, Token
+from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["HTTP_STATUS", "RevocationHook", "create_app", "error_body", "error_response"]
@@ -62,6 +65,14 @@ _CODE_FOR_STATUS = {
     413: "too_large",
 }
 
+# Closing a WebSocket that fails before a denial response can be sent (see ``_problem``).
+_CLOSE_CODE: Mapping[ErrorCode, int] = {
+    ErrorCode.BAD_REQUEST: CloseCode.BAD_REQUEST,
+    ErrorCode.FORBIDDEN: CloseCode.FORBIDDEN,
+    ErrorCode.NOT_FOUND: CloseCode.BAD_REQUEST,
+    ErrorCode.UNAVAILABLE: CloseCode.TRY_AGAIN_LATER,
+}
+
 RevocationHook = Callable[[Token], Awaitable[None]]
 
 
@@ -79,18 +90,40 @@ def error_response(exc: RpcError) -> JSONResponse:
     )
 
 
-async def _rpc_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _problem(
+    conn: Request, response: JSONResponse, close_code: int, reason: str
+) -> Response | None:
+    """``response`` for HTTP; on a WebSocket, the same response refuses the handshake.
+
+    A dependency that fails on a WebSocket route (``Authenticated`` on a log stream, say)
+    runs before ``accept()``: Starlette sends the returned response through the ASGI
+    denial-response extension, so the client gets a real HTTP 401/403 as for plain requests.
+    A server without that extension gets a close with ``close_code`` instead. (Errors after
+    ``accept()`` are the route's to handle: it owns the socket.)
+    """
+    if conn.scope["type"] == "websocket" and "websocket.http.response" not in conn.scope.get(
+        "extensions", {}
+    ):
+        with contextlib.suppress(RuntimeError):
+            await WebSocket(conn.scope, conn.receive, conn._send).close(close_code, reason[:100])
+        return None
+    return response
+
+
+async def _rpc_error(conn: Request, exc: Exception) -> Response | None:
     assert isinstance(exc, RpcError)
-    return error_response(exc)
+    close_code = _CLOSE_CODE.get(exc.code, CloseCode.INTERNAL_ERROR)
+    return await _problem(conn, error_response(exc), close_code, exc.message)
 
 
-async def _unauthenticated(_request: Request, exc: Exception) -> JSONResponse:
+async def _unauthenticated(conn: Request, exc: Exception) -> Response | None:
     assert isinstance(exc, Unauthenticated)
-    return JSONResponse(
+    response = JSONResponse(
         error_body("unauthorized", exc.message),
         status_code=401,
         headers={"WWW-Authenticate": 'Bearer realm="droidwire"'},
     )
+    return await _problem(conn, response, CloseCode.UNAUTHORIZED, exc.message)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,12 +107,17 @@ class LiveController:
     kernel queues them until uvicorn, its start-up done, accepts them. No readiness polling.
     """
 
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(
+        self, config: ControllerConfig, customize: Callable[[FastAPI], None] | None = None
+    ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn_config(config, log_level="warning", log_config=None))
+        uv_config = uvicorn_config(config, log_level="warning", log_config=None)
+        if customize is not None:
+            customize(uv_config.app)  # type: ignore[arg-type]
+        self.server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, name="live-controller"
         )
