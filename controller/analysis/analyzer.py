@@ -458,6 +458,10 @@ class _State:
         if package:
             app_pids.update(p for p, name in procs.items() if belongs_to(name, package))
 
+        for c in self.crashes:
+            if c.process is None and c.pid is not None:
+                c.process = procs.get(c.pid)
+
         def runs_package(frames: list[str]) -> bool:
             prefix = package + "."  # type: ignore[operator]
             return any(f.startswith(prefix) for f in frames)

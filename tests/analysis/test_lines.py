@@ -109,7 +109,7 @@ def test_separators_blank_and_continuations():
         "\n"
         "bare line\n"
     )
-    sep, head, proc, frame, blank, bare = parsed.lines
+    sep, _head, proc, frame, _blank, bare = parsed.lines
     assert sep.fmt == "separator" and not sep.entry
     assert proc.continued and proc.pid == 5150 and proc.tag == "AndroidRuntime"
     assert proc.msg == "Process: org.demo.app, PID: 5150"
