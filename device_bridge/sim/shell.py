@@ -257,7 +257,7 @@ def _tokenize(src: str) -> list[_Word | _Op]:
             i += 1
         elif c == "\n":
             end_word()
-            tokens.append(_Op(";"))
+            tokens.append(_Op("\n"))
             i += 1
         elif c == "#" and word is None and not lit:
             nl = src.find("\n", i)
@@ -401,20 +401,24 @@ def parse(src: str) -> list[AndOr]:
 
     while i < len(tokens):
         tok = tokens[i]
-        if isinstance(tok, _Op) and tok.op == ";":
+        if isinstance(tok, _Op) and tok.op == "\n":
             i += 1
             continue
         andor = AndOr(parse_pipeline())
         while i < len(tokens) and isinstance(tokens[i], _Op) and tokens[i].op in ("&&", "||"):  # type: ignore[union-attr]
             op = tokens[i].op  # type: ignore[union-attr]
             i += 1
-            if i < len(tokens) and isinstance(tokens[i], _Op) and tokens[i].op == ";":  # type: ignore[union-attr]
-                raise ShellSyntaxError(f"syntax error: ';' unexpected after '{op}'")
+            while i < len(tokens) and isinstance(tokens[i], _Op) and tokens[i].op == "\n":  # type: ignore[union-attr]
+                i += 1  # a newline may follow && and ||
+            if i >= len(tokens):
+                raise ShellSyntaxError(f"syntax error: unexpected end of input after '{op}'")
             andor.rest.append((op, parse_pipeline()))
         lists.append(andor)
         if i < len(tokens):
             tok = tokens[i]
-            if not (isinstance(tok, _Op) and tok.op == ";"):
+            if isinstance(tok, _Op) and tok.op in (";", "\n"):
+                i += 1
+            else:
                 shown = tok.op if isinstance(tok, _Op) else "word"
                 raise ShellSyntaxError(f"syntax error: '{shown}' unexpected")
     return lists

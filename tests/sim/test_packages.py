@@ -1,0 +1,183 @@
+"""Packages, activities and instrumentation on the simulated device (no sockets)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+import types
+
+import pytest
+from PIL import Image
+
+from device_bridge.sim.apk import SimPackage, SimTest, build_apk
+from device_bridge.sim.shell import BytesSource
+from tests.sim.helpers import new_device, sh
+
+APP = SimPackage(package="com.example.demo", kind="app", version_code=2)
+TESTS = SimPackage(
+    package="com.example.demo.test", kind="test", target_package="com.example.demo",
+    tests=[SimTest("com.example.demo.FooTest", "testOne")],
+)
+RUNNER = "androidx.test.runner.AndroidJUnitRunner"
+COMPONENT = f"com.example.demo.test/{RUNNER}"
+
+
+def push(dev, name: str, data: bytes) -> str:
+    path = f"/data/local/tmp/{name}"
+    dev.files.write(path, data)
+    return path
+
+
+async def install(dev, pkg: SimPackage, flags: str = "-r -t") -> str:
+    path = push(dev, f"{pkg.package}.apk", build_apk(pkg))
+    return (await sh(dev, f"pm install {flags} {path}")).out
+
+
+async def test_install_list_reinstall_uninstall():
+    dev = new_device()
+    assert await install(dev, APP) == "Success\n"
+    assert "package:com.example.demo\n" in (await sh(dev, "pm list packages")).out
+    assert (await sh(dev, "pm list packages -3")).out == "package:com.example.demo\n"
+    assert (await sh(dev, "pm path com.example.demo")).out.startswith("package:/data/app/")
+    again = await install(dev, APP, flags="")
+    assert again.startswith("Failure [INSTALL_FAILED_ALREADY_EXISTS")
+    older = SimPackage(package=APP.package, kind="app", version_code=1)
+    assert (await install(dev, older)).startswith("Failure [INSTALL_FAILED_VERSION_DOWNGRADE")
+    assert await install(dev, older, flags="-r -d") == "Success\n"
+    assert (await sh(dev, "pm clear com.example.demo")).out == "Success\n"
+    assert (await sh(dev, "pm clear com.nope")).out == "Failed\n"
+    assert (await sh(dev, "pm uninstall com.example.demo")).out == "Success\n"
+    gone = await sh(dev, "pm uninstall com.example.demo")
+    assert gone.out == "Failure [DELETE_FAILED_INTERNAL_ERROR]\n" and gone.code == 1
+    assert "com.example.demo" not in (await sh(dev, "pm list packages")).out
+
+
+async def test_non_simulated_apk_is_refused_like_android():
+    dev = new_device()
+    path = push(dev, "real.apk", b"PK\x03\x04 definitely not our format")
+    result = await sh(dev, f"pm install -r -t {path}")
+    assert result.out.startswith("Failure [INSTALL_PARSE_FAILED_NOT_APK: ")
+    assert result.code == 1
+    missing = await sh(dev, "pm install /data/local/tmp/none.apk")
+    assert missing.code == 1 and "Unable to open file" in missing.err
+
+
+async def test_streamed_install_reads_exactly_size_bytes_from_stdin():
+    dev = new_device()
+    apk = build_apk(APP)
+    result = await sh(dev, f"cmd package 'install' '-r' -S {len(apk)}", stdin=apk + b"extra")
+    assert result.out == "Success\n"
+    short = await sh(dev, f"cmd package install -S {len(apk) + 10}", stdin=apk)
+    assert "Failure" in short.out
+
+
+async def test_am_start_and_force_stop_drive_focus_and_log():
+    dev = new_device()
+    await install(dev, APP)
+    started = await sh(dev, "am start -W -n com.example.demo/.MainActivity")
+    assert started.code == 0 and "Status: ok" in started.out
+    window = (await sh(dev, "dumpsys window")).out
+    assert "com.example.demo/.MainActivity}" in window
+    log = (await sh(dev, "logcat -d")).out
+    assert "ActivityTaskManager: Displayed com.example.demo/.MainActivity for user 0: +" in log
+    assert ":com.example.demo/u0a" in log and " for top-activity {" in log
+    assert (await sh(dev, "am force-stop com.example.demo")).code == 0
+    assert "NexusLauncherActivity" in (await sh(dev, "dumpsys window")).out
+    assert "Killing " in (await sh(dev, "logcat -d ActivityManager:I *:S")).out
+    missing = await sh(dev, "am start -n com.nope/.Main")
+    assert missing.code == 1 and "does not exist" in missing.err
+
+
+async def test_old_profiles_log_launches_as_activity_manager():
+    dev = new_device(profile="old-nexus")
+    await install(dev, APP)
+    await sh(dev, "am start -n com.example.demo/.MainActivity")
+    assert "I ActivityManager: Displayed com.example.demo/.MainActivity: +" in (
+        await sh(dev, "logcat -d")).out
+
+
+async def test_instrument_without_the_test_package_answers_like_a_real_device():
+    dev = new_device()
+    result = await sh(dev, f"am instrument -w -r -e class com.x.Foo {COMPONENT}")
+    assert result.out == (
+        "INSTRUMENTATION_STATUS: id=ActivityManagerService\n"
+        "INSTRUMENTATION_STATUS: Error=Unable to find instrumentation info for: "
+        f"ComponentInfo{{{COMPONENT}}}\n"
+        "INSTRUMENTATION_STATUS_CODE: -1\n"
+    )
+    assert result.err.startswith(
+        f"android.util.AndroidException: INSTRUMENTATION_FAILED: {COMPONENT}\n\tat ")
+    assert result.code == 1
+
+
+async def test_instrument_with_a_broken_test_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "device_bridge.sim.player", None)  # import fails
+    dev = new_device()
+    await install(dev, APP)
+    await install(dev, TESTS)
+    result = await sh(dev, f"am instrument -w -r {COMPONENT}")
+    assert result.out.startswith("INSTRUMENTATION_RESULT: shortMsg=java.lang.RuntimeException\n")
+    assert result.out.endswith("INSTRUMENTATION_CODE: 0\n")
+    crash = (await sh(dev, "logcat -d -b crash")).out
+    assert "E AndroidRuntime: FATAL EXCEPTION: main" in crash
+    assert "ClassNotFoundException" in crash
+
+
+class _ScriptedPlayer:
+    """Uses every DeviceHooks method, as the real player does."""
+
+    def play(self, test_pkg, app_pkg, *, class_filter, device):
+        pid = device.start_process(app_pkg.package)
+        yield f"INSTRUMENTATION_STATUS: class={class_filter}"
+        yield "INSTRUMENTATION_STATUS_CODE: 1"
+        device.log("D", "StrictMode", "StrictMode policy violation; ~duration=50 ms: "
+                   "android.os.strictmode.DiskReadViolation\n\tat a.b.C.d(C.java:1)",
+                   pid=pid, tid=pid)
+        device.advance(5000)
+        device.log("I", "DroidUnblocker", "elapsed=847ms", pid=pid, tid=pid)
+        device.kill_process(app_pkg.package, reason="crash")
+        yield "INSTRUMENTATION_CODE: -1"
+
+
+async def test_instrument_streams_the_players_lines_and_hooks_reach_logcat(monkeypatch):
+    fake = types.ModuleType("device_bridge.sim.player")
+    fake.default_player = _ScriptedPlayer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "device_bridge.sim.player", fake)
+    dev = new_device()
+    await install(dev, APP)
+    await install(dev, TESTS)
+    result = await sh(dev, f"am instrument -w -r -e class com.example.demo.FooTest {COMPONENT}")
+    assert result.out == (
+        "INSTRUMENTATION_STATUS: class=com.example.demo.FooTest\n"
+        "INSTRUMENTATION_STATUS_CODE: 1\nINSTRUMENTATION_CODE: -1\n")
+    entries = dev.logbuf.entries()
+    start = next(e for e in entries if e.message.startswith("Start proc "))
+    assert start.tag == "ActivityManager"
+    assert start.message.endswith(":com.example.demo/u0a151 for added application com.example.demo")
+    app_pid = int(start.message.split()[2].split(":")[0])
+    strict = [e for e in entries if e.tag == "StrictMode"]
+    assert [e.pid for e in strict] == [app_pid, app_pid] and strict[1].message.startswith("\tat ")
+    timing = next(e for e in entries if e.tag == "DroidUnblocker")
+    assert timing.ts - strict[0].ts >= 5.0
+    assert any(e.message.startswith(f"Killing {app_pid}:com.example.demo/") for e in entries)
+
+
+@pytest.mark.parametrize("profile", ["pixel-7", "old-nexus", "tablet-x86"])
+async def test_screencap_png_and_raw(profile):
+    dev = new_device(profile=profile)
+    out = io.BytesIO()
+
+    class Sink:
+        async def write(self, data: bytes) -> None:
+            out.write(data)
+
+    await dev.run_shell("screencap -p", stdin=BytesSource(), stdout=Sink(), stderr=Sink())
+    img = Image.open(io.BytesIO(out.getvalue()))
+    assert img.format == "PNG"
+    assert img.size == (dev.profile.width, dev.profile.height)
+    raw = dev.screenshot(png=False)
+    w, h, fmt = struct.unpack_from("<III", raw)
+    header = 16 if dev.profile.sdk >= 28 else 12
+    assert (w, h, fmt) == (*img.size, 1)
+    assert len(raw) == header + w * h * 4
