@@ -205,6 +205,10 @@ class Capabilities(_Model):
     projects: list[_Name] = Field(default_factory=list, max_length=1000)
     methods: list[_Name] = Field(default_factory=list, max_length=1000)
 
+    def supports(self, method: str) -> bool:
+        """Whether the bridge said it implements ``method`` (route nothing else to it)."""
+        return method in self.methods
+
 
 class SharedSettings(_Model):
     """The controller's settings a bridge adopts, so both ends agree (STYLE.md §7)."""

@@ -228,3 +228,6 @@ def test_envelope_models_used_by_methods() -> None:
     with pytest.raises(ValueError):
         DeviceInfo(serial=SERIAL, state="device", battery=101)
     assert Capabilities().methods == []
+    caps = Capabilities(devices=True, methods=["device.shell"])
+    assert caps.supports("device.shell")
+    assert not caps.supports("workspace.compile")
