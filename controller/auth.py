@@ -129,6 +129,13 @@ class DeviceRef:
     owner_id: str
     bridge_name: str | None = None
 
+    @classmethod
+    def on_bridge(cls, bridge: Principal, serial: str) -> DeviceRef:
+        """A device reported by the bridge authenticated as ``bridge``: its owner is ours."""
+        if bridge.kind is not TokenKind.BRIDGE or bridge.bridge_id is None:
+            raise ValueError("not a bridge principal")
+        return cls(bridge.bridge_id, serial, bridge.user_id, bridge.name)
+
     def __str__(self) -> str:
         return f"{self.bridge_name or self.bridge_id}~{self.serial}"
 

@@ -24,6 +24,7 @@ from controller.store.models import (
     new_id,
     utcnow,
 )
+from controller.store.seen import bridge_seen, devices_seen, known_devices
 from controller.store.store import MigrationLockTimeout, Store, head_revision
 from controller.store.url import UnsupportedDatabase, to_async_url
 
@@ -43,7 +44,10 @@ __all__ = [
     "TokenKind",
     "UnsupportedDatabase",
     "User",
+    "bridge_seen",
+    "devices_seen",
     "head_revision",
+    "known_devices",
     "new_id",
     "to_async_url",
     "utcnow",

@@ -214,3 +214,21 @@ async def test_authorize_matrix(store: Store, action: Action) -> None:
     with pytest.raises(RpcError) as info:
         await authorize(_principal("owner", kind=TokenKind.BRIDGE), device, action, store=store)
     assert info.value.code is ErrorCode.FORBIDDEN
+
+
+async def test_a_bridges_devices_belong_to_its_owner(store: Store) -> None:
+    root = await admin(store)
+    alice_token = await create_token(store, root, TokenKind.USER, "alice")
+    alice = await authenticate(store, f"Bearer {alice_token.secret}")
+    desk = await create_token(store, alice, TokenKind.BRIDGE, "desk")
+    bridge = await authenticate(store, f"Bearer {desk.secret}")
+    device = DeviceRef.on_bridge(bridge, "emulator-5554")
+    assert str(device) == "desk~emulator-5554"
+    await authorize(alice, device, Action.USE, store=store)
+    bob = await create_token(store, root, TokenKind.USER, "bob")
+    with pytest.raises(RpcError):
+        await authorize(
+            await authenticate(store, f"Bearer {bob.secret}"), device, Action.VIEW, store=store
+        )
+    with pytest.raises(ValueError):
+        DeviceRef.on_bridge(alice, "emulator-5554")
