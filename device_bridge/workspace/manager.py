@@ -24,13 +24,16 @@ separate working copy used by one build at a time. Builds of one project run in 
 to the pool size and queue beyond it; each keeps Gradle's incremental state in its own slot
 (a fresh copy per build would throw that away; one lock per project would serialise
 everything). A slot is released only once the blocking work running for it has finished,
-even if the build that held it was cancelled.
+even if the build that held it was cancelled. Across processes (two bridges, or a bridge and
+``droidwire demo``, sharing a state directory) each slot is also guarded by an advisory lock
+file (``slot-<i>.lock``, ``flock``): a slot locked elsewhere is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -141,6 +144,30 @@ class _Slot:
         self.marker_path = root / "ready.json"
         self.snapshot_path = snapshot
         self.fingerprint = ""
+        self.lock_path = root.parent / f"{root.name}.lock"
+        self._lock_fd: int | None = None
+
+    # -- the inter-process lock -----------------------------------------------------------
+    # The pool isolates builds inside one process; an advisory lock file per slot keeps two
+    # bridge processes (or a bridge and ``droidwire demo``) sharing a state dir apart.
+    def try_lock(self) -> bool:
+        try:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise os_error(f"lock workspace slot {self.index}", exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
 
     # -- the marker --------------------------------------------------------------------
     def read_marker(self) -> dict[str, Any] | None:
@@ -462,7 +489,8 @@ class WorkspaceManager:
 
         Raises ``RpcError``: ``not_found``/``forbidden`` (project), ``bad_request``/
         ``forbidden``/``conflict`` (the test's placement), ``busy`` (no slot within
-        ``acquire_timeout_s``), ``unavailable`` (disk errors, shutting down).
+        ``acquire_timeout_s``, or every slot locked by another process), ``unavailable``
+        (disk errors, shutting down).
         """
         if self._stopping:
             raise RpcError(
@@ -471,32 +499,73 @@ class WorkspaceManager:
         proj = self.projects.get(project)
         placement = await asyncio.to_thread(_plan, proj, test_code)
         pool = self._pool(proj)
+        index, lease = await self._start(pool, placement, test_code, acquire_timeout_s)
         try:
-            async with asyncio.timeout(acquire_timeout_s):
-                index = await pool.free.get()
-        except TimeoutError:
-            raise RpcError(
-                ErrorCode.BUSY,
-                f"all {len(pool.slots)} workspaces of project {proj.name} are busy",
-                {"project": proj.name},
-            ) from None
-        slot = pool.slots[index]
-        holds: list[asyncio.Future[Any]] = []
-        try:
-            work = asyncio.ensure_future(asyncio.to_thread(_prepare, slot, placement, test_code))
-            holds.append(work)
-            lease = await asyncio.shield(work)
-            holds = lease._holds
-            holds.append(work)
             yield lease
         finally:
-            pending = [f for f in holds if not f.done()]
-            if pending:
-                # Cancelled while a thread still works in the slot: free it only afterwards.
-                waiter = asyncio.gather(*pending, return_exceptions=True)
-                waiter.add_done_callback(lambda _: pool.free.put_nowait(index))
-            else:
+            self._free_when_done(pool, index, lease._holds)
+
+    async def _start(
+        self,
+        pool: _ProjectPool,
+        placement: TestPlacement,
+        test_code: str,
+        acquire_timeout_s: float | None,
+    ) -> tuple[int, Lease]:
+        """Take a free slot this process can lock, and prepare it in a thread."""
+        name = pool.slots[0].project.name
+        locked_elsewhere: list[int] = []
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(acquire_timeout_s):
+                        index = await pool.free.get()
+                except TimeoutError:
+                    raise RpcError(
+                        ErrorCode.BUSY,
+                        f"all {len(pool.slots)} workspaces of project {name} are busy",
+                        {"project": name},
+                    ) from None
+                slot = pool.slots[index]
+                work = asyncio.ensure_future(
+                    asyncio.to_thread(_prepare, slot, placement, test_code)
+                )
+                try:
+                    lease = await asyncio.shield(work)
+                except _SlotLocked:
+                    locked_elsewhere.append(index)
+                    if len(locked_elsewhere) == len(pool.slots):
+                        raise RpcError(
+                            ErrorCode.BUSY,
+                            f"every workspace of project {name} is locked by another"
+                            f" droidwire process using {self.state_dir}",
+                            {"project": name, "reason": "locked"},
+                        ) from None
+                    continue
+                except BaseException:
+                    self._free_when_done(pool, index, [work])
+                    raise
+                lease._holds.append(work)
+                return index, lease
+        finally:
+            for index in locked_elsewhere:
                 pool.free.put_nowait(index)
+
+    def _free_when_done(
+        self, pool: _ProjectPool, index: int, holds: list[asyncio.Future[Any]]
+    ) -> None:
+        """Unlock and free slot ``index`` — once no thread or process works in it any more."""
+
+        def free(_: object = None) -> None:
+            pool.slots[index].unlock()
+            pool.free.put_nowait(index)
+
+        pending = [f for f in holds if not f.done()]
+        if pending:
+            # Cancelled while a thread still works in the slot: free it only afterwards.
+            asyncio.gather(*pending, return_exceptions=True).add_done_callback(free)
+        else:
+            free()
 
     async def snapshot(self, project: str | None) -> bool:
         """Persist ``project``'s snapshot now from a free, ready slot; False if none is ready."""
@@ -508,7 +577,7 @@ class WorkspaceManager:
                 for _ in pool.slots:
                     index = await pool.free.get()
                     taken.append(index)
-                    if await asyncio.to_thread(pool.slots[index].write_snapshot):
+                    if await asyncio.to_thread(_snapshot, pool.slots[index]):
                         return True
         except TimeoutError:
             log.warning(
@@ -529,6 +598,19 @@ class WorkspaceManager:
                 log.warning("project %s: snapshot on stop failed: %s", name, exc)
 
 
+class _SlotLocked(Exception):
+    """Another process holds this slot's lock file."""
+
+
+def _snapshot(slot: _Slot) -> bool:
+    if not slot.try_lock():
+        return False
+    try:
+        return slot.write_snapshot()
+    finally:
+        slot.unlock()
+
+
 def _plan(project: Project, test_code: str) -> TestPlacement:
     namespace = read_namespace(project.path / project.module)
     if namespace is None:
@@ -542,6 +624,8 @@ def _plan(project: Project, test_code: str) -> TestPlacement:
 
 
 def _prepare(slot: _Slot, placement: TestPlacement, test_code: str) -> Lease:
+    if not slot.try_lock():
+        raise _SlotLocked(slot.index)
     try:
         branch, synced, reason = slot.start()
         test_file = slot.write_test(placement, test_code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import gzip
 import io
 import logging
@@ -597,3 +598,28 @@ async def test_cancelled_start_frees_the_slot_only_after_the_thread_ends(
     release.set()
     async with asyncio.timeout(10):
         assert await pool.free.get() == 0
+
+
+async def test_a_slot_locked_by_another_process_is_skipped(
+    registry: ProjectRegistry, state: Path
+) -> None:
+    # flock locks belong to an open file description: a second descriptor in this process
+    # conflicts exactly like another process would.
+    (state / "tiny").mkdir(parents=True)
+    fd = os.open(state / "tiny" / "slot-0.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        manager = WorkspaceManager(registry, state_dir=state, slots_per_project=2)
+        async with manager.lease("tiny", kotlin_test()) as lease:
+            assert lease.slot == 1
+        assert not matching(state / "tiny", "slot-0")  # never touched
+        manager = WorkspaceManager(registry, state_dir=state, slots_per_project=1)
+        with pytest.raises(RpcError) as info:
+            async with manager.lease("tiny", kotlin_test()):
+                pass
+        assert info.value.code is ErrorCode.BUSY
+        assert info.value.data and info.value.data["reason"] == "locked"
+    finally:
+        os.close(fd)
+    async with manager.lease("tiny", kotlin_test()) as lease:  # lock gone: usable again
+        assert lease.slot == 0
