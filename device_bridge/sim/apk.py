@@ -50,6 +50,7 @@ class SimTest:
     method: str
     steps: list[dict[str, object]] = field(default_factory=list)
     ignored: bool = False
+    source_file: str = ""  # the test's file name (``FooTest.kt``), for stack frames
 
 
 @dataclass(frozen=True)
