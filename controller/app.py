@@ -160,6 +160,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.migrate()
         if config.bootstrap_token is not None:
             await ensure_bootstrap_admin(store, config.bootstrap_token)
+        if config.redis_url is not None:
+            log.warning("--redis is accepted but cluster mode is not implemented yet: ignored")
         app.state.store = store
         app.state.audit = AuditLog(store)
         # Components start here, after the store, and stop in reverse order before it:
@@ -184,8 +186,9 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.state.revocation_hooks = []  # list[RevocationHook]: called after a token is revoked
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    app.add_exception_handler(RpcError, _rpc_error)
-    app.add_exception_handler(Unauthenticated, _unauthenticated)
+    # These two also serve WebSocket routes (see _problem), which Starlette's stubs don't model.
+    app.add_exception_handler(RpcError, _rpc_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(Exception, _unexpected)

@@ -70,10 +70,11 @@ class ControllerConfig:
             raise ConfigError(str(exc)) from exc
         if self.bootstrap_token is not None:
             token = self.bootstrap_token
-            if len(token) < MIN_BOOTSTRAP_TOKEN_CHARS or token != token.strip():
+            usable = token.isascii() and token.isprintable() and " " not in token
+            if len(token) < MIN_BOOTSTRAP_TOKEN_CHARS or not usable:
                 raise ConfigError(
                     f"the bootstrap token must be at least {MIN_BOOTSTRAP_TOKEN_CHARS} "
-                    "characters without surrounding spaces (try: python -c "
+                    "printable ASCII characters without spaces (try: python -c "
                     "'import secrets; print(secrets.token_urlsafe(32))')"
                 )
         if not 0 <= self.port <= 65535:
