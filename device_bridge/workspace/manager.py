@@ -205,12 +205,13 @@ class _Slot:
         marker = self.read_marker()
         reason: str | None = None
 
-        if marker is not None and self.project_dir.is_dir():
+        if marker is not None and self.project_dir.is_dir() and not self.project_dir.is_symlink():
             branch = StartBranch.READY
             synced = marker.get("fingerprint") != fingerprint
         else:
-            if marker is None and (self.project_dir.exists() or self.project_dir.is_symlink()):
-                # A working copy without a valid marker: another source, or a crash mid-init.
+            if self.project_dir.exists() or self.project_dir.is_symlink():
+                # A working copy without a valid marker (another source, a crash mid-init),
+                # or something that is not a directory where it should be: start over.
                 self._remove(self.project_dir)
             try:
                 if not self.snapshot_path.is_file():
@@ -348,9 +349,9 @@ class _Slot:
             if (android_test / "kotlin").is_dir() and not (android_test / "java").is_dir()
             else "java"
         )
-        # Every level from the working copy down must be a real directory, never a link.
+        # Every level from the slot's root down must be a real directory, never a link.
         source_root = ensure_dirs_no_symlinks(
-            self.project_dir, [self.project.module, "src", "androidTest", lang]
+            self.root, [self.project_dir.name, self.project.module, "src", "androidTest", lang]
         )
         *pkg_parts, file_name = placement.relative_parts
         directory = ensure_dirs_no_symlinks(source_root, pkg_parts)

@@ -409,6 +409,22 @@ async def test_symlinked_package_dir_pointing_out_is_refused(
     assert list(outside.rglob("*")) == []
 
 
+async def test_a_working_copy_replaced_by_a_link_is_never_followed(
+    tmp_path: Path, registry: ProjectRegistry, state: Path
+) -> None:
+    outside = make_project(tmp_path / "elsewhere")
+    before = files_of(outside)
+    manager = WorkspaceManager(registry, state_dir=state, slots_per_project=1)
+    async with manager.lease("tiny", kotlin_test()) as lease:
+        wc = lease.project_dir
+    shutil.rmtree(wc)
+    wc.symlink_to(outside, target_is_directory=True)
+    async with manager.lease("tiny", kotlin_test("Next")) as lease:
+        assert lease.branch is StartBranch.FRESH  # ready root, but no real dir: started over
+        assert not lease.project_dir.is_symlink()
+    assert files_of(outside) == before
+
+
 async def test_symlinked_source_set_in_the_project_is_refused(tmp_path: Path, state: Path) -> None:
     project = make_project(tmp_path / "projects")
     outside = tmp_path / "outside"
