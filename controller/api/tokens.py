@@ -7,6 +7,8 @@ was opened with it at once rather than at its next reconnect.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Literal
 
@@ -14,12 +16,26 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller import auth
-from controller.auth import NAME_PATTERN, UserPrincipal
+from controller.audit import AuditLog
+from controller.auth import NAME_PATTERN, Principal, UserPrincipal
 from controller.store import TokenKind
+from protocol.errors import RpcError
 
 __all__ = ["TokenCreate", "TokenCreated", "TokenInfo", "router"]
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+
+
+@asynccontextmanager
+async def _audited_refusal(
+    audit: AuditLog, principal: Principal, action: str, **detail: str
+) -> AsyncIterator[None]:
+    """A refused credential change is written to the audit log too, with its error code."""
+    try:
+        yield
+    except RpcError as exc:
+        await audit.record(principal, action, outcome=exc.code.value, detail=detail)
+        raise
 
 
 class TokenCreate(BaseModel):
@@ -54,7 +70,10 @@ async def create_token(
 ) -> TokenCreated:
     """Issue a token; a ``user`` token for a new name creates that user (admins only)."""
     state = request.app.state
-    issued = await auth.create_token(state.store, principal, TokenKind(body.kind), body.name)
+    async with _audited_refusal(
+        state.audit, principal, "token.create", kind=body.kind, name=body.name
+    ):
+        issued = await auth.create_token(state.store, principal, TokenKind(body.kind), body.name)
     await state.audit.record(
         principal,
         "token.create",
@@ -87,7 +106,8 @@ async def list_tokens(principal: UserPrincipal, request: Request) -> list[TokenI
 async def revoke_token(token_id: str, principal: UserPrincipal, request: Request) -> Response:
     """Revoke a token (idempotent). It stops authenticating at once."""
     state = request.app.state
-    token = await auth.revoke_token(state.store, principal, token_id)
+    async with _audited_refusal(state.audit, principal, "token.revoke", token_id=token_id):
+        token = await auth.revoke_token(state.store, principal, token_id)
     await state.audit.record(
         principal,
         "token.revoke",

@@ -166,3 +166,16 @@ async def test_token_changes_are_audited(api: Api) -> None:
     ]
     assert all(e.detail["token_id"] == created["id"] for e in entries)
     assert created["token"] not in repr([e.detail for e in entries])
+
+
+async def test_refused_token_changes_are_audited(api: Api) -> None:
+    alice = await api.new_token("user", "alice")
+    await api.client.post(
+        "/v1/tokens", json={"kind": "user", "name": "mallory"}, headers=bearer(alice["token"])
+    )
+    await api.client.delete("/v1/tokens/not-hers", headers=bearer(alice["token"]))
+    entries = await api.app.state.audit.recent(limit=2)
+    assert [(e.actor, e.action, e.outcome, e.detail) for e in entries] == [
+        ("alice", "token.revoke", "not_found", {"token_id": "not-hers"}),
+        ("alice", "token.create", "forbidden", {"kind": "user", "name": "mallory"}),
+    ]
