@@ -122,6 +122,9 @@ class CompileReport:
 
 # GitHub Actions: ``2020-10-21T13:44:03.3295751Z `` (7 fractional digits), other ISO stamps.
 _TIMESTAMP = re.compile(r"^\ufeff?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\s")
+# Terminal colours (``--console=rich``, CI logs) and GitHub Actions workflow commands.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_GHA_COMMAND = re.compile(r"^##\[(?:error|warning|debug|notice|group|endgroup)\]")
 # Markdown and bullet decorations: backticks, ``> `` quotes, ``- `` bullets.
 _DECORATION = re.compile(r"^(?:`{1,3}|>\s|-\s|\*\s)+")
 
@@ -144,6 +147,12 @@ _K_CLI = re.compile(
 _JAVAC = re.compile(
     r"^(?P<path>\S.*?\.java):(?P<line>\d+):\s*(?P<sev>error|warning):\s*(?P<msg>.*)$"
 )
+# Android Studio 2.x/3.x "Messages" window: the file on one line, then
+# ``Error:(12, 5) Unresolved reference: bar`` (javac: ``Error:(12, 5) error: cannot find symbol``).
+_STUDIO_MESSAGE = re.compile(
+    r"^(?P<sev>Error|Warning):\((?P<line>\d+),\s*(?P<col>\d+)\)\s*(?:(?:error|warning):\s*)?(?P<msg>.*)$"
+)
+_BARE_SOURCE_PATH = re.compile(rf"^(?P<path>\S.*\.{_SRC_EXT})$")
 _SEVERITY_PREFIX = re.compile(
     r"^(?P<sev>e|w|i|v|error|warning|info|ERROR|WARNING):\s?(?P<rest>.*)$"
 )
@@ -198,6 +207,7 @@ _BUILD_CONFIG = re.compile(
             r"AAPT: error|Android resource linking failed",
             r"Manifest merger failed",
             r"invalid (?:source|target) release",
+            r"compiled with an incompatible version of Kotlin|Incompatible classes were found in dependencies",
         )
     ),
     re.IGNORECASE,
@@ -277,6 +287,9 @@ _KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
 
 _UNRESOLVED_K1 = re.compile(r"Unresolved reference:\s*`?(?P<name>[^\s`'\",;()]+)`?")
 _UNRESOLVED_K2 = re.compile(r"Unresolved reference\s+['`](?P<name>[^'`]+)['`]", re.IGNORECASE)
+_CANNOT_FIND = re.compile(
+    r"cannot find symbol:?\s+(?:symbol:\s*)?(?:class|variable|method|interface|enum)\s+(?P<name>[\w$]+)"
+)
 _PACKAGE_MISSING = re.compile(r"package (?P<name>[\w.]+) does not exist")
 
 
@@ -293,9 +306,9 @@ def classify_message(message: str) -> tuple[ErrorKind, str | None]:
         if match:
             symbol = match.group("name").rstrip(".")
         else:
-            pkg = _PACKAGE_MISSING.search(message)
-            if pkg:
-                symbol = pkg.group("name")
+            found = _CANNOT_FIND.search(message) or _PACKAGE_MISSING.search(message)
+            if found:
+                symbol = found.group("name")
     return kind, symbol
 
 
@@ -329,8 +342,9 @@ class _Line:
 
 
 def _clean(line: str) -> _Line:
-    line = line.rstrip("\r\n").replace("\t", "    ")
+    line = _ANSI.sub("", line.rstrip("\r\n")).replace("\t", "    ")
     line = _TIMESTAMP.sub("", line, count=1)
+    line = _GHA_COMMAND.sub("", line, count=1)
     text = line.strip()
     # Decorations only matter when what follows them is something we recognise.
     undecorated = _DECORATION.sub("", text).rstrip("`").strip()
@@ -376,6 +390,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
     saw_compile_failure_text = False
     seen_tasks: list[str] = []
     in_what_went_wrong = False
+    studio_file: str | None = None  # the file heading Android Studio's message lines
 
     def flush() -> None:
         nonlocal pending
@@ -477,6 +492,21 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
             continue
 
         # --- compiler diagnostics
+        studio = _STUDIO_MESSAGE.match(text)
+        if studio:
+            flush()
+            previous = cleaned[index - 1].text if index > 0 else ""
+            bare = _BARE_SOURCE_PATH.match(previous)
+            pending = _Pending(
+                file=_normalise_path(bare.group("path")) if bare else studio_file,
+                line=int(studio.group("line")),
+                column=int(studio.group("col")),
+                severity="warning" if studio.group("sev") == "Warning" else "error",
+                parts=[studio.group("msg").strip()],
+            )
+            if bare:
+                studio_file = pending.file
+            continue
         severity: Severity = "error"
         body = text
         explicit_severity = False
@@ -537,6 +567,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
             if (
                 pending.continuations < _MAX_CONTINUATION
                 and not _NOT_CONTINUATION.match(text)
+                and not _BARE_SOURCE_PATH.match(text)
                 and not _BUILD_CONFIG.search(text)
             ):
                 pending.parts.append(text)
@@ -579,7 +610,8 @@ def _conclude(
     if not failed:
         report.failure = "none"
         return
-    config_text = any(_BUILD_CONFIG.search(x) for x in report.what_went_wrong) or (
+    unlocated = [e.message for e in compile_errors if not e.file]
+    config_text = any(_BUILD_CONFIG.search(x) for x in [*report.what_went_wrong, *unlocated]) or (
         not compile_errors and any(_BUILD_CONFIG.search(x) for x in lines)
     )
     if in_sources:

@@ -190,6 +190,44 @@ def test_simulated_toolchain_line() -> None:
     assert report.failed_tasks == [":app:compileDebugAndroidTestKotlin"]
 
 
+def test_ansi_colours_and_ci_workflow_commands() -> None:
+    report = parse_errors(
+        "\x1b[31me: file:///a/B.kt:3:4 Unresolved reference: x\x1b[0m\n"
+        "##[error]e: file:///a/C.kt:5:6 Unresolved reference 'y'.\n"
+    )
+    assert [(e.file, e.line, e.symbol) for e in report.errors] == [
+        ("/a/B.kt", 3, "x"),
+        ("/a/C.kt", 5, "y"),
+    ]
+
+
+def test_android_studio_messages_window() -> None:
+    report = parse_errors(
+        "/home/u/p/app/src/main/java/com/x/MainActivity.kt\n"
+        "Error:(12, 5) Unresolved reference: bar\n"
+        "Warning:(14, 9) Variable 'v' is never used\n"
+        "/home/u/p/app/src/main/java/com/x/Other.java\n"
+        "Error:(3, 8) error: cannot find symbol class Foo\n"
+    )
+    got = [
+        (e.file.rsplit("/", 1)[-1] if e.file else None, e.line, e.column, e.severity, e.symbol)
+        for e in report.errors
+    ]
+    assert got == [
+        ("MainActivity.kt", 12, 5, "error", "bar"),
+        ("MainActivity.kt", 14, 9, "warning", None),
+        ("Other.java", 3, 8, "error", "Foo"),
+    ]
+
+
+def test_unlocated_dependency_errors_are_build_config() -> None:
+    report = parse_errors(
+        "e: Incompatible classes were found in dependencies. Remove them from the classpath\n"
+        "BUILD FAILED in 3s\n"
+    )
+    assert report.build_failed and report.failure == "build_config"
+
+
 # --------------------------------------------------------------------------------------
 # javac
 
