@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import signal
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ from .workspace import (
     ProjectRegistry,
     WorkspaceManager,
     default_state_dir,
+    source_fingerprint,
 )
 from .workspace.fsutil import is_within
 
@@ -65,6 +67,7 @@ Prefer = Literal["auto", "gradle", "simulated"]
 
 GRADLE_TASKS = ("assembleDebug", "assembleDebugAndroidTest")
 DEFAULT_COMPILE_TIMEOUT_S = 900.0
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # Gradle's compiler errors come near the end of its output: keep the tail when it is long.
 MAX_OUTPUT_BYTES = 2 * 1024 * 1024
 # After killing Gradle, how long to wait for a grandchild that still holds the pipe open.
@@ -86,6 +89,7 @@ class CompileOutcome:
     test_class: str | None = None  # fully qualified, for ``am instrument -e class``
     workspace: str | None = None  # the start branch the working copy took
     duration_ms: int = 0
+    cached: bool = False  # served from the bridge's APK cache, no compile ran
 
     def to_result(self) -> CompileResult:
         """The ``workspace.compile`` RPC result (protocol.methods)."""
@@ -156,7 +160,9 @@ def detect_host(env: Mapping[str, str] | None = None) -> HostToolchain:
 class SimulatedCompiler(Protocol):
     """What the build service needs of ``device_bridge.sim.toolchain.SimulatedToolchain``."""
 
-    def compile(self, project_dir: Path, test_code: str) -> Any: ...
+    def compile(self, project_dir: Path, test_code: str, *, test_path: Path | None = None) -> Any:
+        """Build ``test_code`` (written at ``test_path``) against the project in ``project_dir``;
+        returns an object with ``ok``, ``output``, ``app_apk``, ``test_apk``."""
 
 
 def _load_simulated() -> SimulatedCompiler | None:
@@ -165,7 +171,7 @@ def _load_simulated() -> SimulatedCompiler | None:
     except ImportError as exc:
         log.warning("simulated toolchain unavailable: %s", exc)
         return None
-    return SimulatedToolchain()  # type: ignore[no-any-return]
+    return SimulatedToolchain()
 
 
 def _sha256(data: bytes) -> str:
@@ -195,6 +201,7 @@ class BuildService:
         env: Mapping[str, str] | None = None,
         # Limits
         max_output_bytes: int = MAX_OUTPUT_BYTES,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.workspaces = workspaces
         self.prefer: Prefer = prefer
@@ -203,6 +210,7 @@ class BuildService:
         self._simulated = simulated
         self._simulated_loaded = simulated is not None
         self.max_output_bytes = max_output_bytes
+        self._cache = _ApkCache(cache_bytes) if cache_bytes else None
 
     # -- choosing ----------------------------------------------------------------------
     @property
@@ -307,6 +315,14 @@ class BuildService:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + timeout_s
+        key = None
+        if self._cache is not None:
+            fingerprint = await asyncio.to_thread(source_fingerprint, proj.path)
+            key = _cache_key(toolchain, proj, fingerprint, test_code)
+            hit = self._cache.get(key)
+            if hit is not None:
+                log.info("compile of %s served from the APK cache", hit.test_class)
+                return replace(hit, cached=True, workspace=None, duration_ms=0)
         try:
             async with asyncio.timeout_at(deadline):
                 async with self.workspaces.lease(proj.name, test_code) as lease:
@@ -328,13 +344,17 @@ class BuildService:
                 f"compile of project {proj.name} did not finish within {timeout_s:g}s",
                 {"project": proj.name, "toolchain": toolchain},
             ) from None
+        if key is not None and self._cache is not None and outcome.ok:
+            self._cache.put(key, outcome)
         return replace(outcome, duration_ms=int((loop.time() - started) * 1000))
 
     async def _simulate(self, lease: Lease, test_code: str) -> CompileOutcome:
         compiler = self.simulated
         assert compiler is not None  # toolchain_for checked it
         work = asyncio.ensure_future(
-            asyncio.to_thread(compiler.compile, lease.project_dir, test_code)
+            asyncio.to_thread(
+                compiler.compile, lease.project_dir, test_code, test_path=lease.test_file
+            )
         )
         lease.hold(work)
         try:
@@ -434,6 +454,42 @@ class BuildService:
             app_apk, test_apk = await asyncio.to_thread(_read_apks, lease)
         log.info("gradle exited %s for %s", rc, lease.test_class)
         return self._outcome(lease, ok, output, "gradle", app_apk, test_apk)
+
+
+def _cache_key(toolchain: str, project: Project, fingerprint: str, test_code: str) -> str:
+    h = hashlib.sha256(f"{toolchain}\0{project.identity}\0{fingerprint}\0".encode())
+    h.update(test_code.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class _ApkCache:
+    """Successful compiles by sha256(toolchain + project identity + its files + test code),
+    least recently used evicted first, bounded by the APK bytes held."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, CompileOutcome] = OrderedDict()
+
+    @staticmethod
+    def _size(outcome: CompileOutcome) -> int:
+        return len(outcome.app_apk or b"") + len(outcome.test_apk or b"")
+
+    def get(self, key: str) -> CompileOutcome | None:
+        outcome = self._entries.get(key)
+        if outcome is not None:
+            self._entries.move_to_end(key)
+        return outcome
+
+    def put(self, key: str, outcome: CompileOutcome) -> None:
+        size = self._size(outcome)
+        if size > self.max_bytes or key in self._entries:
+            return
+        while self._entries and self.bytes + size > self.max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self.bytes -= self._size(old)
+        self._entries[key] = outcome
+        self.bytes += size
 
 
 _CONFIG_KEYS = frozenset(

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import openai
 from tenacity import (
-    RetryError,
     Retrying,
     retry_if_exception,
     stop_after_attempt,
@@ -148,15 +147,13 @@ class LlmClient:
             raise LlmError("connection", str(exc)) from exc
         except (openai.OpenAIError, ValueError) as exc:  # malformed responses and the like
             raise LlmError("bad_response", str(exc)) from exc
-        except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
-            raise LlmError("server_error", str(exc)) from exc
         try:
             content = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError) as exc:
             raise LlmError("bad_response", "the response has no choices") from exc
         if not content:
             raise LlmError("empty_reply", "the model returned no text")
-        return content
+        return str(content)
 
     def _call(self, messages: Sequence[Mapping[str, str]]) -> Any:
         s = self.settings

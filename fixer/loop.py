@@ -142,6 +142,7 @@ def compile_fix_loop(
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     *,
     expected_package: str | None = None,
+    test_path: str | None = None,
 ) -> LoopResult:
     """Run the loop with a synchronous ``compile_fn(code) -> (ok, output)``."""
     steps = _steps(test_code, max_rounds)
@@ -157,7 +158,12 @@ def compile_fix_loop(
             else:
                 step = steps.send(
                     fix_detailed(
-                        step.code, step.output, index, llm_client, expected_package=expected_package
+                        step.code,
+                        step.output,
+                        index,
+                        llm_client,
+                        expected_package=expected_package,
+                        test_path=test_path,
                     )
                 )
     except StopIteration as done:
@@ -173,6 +179,7 @@ async def compile_fix_loop_async(
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     *,
     expected_package: str | None = None,
+    test_path: str | None = None,
 ) -> LoopResult:
     """Run the loop with an async (or sync) ``compile_fn``; fixes run in a worker thread."""
     steps = _steps(test_code, max_rounds)
@@ -192,6 +199,7 @@ async def compile_fix_loop_async(
                     index,
                     llm_client,
                     expected_package=expected_package,
+                    test_path=test_path,
                 )
                 step = steps.send(fixed)
     except StopIteration as done:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -27,7 +28,13 @@ import openai
 from fixer.errors import CompileError, CompileReport, parse_errors
 from fixer.exceptions import LlmError, ReplyRejected
 from fixer.llm import ChatCompleter, LlmClient, LlmSettings
-from fixer.prompt import build_messages, collect_context, extract_code, validate_reply
+from fixer.prompt import (
+    build_messages,
+    collect_context,
+    declared_names,
+    extract_code,
+    validate_reply,
+)
 from fixer.rules import apply_rules
 from fixer.source_index import SourceCodeIndex
 
@@ -108,11 +115,26 @@ def fix_detailed(
     llm_client: ChatCompleter | openai.OpenAI | None = None,
     *,
     expected_package: str | None = None,
+    test_path: str | None = None,
 ) -> FixResult:
-    """Repair ``test_code`` against one build's output; never raises for bad input or LLM trouble."""
+    """Repair ``test_code`` against one build's output; never raises for bad input or LLM trouble.
+
+    Only the errors that concern the test are worked on: those in ``test_path`` (compared by
+    file name) when given, else those in a file named after a class the test declares, else
+    those in a test source set (``androidTest``, ``test``), else all of them.
+    """
     report = parse_errors(error_output) if isinstance(error_output, str) else error_output
-    errors = report.compile_errors
+    errors = _errors_of_test(report.compile_errors, test_code, test_path)
     name = _file_name(errors)
+    if report.compile_errors and not errors:
+        return FixResult(
+            test_code,
+            "none",
+            "",
+            report.compile_errors,
+            failure=report.failure,
+            note="errors are outside the test",
+        )
 
     if report.failure == "build_config":
         return FixResult(
@@ -185,6 +207,30 @@ def fix(
 ) -> str:
     """The seed's signature: the fixed test code (the input itself when nothing could be done)."""
     return fix_detailed(test_code, error_output, index, llm_client).code
+
+
+def _errors_of_test(
+    errors: Sequence[CompileError], test_code: str, test_path: str | None
+) -> list[CompileError]:
+    def base(path: str) -> str:
+        return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+    located = [e for e in errors if e.file]
+    unlocated = [e for e in errors if not e.file]
+    if not located:
+        return list(errors)
+    if test_path:
+        return [e for e in located if base(e.file or "") == base(test_path)] + unlocated
+    stems = set(declared_names(test_code))
+    mine = [e for e in located if base(e.file or "").rsplit(".", 1)[0] in stems]
+    if mine:
+        return mine + unlocated
+    in_tests = [
+        e
+        for e in located
+        if re.search(r"/src/(?:androidTest|test)\w*/", (e.file or "").replace("\\", "/"))
+    ]
+    return (in_tests or located) + unlocated
 
 
 def _file_name(errors: Sequence[CompileError]) -> str:

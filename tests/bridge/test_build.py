@@ -43,7 +43,10 @@ class FakeSimulatedToolchain:
     def __init__(self) -> None:
         self.calls: list[tuple[Path, str, list[str]]] = []
 
-    def compile(self, project_dir: Path, test_code: str) -> FakeResult:
+    def compile(
+        self, project_dir: Path, test_code: str, *, test_path: Path | None = None
+    ) -> FakeResult:
+        assert test_path is not None and test_path.read_text() == test_code
         test_dir = project_dir / "app/src/androidTest/java/com/droidwire/demo"
         self.calls.append((project_dir, test_code, sorted(p.name for p in test_dir.iterdir())))
         if "BROKEN" in test_code:
@@ -255,7 +258,9 @@ async def test_simulated_compile_errors_come_back_as_output(tmp_path: Path) -> N
 
 async def test_a_crashing_simulator_is_an_internal_error_not_a_crash(tmp_path: Path) -> None:
     class Exploding(FakeSimulatedToolchain):
-        def compile(self, project_dir: Path, test_code: str) -> FakeResult:
+        def compile(
+            self, project_dir: Path, test_code: str, *, test_path: Path | None = None
+        ) -> FakeResult:
             raise ValueError("simulator bug")
 
     svc = service(tmp_path, simulated=Exploding(), slots=1)
@@ -291,6 +296,58 @@ async def test_the_real_simulated_toolchain_builds_the_demo(tmp_path: Path) -> N
     outcome = await svc.compile(None, kotlin_test("FormatTitleTest"), timeout_s=60)
     assert outcome.toolchain == "simulated"
     assert outcome.ok, outcome.output
+
+
+async def test_the_real_simulated_toolchain_reports_errors_at_the_written_file(
+    tmp_path: Path,
+) -> None:
+    toolchain = importlib.import_module("device_bridge.sim.toolchain")
+    manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
+    svc = BuildService(manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain())
+    broken = kotlin_test("BrokenTest").replace("/*  */", "missingHelper()")
+    outcome = await svc.compile(None, broken, timeout_s=60)
+    assert not outcome.ok and outcome.toolchain == "simulated"
+    written = tmp_path / "state/demo/slot-0/project/app/src/androidTest/java/com/droidwire/demo"
+    assert f"e: {(written / 'BrokenTest.kt').resolve().as_uri()}:" in outcome.output
+    assert "missingHelper" in outcome.output
+
+
+# -- the bridge's APK cache ------------------------------------------------------------------
+
+
+async def test_a_repeated_compile_is_served_from_the_cache(tmp_path: Path) -> None:
+    fake = FakeSimulatedToolchain()
+    svc = service(tmp_path, simulated=fake)
+    first = await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    again = await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    assert len(fake.calls) == 1
+    assert again.cached and not first.cached
+    assert again.apk_hashes == first.apk_hashes and again.test_apk == first.test_apk
+    await svc.compile(DEMO_PROJECT, kotlin_test(marker="other"), timeout_s=30)
+    assert len(fake.calls) == 2  # other code: compiled
+
+
+async def test_the_cache_follows_the_project_files(tmp_path: Path) -> None:
+    fake = FakeSimulatedToolchain()
+    svc = service(tmp_path, simulated=fake)
+    await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    source = svc.workspaces.projects.get(DEMO_PROJECT).path
+    (source / "app/src/main/java/com/droidwire/demo/Extra.kt").write_text("package x\n")
+    outcome = await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    assert not outcome.cached and len(fake.calls) == 2
+
+
+async def test_failures_are_not_cached_and_the_cache_can_be_off(tmp_path: Path) -> None:
+    fake = FakeSimulatedToolchain()
+    svc = service(tmp_path, simulated=fake)
+    for _ in range(2):
+        assert not (await svc.compile(DEMO_PROJECT, kotlin_test(marker="BROKEN"), timeout_s=30)).ok
+    assert len(fake.calls) == 2
+    fake_off = FakeSimulatedToolchain()
+    off = service(tmp_path / "off", simulated=fake_off, cache_bytes=None)
+    for _ in range(2):
+        assert not (await off.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)).cached
+    assert len(fake_off.calls) == 2
 
 
 # -- compiling with "Gradle" (a wrapper script that behaves like it) --------------------------

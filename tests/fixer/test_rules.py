@@ -264,3 +264,23 @@ def test_build_config_failures_are_not_touched(index: SourceCodeIndex) -> None:
 )
 def test_expected_package_from_path(path: str | None, package: str | None) -> None:
     assert expected_package_from_path(path) == package
+
+
+def test_errors_in_other_files_are_not_the_tests(index: SourceCodeIndex) -> None:
+    app_file = "/ws/app/src/main/java/com/example/demo/MainActivity.kt"
+    out = k2(3, 1, "Test", app_file) + k2(16, 9, "Log")
+    result = fix_detailed(FRAMEWORK_TEST, out, index, None)
+    assert result.changes == ["import android.util.Log"]
+
+    only_app = fix_detailed(FRAMEWORK_TEST, k2(3, 1, "Test", app_file), index, None)
+    assert (only_app.fixer, only_app.note) == ("none", "errors are outside the test")
+
+
+def test_explicit_test_path_selects_the_errors(index: SourceCodeIndex) -> None:
+    out = k2(16, 9, "Log", "/ws/app/src/androidTest/java/com/example/demo/Generated.kt") + k2(
+        7, 9, "StrictMode"
+    )
+    result = fix_detailed(
+        FRAMEWORK_TEST, out, index, None, test_path="app/src/androidTest/GenTest.kt"
+    )
+    assert result.changes == ["import android.os.StrictMode"]
