@@ -121,7 +121,8 @@ def fix_detailed(
 
     Only the errors that concern the test are worked on: those in ``test_path`` (compared by
     file name) when given, else those in a file named after a class the test declares, else
-    those in a test source set (``androidTest``, ``test``), else all of them.
+    those in a test source set (``androidTest…``, ``test…``), else those whose source set is
+    unknown. Errors only in the app's own sources leave the test alone.
     """
     report = parse_errors(error_output) if isinstance(error_output, str) else error_output
     errors = _errors_of_test(report.compile_errors, test_code, test_path)
@@ -225,12 +226,15 @@ def _errors_of_test(
     mine = [e for e in located if base(e.file or "").rsplit(".", 1)[0] in stems]
     if mine:
         return mine + unlocated
-    in_tests = [
-        e
-        for e in located
-        if re.search(r"/src/(?:androidTest|test)\w*/", (e.file or "").replace("\\", "/"))
-    ]
-    return (in_tests or located) + unlocated
+
+    def source_set(error: CompileError) -> str | None:
+        m = re.search(r"(?:^|/)src/(\w+)/", (error.file or "").replace("\\", "/"))
+        return m.group(1) if m else None
+
+    in_tests = [e for e in located if (source_set(e) or "").startswith(("androidTest", "test"))]
+    # Errors in the app's own source sets (main, debug, …) are not the test's to fix.
+    unknown = [e for e in located if source_set(e) is None]
+    return (in_tests or unknown) + unlocated
 
 
 def _file_name(errors: Sequence[CompileError]) -> str:
