@@ -65,12 +65,12 @@ class AdbServer:
     adb: str = ADB_BINARY
     env: dict[str, str] = field(default_factory=dict)
 
-    def cli(self, *args: str, timeout: float = 30.0, binary: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout: float = 30.0, binary: str | None = None,
+            text: bool = True) -> subprocess.CompletedProcess[Any]:
         """Run ``adb -P PORT ARGS…`` (optionally another adb ``binary``) against this server."""
         return subprocess.run(
             [binary or self.adb, "-P", str(self.port), *args],
-            env=self.env, capture_output=True, text=True, timeout=timeout * TIME_SCALE,
+            env=self.env, capture_output=True, text=text, timeout=timeout * TIME_SCALE,
             stdin=subprocess.DEVNULL, check=False,
         )
 
@@ -162,6 +162,10 @@ class ConnectedSim:
     def run(self, fn: Any, timeout: float | None = None) -> Any:
         """Run the coroutine ``fn()`` on the device's event loop."""
         return self.sim.run(fn, timeout=timeout)
+
+    def submit(self, fn: Any) -> Any:
+        """Start the coroutine ``fn()`` on the device's loop; returns a concurrent Future."""
+        return self.sim.submit(fn)
 
     def connect(self) -> None:
         client = self.server.client()

@@ -8,6 +8,7 @@ synchronous code (and ``asyncio.to_thread`` callers) use it like a phone on the 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -91,6 +92,16 @@ class ThreadedSimDevice:
 
         future = asyncio.run_coroutine_threadsafe(wrapper(), self._loop)
         return future.result(self._timeout if timeout is None else timeout)
+
+    def submit(self, fn: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Start the coroutine ``fn()`` on the device's loop without waiting for it."""
+        if self._loop is None:
+            raise RuntimeError("the simulated device is not running")
+
+        async def wrapper() -> T:
+            return await fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop)
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run the plain function ``fn()`` on the device's loop and return its result."""
