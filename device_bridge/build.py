@@ -294,6 +294,10 @@ class BuildService:
             "default_project": default,
         }
 
+    async def stop(self) -> None:
+        """Staged shutdown: refuse new compiles, let running ones finish, snapshot."""
+        await self.workspaces.stop()
+
     # -- compiling ---------------------------------------------------------------------
     async def compile(
         self,

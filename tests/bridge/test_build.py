@@ -7,10 +7,12 @@ APKs under ``app/build/outputs/apk``, exit code, or hanging until killed).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,6 +256,36 @@ async def test_simulated_compile_errors_come_back_as_output(tmp_path: Path) -> N
     assert not outcome.ok and outcome.toolchain == "simulated"
     assert "Unresolved reference" in outcome.output
     assert outcome.app_apk is None and outcome.test_apk is None and outcome.apk_hashes == {}
+
+
+async def test_a_compile_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    entered, loop_ran = threading.Event(), threading.Event()
+
+    class WaitsForTheLoop(FakeSimulatedToolchain):
+        def compile(
+            self, project_dir: Path, test_code: str, *, test_path: Path | None = None
+        ) -> FakeResult:
+            entered.set()
+            # Only the test's coroutine sets this: were the loop blocked by this very call,
+            # it could not run, and the wait would time out.
+            assert loop_ran.wait(10), "the event loop was blocked during the compile"
+            return super().compile(project_dir, test_code, test_path=test_path)
+
+    svc = service(tmp_path, simulated=WaitsForTheLoop())
+    compiling = asyncio.create_task(svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30))
+    assert await asyncio.to_thread(entered.wait, 10)
+    loop_ran.set()
+    assert (await compiling).ok
+
+
+async def test_stop_snapshots_and_refuses_new_compiles(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    await svc.compile(DEMO_PROJECT, kotlin_test(), timeout_s=30)
+    await svc.stop()
+    assert (tmp_path / "state" / DEMO_PROJECT / "snapshot.tar.gz").is_file()
+    with pytest.raises(RpcError) as info:
+        await svc.compile(DEMO_PROJECT, kotlin_test(marker="new"), timeout_s=30)
+    assert info.value.code is ErrorCode.UNAVAILABLE
 
 
 async def test_a_crashing_simulator_is_an_internal_error_not_a_crash(tmp_path: Path) -> None:
