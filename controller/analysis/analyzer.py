@@ -22,7 +22,7 @@ from typing import Any
 from controller.analysis import anr as anr_mod
 from controller.analysis import strictmode
 from controller.analysis.displayed import parse_displayed
-from controller.analysis.lines import LogLine, parse_lines
+from controller.analysis.lines import LogLine, ParsedLog, iter_lines
 from controller.analysis.models import (
     Anr,
     Crash,
@@ -214,12 +214,13 @@ def analyze(
 ) -> AnalysisResult:
     """Analyse a log. ``package`` limits the evidence to that app; ``pids`` adds known pids
     (a pid → process map, or pids of the app); ``completed`` says whether the run finished."""
-    parsed = parse_lines(text)
+    stats = ParsedLog([])
     state = _State(package)
-    for ln in parsed.lines:
-        state.feed(ln)
+    feed = state.feed
+    for ln in iter_lines(text, stats):
+        feed(ln)
     state.close_all()
-    return state.result(parsed.entries, len(parsed.lines), parsed.damaged, dict(parsed.formats),
+    return state.result(stats.entries, stats.total, stats.damaged, dict(stats.formats),
                         pids, thresholds, completed)
 
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["LogLine", "ParsedLog", "clean", "parse_lines"]
+__all__ = ["LogLine", "ParsedLog", "clean", "iter_lines", "parse_lines"]
 
 _L = r"[VDIWEFAS]"
 _DATE = r"(?:(?:\d{4}-)?\d\d-\d\d\s+)?"
@@ -38,6 +39,10 @@ _TIME = r"\d\d:\d\d:\d\d(?:\.\d+)?"
 # ':' themselves, e.g. a truncated "prung:SamSprun"), and the message may be empty.
 _THREADTIME = re.compile(
     rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$"
+)
+# The common case first: a tag without ':' (the general pattern above handles the rest).
+_THREADTIME_FAST = re.compile(
+    rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S[^:]*?)\s*:(?: |$)(.*)$"
 )
 _THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
 # pid, tid, process, level, tag, msg
@@ -109,6 +114,7 @@ class LogLine:
 class ParsedLog:
     lines: list[LogLine]
     entries: int = 0
+    total: int = 0
     damaged: int = 0
     formats: Counter[str] = field(default_factory=Counter)
 
@@ -189,81 +195,90 @@ def _match_long(s: str) -> tuple[str, int | None, int | None, str, str | None, s
 
 def parse_lines(text: str) -> ParsedLog:
     """Split ``text`` into lines and parse each one's prefix. Never raises."""
+    parsed = ParsedLog([])
+    parsed.lines.extend(iter_lines(text, parsed))
+    return parsed
+
+
+def iter_lines(text: str, stats: ParsedLog | None = None) -> Iterator[LogLine]:
+    """Parse lines one at a time (the analyzer streams them); counts go into ``stats``."""
+    if stats is None:
+        stats = ParsedLog([])
     raw_lines = text.splitlines()
-    out: list[LogLine] = []
-    formats: Counter[str] = Counter()
-    entries = damaged = 0
+    formats = stats.formats
     prev: LogLine | None = None       # last entry: what unprefixed lines inherit
     long_ctx: LogLine | None = None   # the header of an open `-v long` record
-    tt = _THREADTIME.match
+    fast = _THREADTIME_FAST.match
     i = 0
     n = len(raw_lines)
-    while i < n:
-        raw = raw_lines[i]
-        idx = i
-        i += 1
-        # Fast path: plain threadtime, the format the executor itself collects.
-        m = tt(raw) if len(raw) <= _HEAD else None
-        if m is not None:
-            ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None,
-                         "threadtime", True)
-            out.append(ln)
-            entries += 1
-            formats["threadtime"] += 1
-            prev = ln
-            long_ctx = None
-            continue
-        s = clean(raw.rstrip())
-        if not s:
-            out.append(LogLine(idx, raw, "", fmt="blank"))
-            prev = long_ctx = None
-            continue
-        if _SEPARATOR.match(s):
-            out.append(LogLine(idx, raw, s, fmt="separator"))
-            prev = long_ctx = None
-            continue
-        r = _match(s) if len(s) <= _HEAD else _match_long(s)
-        if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
-            # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
-            joined = s + clean(raw_lines[i].rstrip()).lstrip() if s[-1:].isdigit() else ""
-            r2 = _match(joined) if joined else None
-            if r2 is not None:
-                r, s, raw = r2, joined, raw + raw_lines[i]
-                i += 1
-        if r is not None:
-            fmt, pid, tid, level, tag, proc, msg = r
-            if fmt == "long":
-                ln = LogLine(idx, raw, msg, pid, tid, level, tag, None, fmt, True)
-                long_ctx = ln
-            else:
-                ln = LogLine(idx, raw, msg, pid, tid, level, tag, proc, fmt, True)
+    tt_count = 0
+    try:
+        while i < n:
+            raw = raw_lines[i]
+            idx = i
+            i += 1
+            # Fast path: plain threadtime, the format the executor itself collects.
+            m = fast(raw) if len(raw) <= _HEAD else None
+            if m is not None:
+                ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None,
+                             "threadtime", True)
+                tt_count += 1
+                prev = ln
                 long_ctx = None
-            out.append(ln)
-            entries += 1
-            formats[fmt] += 1
-            prev = ln
-            continue
-        if long_ctx is not None:
-            ln = LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid, long_ctx.level,
-                         long_ctx.tag, None, "long", False, True)
-            out.append(ln)
-            continue
-        if prev is not None and prev.fmt == "studio_4x":
-            m4 = _LEVEL_ONLY.match(s)
-            if m4:
-                ln = LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None, "studio_4x",
-                             True)
-                out.append(ln)
-                entries += 1
-                formats["studio_4x"] += 1
+                yield ln
                 continue
-        bad = bool(_DAMAGED.match(s))
-        if bad:
-            damaged += 1
-        if prev is not None:
-            ln = LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
-                         "continuation", False, True, bad)
-        else:
-            ln = LogLine(idx, raw, s, fmt="bare", damaged=bad)
-        out.append(ln)
-    return ParsedLog(out, entries, damaged, formats)
+            s = clean(raw.rstrip())
+            if not s:
+                prev = long_ctx = None
+                yield LogLine(idx, raw, "", fmt="blank")
+                continue
+            if _SEPARATOR.match(s):
+                prev = long_ctx = None
+                yield LogLine(idx, raw, s, fmt="separator")
+                continue
+            r = _match(s) if len(s) <= _HEAD else _match_long(s)
+            if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
+                # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
+                joined = s + clean(raw_lines[i].rstrip()).lstrip() if s[-1:].isdigit() else ""
+                r2 = _match(joined) if joined else None
+                if r2 is not None:
+                    r, s, raw = r2, joined, raw + raw_lines[i]
+                    i += 1
+            if r is not None:
+                fmt, pid, tid, level, tag, proc, msg = r
+                if fmt == "long":
+                    ln = LogLine(idx, raw, msg, pid, tid, level, tag, None, fmt, True)
+                    long_ctx = ln
+                else:
+                    ln = LogLine(idx, raw, msg, pid, tid, level, tag, proc, fmt, True)
+                    long_ctx = None
+                stats.entries += 1
+                formats[fmt] += 1
+                prev = ln
+                yield ln
+                continue
+            if long_ctx is not None:
+                yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
+                              long_ctx.level, long_ctx.tag, None, "long", False, True)
+                continue
+            if prev is not None and prev.fmt == "studio_4x":
+                m4 = _LEVEL_ONLY.match(s)
+                if m4:
+                    stats.entries += 1
+                    formats["studio_4x"] += 1
+                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
+                                  "studio_4x", True)
+                    continue
+            bad = bool(_DAMAGED.match(s))
+            if bad:
+                stats.damaged += 1
+            if prev is not None:
+                yield LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
+                              "continuation", False, True, bad)
+            else:
+                yield LogLine(idx, raw, s, fmt="bare", damaged=bad)
+    finally:
+        stats.entries += tt_count
+        if tt_count:
+            formats["threadtime"] += tt_count
+        stats.total = n
