@@ -153,6 +153,8 @@ _STUDIO_MESSAGE = re.compile(
     r"^(?P<sev>Error|Warning):\((?P<line>\d+),\s*(?P<col>\d+)\)\s*(?:(?:error|warning):\s*)?(?P<msg>.*)$"
 )
 _BARE_SOURCE_PATH = re.compile(rf"^(?P<path>\S.*\.{_SRC_EXT})$")
+# ``w: file:///…/Foo.kt: no @Test methods found``: a file but no position (after ``e:``/``w:``).
+_FILE_ONLY = re.compile(rf"^(?P<path>(?:file:(?://)?)?\S.*?\.{_SRC_EXT}):\s+(?P<msg>\S.*)$")
 _SEVERITY_PREFIX = re.compile(
     r"^(?P<sev>e|w|i|v|error|warning|info|ERROR|WARNING):\s?(?P<rest>.*)$"
 )
@@ -553,6 +555,16 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
 
         if explicit_severity:
             flush()
+            file_only = _FILE_ONLY.match(body)
+            if file_only:
+                pending = _Pending(
+                    _normalise_path(file_only.group("path")),
+                    None,
+                    None,
+                    severity,
+                    [file_only.group("msg")],
+                )
+                continue
             # A truncated last line (``e: fi``, ``e: file:///…/features/``) is damage, not
             # an error of its own.
             if index == last_nonblank and " " not in body:

@@ -220,6 +220,18 @@ def test_android_studio_messages_window() -> None:
     ]
 
 
+def test_file_without_position() -> None:
+    (w,) = parse_errors(
+        "w: file:///ws/app/src/androidTest/java/d/NoTests.kt: no @Test methods found\n"
+    ).errors
+    assert (w.file, w.line, w.severity, w.message) == (
+        "/ws/app/src/androidTest/java/d/NoTests.kt",
+        None,
+        "warning",
+        "no @Test methods found",
+    )
+
+
 def test_unlocated_dependency_errors_are_build_config() -> None:
     report = parse_errors(
         "e: Incompatible classes were found in dependencies. Remove them from the classpath\n"
