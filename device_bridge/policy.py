@@ -314,9 +314,12 @@ _WRAPPERS = frozenset(
     {
         "env", "exec", "nohup", "nice", "ionice", "timeout", "xargs", "toybox", "busybox",
         "time", "command", "run-as", "chroot", "strace", "setsid", "taskset", "watch",
-        "eval", "source", "builtin", "cmd", "app_process", "monkey", "script", "find",
+        "eval", "source", "builtin", "cmd", "app_process", "script", "find", "dalvikvm",
+        "unshare", "nsenter", "stdbuf", "flock", "parallel",
     }
 )  # fmt: skip
+# `cmd SERVICE …` reaches every system service (`cmd power reboot`), `find -exec` and
+# `app_process`/`dalvikvm` run arbitrary code: all count as wrappers.
 _DENIED: dict[str, Rule] = {
     "su": Rule.SU,
     "sudo": Rule.SU,

@@ -34,6 +34,7 @@ from adbutils import AdbClient, adb_path
 from adbutils._adb import AdbConnection
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
+from device_bridge.adb.apkinfo import apk_package
 from device_bridge.adb.errors import translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream, RawDecoder, ShellV2Decoder
 from protocol.envelope import DeviceInfo, Profile
@@ -749,12 +750,12 @@ class AdbDevices:
     ) -> str:
         """Install APK bytes (push to :data:`INSTALL_DIR`, ``pm install``, remove the copy).
 
-        Returns the package name: ``package`` if given, else read from the APK when it is a
-        simulated one, else the package that appeared in ``pm list packages``.
+        Returns the package name: ``package`` if given, else read from the APK's manifest,
+        else the one package that appeared in ``pm list packages``.
         """
         self._check_serial(serial)
         limit = self.long_timeout_s if timeout_s is None else timeout_s
-        name = package or _sim_package(apk)
+        name = package or apk_package(apk)
         before: set[str] = set() if name else set(await self._packages(serial))
         remote = f"{INSTALL_DIR}/{hashlib.sha256(apk).hexdigest()[:16]}.apk"
         await self.push(serial, remote, apk, timeout_s=limit)
@@ -862,17 +863,3 @@ class AdbDevices:
         from device_bridge.adb.tracker import DeviceWatcher
 
         return DeviceWatcher(self, retry_s=retry_s)
-
-
-def _sim_package(apk: bytes) -> str | None:
-    """The package of a simulated APK (``device_bridge.sim.apk``), else ``None``."""
-    try:
-        from device_bridge.sim.apk import ApkError, read_apk
-    except ImportError:  # pragma: no cover - the simulator ships with the bridge
-        return None
-    try:
-        return read_apk(apk).package
-    except ApkError:
-        return None
-    except Exception:  # an unreadable zip is not our business here: pm will say so
-        return None
