@@ -497,7 +497,15 @@ class _ApkCache:
 
 
 _CONFIG_KEYS = frozenset(
-    {"state_dir", "roots", "projects", "default_project", "slots_per_project", "toolchain"}
+    {
+        "state_dir",
+        "roots",
+        "projects",
+        "default_project",
+        "slots_per_project",
+        "toolchain",
+        "serve_demo",
+    }
 )
 
 
@@ -516,6 +524,7 @@ def from_config(
         roots = ["/srv/android"]      # every project must live under one of them
         default_project = "shop"      # default: the first project (the demo if none)
         slots_per_project = 2         # concurrent builds of one project
+        serve_demo = true             # also serve the shipped demo project as "demo"
         state_dir = "/var/lib/droidwire/workspaces"
         [build.projects]
         shop = "/srv/android/shop"    # or { path = "…", module = "app" }
@@ -549,8 +558,13 @@ def from_config(
     state_dir = section.get("state_dir")
     if state_dir is not None and not isinstance(state_dir, str):
         raise bad("state_dir", "a path")
+    serve_demo = section.get("serve_demo", True)
+    if not isinstance(serve_demo, bool):
+        raise bad("serve_demo", "true or false")
     base = base or Path.cwd()
-    registry = ProjectRegistry.from_config(projects, roots=roots, default=default, base=base)
+    registry = ProjectRegistry.from_config(
+        projects, roots=roots, default=default, base=base, include_demo=serve_demo
+    )
     manager = WorkspaceManager(
         registry,
         state_dir=(base / Path(state_dir).expanduser()) if state_dir else default_state_dir(),

@@ -192,7 +192,9 @@ def test_with_an_sdk_and_a_wrapper_everything_builds_with_gradle(tmp_path: Path)
 
 
 def test_with_an_sdk_but_no_gradle_launcher_only_the_demo_falls_back(tmp_path: Path) -> None:
-    svc = service(tmp_path, host=None, env=fake_sdk(tmp_path), gradlew=False)
+    env = fake_sdk(tmp_path)
+    env["PATH"] = str(tmp_path / "jdk" / "bin")  # no gradle on it, whatever this host has
+    svc = service(tmp_path, host=None, env=env, gradlew=False)
     assert svc.project_toolchains() == {"shop": None, DEMO_PROJECT: "simulated"}
 
 
@@ -449,6 +451,17 @@ def test_from_config_reads_the_build_section(tmp_path: Path) -> None:
     assert svc.workspaces.projects.names == ["shop", DEMO_PROJECT]
 
 
+def test_from_config_can_leave_the_demo_out(tmp_path: Path) -> None:
+    make_project(tmp_path / "android", "shop")
+    svc = from_config(
+        {"roots": ["android"], "projects": {"shop": "android/shop"}, "serve_demo": False},
+        base=tmp_path,
+        env={"PATH": SYS_PATH},
+    )
+    assert svc.workspaces.projects.names == ["shop"]
+    assert svc.capabilities()["build"] is False  # no SDK, no demo: nothing builds here
+
+
 def test_from_config_without_a_section_serves_the_demo() -> None:
     svc = from_config(None, env={"PATH": SYS_PATH})
     assert svc.workspaces.projects.default == DEMO_PROJECT
@@ -462,6 +475,7 @@ def test_from_config_without_a_section_serves_the_demo() -> None:
         ({"slots_per_project": 0}, ErrorCode.BAD_REQUEST),
         ({"slots_per_project": True}, ErrorCode.BAD_REQUEST),
         ({"toolchain": "bazel"}, ErrorCode.BAD_REQUEST),
+        ({"serve_demo": "yes"}, ErrorCode.BAD_REQUEST),
         ({"default_project": "nope"}, ErrorCode.BAD_REQUEST),
         ({"projects": {"etc": "/etc"}, "roots": ["/srv"]}, ErrorCode.FORBIDDEN),
     ],
