@@ -159,9 +159,9 @@ class ConnectedSim:
         """Run ``fn()`` on the device's event loop (its state is not thread-safe)."""
         return self.sim.call(fn)
 
-    def run(self, fn: Any, timeout: float | None = None) -> Any:
-        """Run the coroutine ``fn()`` on the device's event loop."""
-        return self.sim.run(fn, timeout=timeout)
+    def run(self, fn: Any, timeout: float | None = 60.0) -> Any:
+        """Run the coroutine ``fn()`` on the device's event loop (``timeout`` in seconds)."""
+        return self.sim.run(fn, timeout=None if timeout is None else timeout * TIME_SCALE)
 
     def submit(self, fn: Any) -> Any:
         """Start the coroutine ``fn()`` on the device's loop; returns a concurrent Future."""

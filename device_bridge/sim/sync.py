@@ -49,12 +49,17 @@ def _fail(message: str) -> bytes:
 
 
 async def serve_sync(stream: SyncStream, files: SimFiles) -> None:
-    """Serve requests until QUIT or end of stream (``EOFError`` ends quietly)."""
+    """Serve requests until QUIT or the end of the stream (even mid-request: adbutils just
+    closes its socket after one request)."""
+    try:
+        await _serve(stream, files)
+    except EOFError:
+        return
+
+
+async def _serve(stream: SyncStream, files: SimFiles) -> None:
     while True:
-        try:
-            header = await stream.read_exactly(8)
-        except EOFError:
-            return
+        header = await stream.read_exactly(8)
         rid, length = header[:4], _U32.unpack_from(header, 4)[0]
         if rid == b"QUIT":
             return

@@ -55,13 +55,13 @@ class ThreadedSimDevice:
             self._loop = loop
         if self.device is None:
             self.device = self.call(lambda: SimDevice(**self._kwargs))
-        self.run(self.device.start)
+        self.run(self.device.start, timeout=self._timeout)
         return self
 
     def stop_device(self) -> None:
         """Stop serving (adb sees the device go offline); :meth:`start` serves it again."""
         if self.device is not None and self._loop is not None:
-            self.run(self.device.stop)
+            self.run(self.device.stop, timeout=self._timeout)
 
     def close(self) -> None:
         """Stop the device and its loop thread."""
@@ -82,8 +82,11 @@ class ThreadedSimDevice:
 
     # -- access -------------------------------------------------------------------------
 
-    def run(self, fn: Callable[[], Awaitable[T]], *, timeout: float | None = None) -> T:
-        """Run the coroutine ``fn()`` on the device's loop and return its result."""
+    def run(self, fn: Callable[[], Awaitable[T]], *, timeout: float | None = 60.0) -> T:
+        """Run the coroutine ``fn()`` on the device's loop and return its result.
+
+        ``timeout`` (seconds, ``None`` = wait forever) raises ``TimeoutError`` when exceeded.
+        """
         if self._loop is None:
             raise RuntimeError("the simulated device is not running")
 
@@ -91,7 +94,7 @@ class ThreadedSimDevice:
             return await fn()
 
         future = asyncio.run_coroutine_threadsafe(wrapper(), self._loop)
-        return future.result(self._timeout if timeout is None else timeout)
+        return future.result(timeout)
 
     def submit(self, fn: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
         """Start the coroutine ``fn()`` on the device's loop without waiting for it."""
