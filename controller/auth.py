@@ -48,6 +48,7 @@ __all__ = [
     "Action",
     "Admin",
     "Authenticated",
+    "BridgePrincipal",
     "DeviceRef",
     "IssuedToken",
     "Principal",
@@ -57,7 +58,10 @@ __all__ = [
     "authenticate",
     "authorize",
     "create_token",
+    "current_admin",
+    "current_bridge",
     "current_principal",
+    "current_user",
     "ensure_bootstrap_admin",
     "generate_token",
     "hash_token",
@@ -444,3 +448,17 @@ async def current_admin(principal: UserPrincipal) -> Principal:
 
 
 Admin = Annotated[Principal, Depends(current_admin)]
+
+
+async def current_bridge(principal: Authenticated) -> Principal:
+    """A bridge token, for ``/v1/bridge``: refused (HTTP 401/403) before the WebSocket opens."""
+    if principal.kind is not TokenKind.BRIDGE:
+        raise RpcError(
+            ErrorCode.FORBIDDEN,
+            "only a bridge token can connect a bridge (create one: droidwire token create --kind bridge NAME)",
+            {"rule": "not_a_bridge_token"},
+        )
+    return principal
+
+
+BridgePrincipal = Annotated[Principal, Depends(current_bridge)]

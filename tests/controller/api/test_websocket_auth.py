@@ -11,7 +11,7 @@ from fastapi import FastAPI, WebSocket
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from controller.auth import UserPrincipal
+from controller.auth import BridgePrincipal, UserPrincipal
 from controller.config import ControllerConfig
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
@@ -26,6 +26,12 @@ def _add_echo(app: FastAPI) -> None:
         await websocket.send_text(principal.user_name)
         await websocket.close()
 
+    @app.websocket("/v1/test/bridge")
+    async def bridge(websocket: WebSocket, principal: BridgePrincipal) -> None:
+        await websocket.accept()
+        await websocket.send_text(principal.actor)
+        await websocket.close()
+
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[LiveController]:
@@ -34,8 +40,8 @@ def live(tmp_path: Path) -> Iterator[LiveController]:
         yield live
 
 
-def _ws(live: LiveController, query: str = "") -> str:
-    return live.url.replace("http://", "ws://") + "/v1/test/whoami" + query
+def _ws(live: LiveController, query: str = "", *, path: str = "/v1/test/whoami") -> str:
+    return live.url.replace("http://", "ws://") + path + query
 
 
 async def test_a_valid_header_opens_the_socket(live: LiveController) -> None:
@@ -78,3 +84,20 @@ async def test_a_bridge_token_is_forbidden_here(live: LiveController) -> None:
         ):
             pass
     assert info.value.response.status_code == 403
+
+
+async def test_only_bridge_tokens_open_a_bridge_route(live: LiveController) -> None:
+    async with httpx.AsyncClient(base_url=live.url) as http:
+        created = await http.post(
+            "/v1/tokens", json={"kind": "bridge", "name": "pi"}, headers=bearer(ADMIN_TOKEN)
+        )
+    url = _ws(live, path="/v1/test/bridge")
+    async with connect(
+        url, additional_headers=bearer(created.json()["token"]), open_timeout=TIMEOUT_S
+    ) as ws:
+        assert await ws.recv() == "bridge:pi"
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=TIMEOUT_S):
+            pass
+    assert info.value.response.status_code == 403
+    assert b"not_a_bridge_token" in info.value.response.body
