@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import openai
 
@@ -43,6 +44,9 @@ __all__ = ["FixResult", "FixerName", "fix", "fix_detailed", "unified_diff"]
 log = logging.getLogger("droidwire.fixer")
 
 FixerName = Literal["rules", "llm", "none"]
+
+# A generated test is a page or two; anything far larger is not worth an LLM round.
+MAX_TEST_CHARS = 60_000
 
 
 @dataclass(slots=True)
@@ -160,6 +164,8 @@ def fix_detailed(
     completer = _as_completer(llm_client)
     if remaining and completer is None:
         note = "no LLM configured"
+    elif remaining and len(code) > MAX_TEST_CHARS:
+        note = f"test longer than {MAX_TEST_CHARS} characters: not sent to the LLM"
     elif remaining and completer is not None:
         try:
             code_llm = _llm_round(code, test_code, remaining, index, completer)
@@ -214,7 +220,7 @@ def _errors_of_test(
     errors: Sequence[CompileError], test_code: str, test_path: str | None
 ) -> list[CompileError]:
     def base(path: str) -> str:
-        return path.replace("\\", "/").rsplit("/", 1)[-1]
+        return unquote(path.replace("\\", "/").rsplit("/", 1)[-1])  # file URIs are %-encoded
 
     located = [e for e in errors if e.file]
     unlocated = [e for e in errors if not e.file]

@@ -11,7 +11,8 @@ Rules, in order:
    of the app (Kotlin imports object / companion members and Java statics by name), or an
    entry of ``COMMON_IMPORTS`` (Android, AndroidX Test, JUnit 4, Espresso, UiAutomator,
    Kotlin coroutines). An import line that names something unresolvable is rewritten to the
-   one known location of its last segment (``android.support.test…`` → ``androidx.test…``).
+   one known location of its last segment, or to its AndroidX name (``MIGRATIONS``:
+   ``android.support.test…`` → ``androidx.test…``).
 
 Ambiguous names (two candidates) are left for the LLM: a wrong import is worse than none.
 """
@@ -26,7 +27,14 @@ from fixer.errors import CompileError
 from fixer.prompt import declared_names, package_of
 from fixer.source_index import SourceCodeIndex
 
-__all__ = ["COMMON_IMPORTS", "RuleResult", "apply_rules", "expected_package_from_path"]
+__all__ = [
+    "COMMON_IMPORTS",
+    "MIGRATIONS",
+    "RuleResult",
+    "apply_rules",
+    "expected_package_from_path",
+    "migrate",
+]
 
 # Simple name → fully-qualified name, for the names generated instrumented tests use most.
 # Lower-case names are static members (``import static`` in Java).
@@ -125,6 +133,36 @@ COMMON_IMPORTS: dict[str, str] = {
     "Dispatchers": "kotlinx.coroutines.Dispatchers",
     "runTest": "kotlinx.coroutines.test.runTest",
 }
+
+# Package moves generated tests still trip over (support library → AndroidX), most specific
+# first. Applied to an import line the compiler rejected when no exact entry resolves it.
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("android.support.test.runner.AndroidJUnit4", "androidx.test.ext.junit.runners.AndroidJUnit4"),
+    (
+        "android.support.test.InstrumentationRegistry",
+        "androidx.test.platform.app.InstrumentationRegistry",
+    ),
+    ("android.support.test.espresso.", "androidx.test.espresso."),
+    ("android.support.test.uiautomator.", "androidx.test.uiautomator."),
+    ("android.support.test.rule.", "androidx.test.rule."),
+    ("android.support.test.filters.", "androidx.test.filters."),
+    ("android.support.test.annotation.", "androidx.test.annotation."),
+    ("android.support.test.runner.", "androidx.test.runner."),
+    ("android.support.test.", "androidx.test."),
+    ("android.support.annotation.", "androidx.annotation."),
+    ("android.support.v7.app.", "androidx.appcompat.app."),
+    ("android.support.v4.app.", "androidx.fragment.app."),
+    ("android.support.v7.widget.RecyclerView", "androidx.recyclerview.widget.RecyclerView"),
+)
+
+
+def migrate(path: str) -> str | None:
+    """The AndroidX name of a support-library import, if it has one."""
+    for old, new in MIGRATIONS:
+        if path == old or (old.endswith(".") and path.startswith(old)):
+            return new + path[len(old) :] if old.endswith(".") else new
+    return None
+
 
 _IMPORT_LINE = re.compile(
     r"^(?P<indent>[ \t]*)import[ \t]+(?P<static>static[ \t]+)?(?P<path>[\w.`]+(?:\.\*)?)"
@@ -305,9 +343,11 @@ def apply_rules(
             continue
         import_errors.add(i)
         old_path = m.group("path").replace("`", "")
-        if old_path.endswith(".*"):
-            continue
-        new_path, _ = _resolve(old_path.rsplit(".", 1)[-1], index, current)
+        new_path = None
+        if not old_path.endswith(".*"):
+            new_path, _ = _resolve(old_path.rsplit(".", 1)[-1], index, current)
+        if new_path is None:
+            new_path = migrate(old_path)
         if new_path and new_path != old_path:
             editor.replace_line(line_index, m.group("indent") + editor.import_text(new_path))
             result.changes.append(f"import {old_path} → {new_path}")

@@ -284,3 +284,25 @@ def test_explicit_test_path_selects_the_errors(index: SourceCodeIndex) -> None:
         FRAMEWORK_TEST, out, index, None, test_path="app/src/androidTest/GenTest.kt"
     )
     assert result.changes == ["import android.os.StrictMode"]
+
+
+def test_support_library_imports_migrate_to_androidx() -> None:
+    code = (
+        "package x\n\n"
+        "import android.support.test.espresso.Espresso.onView\n"
+        "import android.support.test.espresso.contrib.RecyclerViewActions\n"
+        "import android.support.test.runner.AndroidJUnit4\n"
+        "import org.junit.runner.RunWith\n\n"
+        "@RunWith(AndroidJUnit4::class)\nclass T\n"
+    )
+    out = (
+        "e: /p/src/androidTest/java/x/T.kt: (3, 16): Unresolved reference: support\n"
+        "e: /p/src/androidTest/java/x/T.kt: (4, 16): Unresolved reference: support\n"
+        "e: /p/src/androidTest/java/x/T.kt: (5, 16): Unresolved reference: support\n"
+    )
+    result = fix_detailed(code, out, None, None)
+    assert result.fixer == "rules" and result.note is None
+    assert "import androidx.test.espresso.Espresso.onView\n" in result.code
+    assert "import androidx.test.espresso.contrib.RecyclerViewActions\n" in result.code
+    assert "import androidx.test.ext.junit.runners.AndroidJUnit4\n" in result.code
+    assert "android.support" not in result.code
