@@ -43,6 +43,13 @@ _SOFT_KEYWORDS = frozenset(
     "class object fun val var true false null return break continue throw".split()
 )
 _RECEIVER_SCOPE_FUNCTIONS = frozenset({"with", "apply", "run", "buildString", "buildList"})
+# Calls whose lambda takes no parameter: an `it` inside belongs to an enclosing lambda.
+_NO_PARAM_LAMBDAS = frozenset({
+    "measure", "measureOnMainThread", "measureTimeMillis", "measureNanoTime", "measureTime",
+    "run", "apply", "with", "synchronized", "runOnMainSync", "runOnUiThread", "thread",
+    "Thread", "execute", "submit", "post", "withContext", "runBlocking", "launch", "async",
+    "runTest", "lazy", "buildString", "assertThrows", "Runnable",
+})
 _DECL_TOKENS = frozenset({"fun", "class", "object", "interface", "val", "var", "typealias"})
 _DECL_PARENTS = frozenset(
     {"variable_declaration", "parameter", "class_parameter", "type_parameter", "enum_entry",
@@ -242,8 +249,11 @@ def is_activity_expr(node: Node, scope: Scope) -> bool:
         while anc is not None:
             if anc.type == "lambda_literal":
                 params = _lambda_param_names(anc)
-                if (params and params[0] == name) or (not params and name == "it"):
-                    return lambda_call_name(anc) == "onActivity"
+                call = lambda_call_name(anc)
+                if params and params[0] == name:
+                    return call == "onActivity"
+                if not params and name == "it" and call not in _NO_PARAM_LAMBDAS:
+                    return call == "onActivity"
             anc = anc.parent
         return name in scope.activity_names
     if node.type == "navigation_expression" and len(node.children) >= 3:

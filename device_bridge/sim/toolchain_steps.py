@@ -311,7 +311,7 @@ class _Extractor:
         ):
             if receiver is not None:
                 self.visit(receiver, ctx)
-            self.emit({"call": name}, ctx, node)
+            self.emit({"call": name, "app_line": self.app.methods[name].line}, ctx, node)
             return
         if (name == "launch" and "ActivityScenario" in recv_text) or name == "launchActivity":
             self.emit({"launch": self.app.activity}, ctx, node)
@@ -916,14 +916,16 @@ def extract_tests(file: KotlinFile, scope: Scope, app: DemoApp) -> list[tuple[st
             if other_cls == cls and "After" in _annotations(other_fn):
                 _visit_body(ex, other_fn, ctx)
         out.append((cls, method, ignored, steps_prefix + ex.w.steps))
-    out.sort(key=lambda t: (t[0], _line_of_method(functions, t[0], t[1])))
+    # JUnit 4's MethodSorters.DEFAULT: by String.hashCode() of the name, ties by name
+    out.sort(key=lambda t: (t[0], _java_hash(t[1]), t[1]))
     return out
 
 
-def _line_of_method(functions: dict[tuple[str, str], tuple[Node, Node | None]], cls: str,
-                    method: str) -> int:
-    fn, _ = functions[(cls, method)]
-    return line_of(fn)
+def _java_hash(name: str) -> int:
+    h = 0
+    for ch in name:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def _visit_body(ex: _Extractor, fn: Node, ctx: Ctx) -> None:
