@@ -197,6 +197,19 @@ class _Trace:
         return True
 
 
+def _dedupe(violations: list[Violation]) -> list[Violation]:
+    """Drop the second copy of one violation logged twice, by penaltyLog (tag StrictMode) and by
+    the app's own penaltyListener (another tag): same pid, kind and stack, a few lines apart."""
+    out: list[Violation] = []
+    for v in violations:
+        twin = next((o for o in reversed(out[-8:]) if o.pid == v.pid and o.kind == v.kind
+                     and o.frames and o.frames[:6] == v.frames[:6] and o.tag != v.tag
+                     and v.line_no - o.line_no < 200), None)
+        if twin is None:
+            out.append(v)
+    return out
+
+
 def _strip_ide(s: str) -> str:
     for suffix in _IDE_SUFFIXES:
         if s.endswith(suffix):
@@ -299,10 +312,14 @@ class _State:
         if "elapsed" in msg:
             e = parse_elapsed(msg, tag)
             if e is not None:
+                ms, named = e
                 t = self._current_test(ln.pid)
-                self.timings.append(Timing(e, ln.pid, ln.index + 1, t.id if t else None))
+                if named is not None and (t is None or t.id != named):
+                    t = next((x for x in self.tests if x.id == named), None)
+                self.timings.append(Timing(ms, ln.pid, ln.index + 1,
+                                           t.id if t else named))
                 if t is not None:
-                    t.blocking_time_ms = max(t.blocking_time_ms, e)
+                    t.blocking_time_ms = max(t.blocking_time_ms, ms)
                 return
         if tag is not None:
             if tag == "TestRunner":
@@ -317,7 +334,7 @@ class _State:
                                              source="am_anr"))
                 return
         if ("proc" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
-                or "signal" in msg or "POLICY_DEATH" in msg):
+                or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg):
             st = parse_start(msg, tag)
             if st is not None:
                 self.procs[st[0]] = st[1]
@@ -325,7 +342,10 @@ class _State:
             dt = parse_death(msg, ln.pid)
             if dt is not None:
                 if dt[0] is not None and dt[1]:
-                    self.procs.setdefault(dt[0], dt[1])
+                    if dt[2].startswith("signal"):  # a thread/comm name, maybe truncated
+                        self.procs.setdefault(dt[0], dt[1])
+                    else:
+                        self.procs[dt[0]] = dt[1]
                 self.deaths.append(Death(dt[0], dt[1], dt[2], ln.index + 1))
 
     def close_all(self) -> None:
@@ -415,7 +435,8 @@ class _State:
             frame = app_frame(frames, self.package)
         self.violations.append(Violation(
             h.kind, h.duration_ms, tr.pid, tr.tid, frame, tr.line, tr.line_no, h.class_name,
-            h.message, h.policy, h.code, "log", tr.test.id if tr.test else None, frames))
+            h.message, h.policy, h.code, "log", tr.test.id if tr.test else None, frames,
+            tr.tag))
 
     def _close_crash(self, tr: _Trace) -> None:
         exc_line = tr.exception or ""
@@ -487,6 +508,7 @@ class _State:
                     or t.pid not in procs)
 
         self.violations.sort(key=lambda v: v.line_no)
+        self.violations = _dedupe(self.violations)
         violations = [v for v in self.violations if own_violation(v)]
         other_violations = [v for v in self.violations if not own_violation(v)]
         crashes = [c for c in self.crashes if own_crash(c)]
@@ -503,18 +525,24 @@ class _State:
         if completed is None and any(not t.finished for t in self.tests):
             completed = False
 
-        first_crash = crashes[0] if crashes else None
         first_timing = timings[0].line_no if timings else None
-        crash_text = None
-        if first_crash is not None:
-            crash_text = first_crash.exception + (f": {first_crash.message}"
-                                                  if first_crash.message else "")
-            crash_text = crash_text[:300]
+        crash_text, crash_line = None, None
+        if crashes:
+            c0 = crashes[0]
+            crash_text = c0.exception + (f": {c0.message}" if c0.message else "")
+            crash_line = c0.line_no
+        else:
+            # A native crash of the app (libc "Fatal signal", a tombstone) ends the test too.
+            native = [d for d in self.deaths if d.reason.startswith(("signal", "native crash"))
+                      and d.pid is not None and (package is None or d.pid in app_pids
+                                                 or belongs_to(d.process, package))]
+            if native:
+                crash_text, crash_line = native[0].reason, native[0].line_no
         verdict = decide(
             kinds=[v.kind for v in violations], blocking_time_ms=blocking, anrs=len(anrs),
-            crash=crash_text,
-            crashed_before_timing=first_crash is not None and (
-                first_timing is None or first_crash.line_no < first_timing),
+            crash=crash_text[:300] if crash_text else None,
+            crashed_before_timing=crash_line is not None and (
+                first_timing is None or crash_line < first_timing),
             completed=completed, thresholds=thresholds)
         issues = build_issues(
             violations=violations, anrs=anrs, crashes=crashes, timings=timings,

@@ -33,12 +33,13 @@ __all__ = ["LogLine", "ParsedLog", "clean", "iter_lines", "parse_lines"]
 
 _L = r"[VDIWEFAS]"
 _DATE = r"(?:(?:\d{4}-)?\d\d-\d\d\s+)?"
-_TIME = r"\d\d:\d\d:\d\d(?:\.\d+)?"
+# Wall clock (with -v zone's offset), or -v epoch / -v monotonic seconds.
+_TIME = r"(?:\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+[+-]\d{4})?|\d+\.\d{3,9})"
 
 # Groups: pid, tid, level, tag, msg. The tag is everything up to the first ": " (tags may hold
 # ':' themselves, e.g. a truncated "prung:SamSprun"), and the message may be empty.
 _THREADTIME = re.compile(
-    rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$"
+    rf"{_DATE}{_TIME}\s+(?:\w+\s+)??(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$"
 )
 # The common case first: a tag without ':' (the general pattern above handles the rest).
 _THREADTIME_FAST = re.compile(
@@ -55,8 +56,10 @@ _TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |
 _BRIEF = re.compile(rf"({_L})/([^\s(][^(]*?|[^\s(:]+)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
 # pid, tid, tag, process, level, msg (Studio 2022+; tag and process columns can be hidden)
 _STUDIO = re.compile(
-    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)\s+(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})\s+(.*)$"
+    rf"{_DATE}{_TIME}\s+(?:(\d+)-(\d+)\s+)?(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})\s+(.*)$"
 )
+# Studio 2022+ with the time and pid columns hidden: tag, process, level, msg.
+_STUDIO_NOTIME = re.compile(rf"([\w.$:/-]+)\s{{2,}}(\S+)\s{{2,}}({_L})\s{{2,}}(.*)$")
 _STUDIO_COMPACT = re.compile(rf"{_TIME}\s+({_L})\s\s+(.*)$")
 # pid, tid, level, tag
 _LONG = re.compile(
@@ -69,6 +72,7 @@ _TAG_ONLY = re.compile(
     r"(StrictMode|AndroidRuntime|ActivityManager|ActivityTaskManager|ActivityManagerService"
     r"|DroidUnblocker|TestRunner|System\.err|System\.out|libc|DEBUG):(?: |$)(.*)$"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SEPARATOR = re.compile(r"-{5,} ?(?:beginning of|switch to|PROCESS (?:STARTED|ENDED))")
 _WRAPPER = re.compile(
     r"(?:[\s>`,]+"                                    # indentation, markdown quote, backticks, ','
@@ -148,6 +152,9 @@ def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | 
         m = _TIME_FMT.match(s)
         if m:
             return ("time", _int(m[3]), None, m[1], m[2], None, m[4])
+        m = _STUDIO_COMPACT.match(s)
+        if m:
+            return ("studio_compact", None, None, m[1], None, None, m[2])
         m = _STUDIO.match(s)
         if m:
             tag, proc = m[3], m[4]
@@ -155,10 +162,7 @@ def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | 
                 tag, proc = None, tag
             if proc is not None and proc.startswith("pid-"):
                 proc = None
-            return ("studio", int(m[1]), int(m[2]), m[5], tag, proc, m[6])
-        m = _STUDIO_COMPACT.match(s)
-        if m:
-            return ("studio_compact", None, None, m[1], None, None, m[2])
+            return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6])
         m = _THREADTIME_NODATE.match(s)
         if m:
             return ("threadtime", int(m[1]), int(m[2]), m[3], m[4], None, m[5])
@@ -172,6 +176,10 @@ def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | 
         m = _BRIEF.match(s)
         if m:
             return ("brief", _int(m[3]), None, m[1], m[2], None, m[4])
+    m = _STUDIO_NOTIME.match(s)
+    if m and not s.startswith("at "):
+        proc = None if m[2].startswith("pid-") else m[2]
+        return ("studio", None, None, m[3], m[1], proc, m[4])
     m = _STUDIO_4X.match(s)
     if m and not s.startswith("at "):
         return ("studio_4x", None, None, m[2], m[1], None, m[3])
@@ -204,6 +212,8 @@ def iter_lines(text: str, stats: ParsedLog | None = None) -> Iterator[LogLine]:
     """Parse lines one at a time (the analyzer streams them); counts go into ``stats``."""
     if stats is None:
         stats = ParsedLog([])
+    if "\x1b" in text:  # terminal colours (logcat -v color, copied consoles)
+        text = _ANSI.sub("", text)
     raw_lines = text.splitlines()
     formats = stats.formats
     prev: LogLine | None = None       # last entry: what unprefixed lines inherit

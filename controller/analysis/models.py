@@ -46,6 +46,7 @@ class Violation:
     source: str = "log"             # "log" (penaltyLog) or "crash" (penaltyDeath)
     test: str | None = None
     frames: list[str] = field(default_factory=list, repr=False)
+    tag: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "duration_ms": self.duration_ms, "pid": self.pid,

@@ -3,7 +3,7 @@
 Sources: ``Start proc 3552:com.pkg/u0a0 for activity …`` (and the pre-7.0 ``Start proc com.pkg
 for activity …: pid=3552 uid=…``), events ``am_proc_start``, a crash's ``Process: name, PID: n``,
 an ANR's ``PID:``, ``Killing 1234:com.pkg/u0a12 (adj 900): reason``, ``Process com.pkg (pid 1234)
-has died``, Android Studio's ``PROCESS STARTED (1234) for package com.pkg`` separators and its
+has died``, a tombstone's ``pid: 1234, tid: 1234, name: x  >>> com.pkg <<<``, Android Studio's ``PROCESS STARTED (1234) for package com.pkg`` separators and its
 process column. Deaths are collected on the way.
 """
 
@@ -20,6 +20,7 @@ _STUDIO_SEP = re.compile(r"PROCESS (STARTED|ENDED) \((\d+)\) for package (\S+)")
 _KILLING = re.compile(r"Killing (\d+):([^\s/]+)\S*\s*(?:\(adj -?\d+\))?:?\s*(.*)$")
 _DIED = re.compile(r"Process (\S+) \(pid (\d+)\) has died(.*)$")
 _SIGNAL = re.compile(r"Fatal signal (\d+) \((\w+)\).*?pid (\d+) \(([^)]*)\)")
+_TOMBSTONE = re.compile(r"pid: (\d+), tid: \d+, name: .*?>>> (\S+) <<<")
 _VM_DEATH = "StrictMode VmPolicy violation with POLICY_DEATH"
 
 
@@ -56,6 +57,10 @@ def parse_death(msg: str, pid: int | None) -> tuple[int | None, str | None, str]
         m = _SIGNAL.search(msg)
         if m:
             return int(m[3]), m[4], f"signal {m[1]} ({m[2]})"
+    if ">>> " in msg:
+        m = _TOMBSTONE.search(msg)
+        if m:
+            return int(m[1]), m[2], "native crash (tombstone)"
     if "PROCESS ENDED" in msg:
         m = _STUDIO_SEP.search(msg)
         if m:

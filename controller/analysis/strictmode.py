@@ -82,15 +82,17 @@ def parse_header(msg: str, tag: str | None) -> Header | None:
             return None
         duration = int(m[1]) if m[1] is not None and int(m[1]) >= 0 else None
         return _body(m[2], duration)
-    if tag not in (None, "StrictMode"):
-        return None
     s = msg.strip()
-    if s.startswith("A resource was acquired at attached stack trace but never released"):
-        return Header("LeakedClosable", None, None, s)
     if s.startswith("android.os.strictmode.") or s.startswith("android.os.StrictMode$"):
+        # The violation itself as a Throwable: a penaltyListener that logs it, or a paste that
+        # lost the header. Any tag: the class name is unambiguous.
         if _MODERN_CLASS.match(s) or _OLD_CLASS.match(s):
             return _body(s, None)
         return None
+    if tag not in (None, "StrictMode"):
+        return None
+    if s.startswith("A resource was acquired at attached stack trace but never released"):
+        return Header("LeakedClosable", None, None, s)
     if tag == "StrictMode":
         if s.startswith("Finalizing a Cursor that has not been deactivated or closed") or (
                 s.startswith("A SQLiteConnection object for database") and "leaked" in s):

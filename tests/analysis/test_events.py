@@ -196,3 +196,30 @@ def test_process_map_sources():
     r = analyze(text, package="org.new.app")
     assert r.app_pids == [8123]
     assert [(d.pid, d.process) for d in r.deaths] == [(700, "org.old.app"), (8123, "org.new.app")]
+
+
+def test_native_crash_of_the_app_is_pending():
+    text = (tt("Start proc 6000:org.demo.app/u0a1 for activity", pid=1, tid=1,
+               tag="ActivityManager", level="I")
+            + tt("Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0 in tid 6001 "
+                 "(RenderThread), pid 6000 (org.demo.app)", pid=6000, tid=6001, tag="libc",
+                 level="F")
+            + tt("pid: 6000, tid: 6001, name: RenderThread  >>> org.demo.app <<<", pid=7000,
+                 tid=7000, tag="DEBUG", level="F"))
+    r = analyze(text, package="org.demo.app")
+    assert [d.reason for d in r.deaths] == ["signal 11 (SIGSEGV)", "native crash (tombstone)"]
+    assert (r.verification_status, r.reason_code) == ("PENDING", "test_crashed")
+    assert r.summary.startswith("Inconclusive: signal 11 (SIGSEGV)")
+    assert analyze(text, package="org.other").verification_status == "REFUTED"
+
+
+def test_droid_unblocker_naming_its_test():
+    text = (tt("started: testA(org.demo.FooTest)", tag="TestRunner", level="I")
+            + tt("elapsed=42ms test=org.demo.FooTest#testA", tag="DroidUnblocker", level="I")
+            + tt("finished: testA(org.demo.FooTest)", tag="TestRunner", level="I")
+            + tt("DroidUnblocker: elapsed=7ms test=org.demo.BarTest#b", tag="System.out",
+                 level="I"))
+    r = analyze(text)
+    assert [(t.elapsed_ms, t.test) for t in r.timings] == [
+        (42, "org.demo.FooTest#testA"), (7, "org.demo.BarTest#b")]
+    assert r.tests[0].blocking_time_ms == 42 and r.blocking_time_ms == 42

@@ -161,3 +161,27 @@ def test_clean_leaves_content():
 def test_pathological_long_line_is_linear():
     parsed = parse_lines("01-01 00:00:00.000 1 1 D x" + " " * 200_000 + "\n")
     assert len(parsed.lines) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "11-02 09:15:01.250 +0100  4321  4339 D StrictMode: x",          # -v zone
+        "2024-11-02 09:15:01.250123  4321  4339 D StrictMode: x",        # -v year,usec
+        "1730538901.250  4321  4339 D StrictMode: x",                    # -v epoch
+        "     12.250  4321  4339 D StrictMode: x",                       # -v monotonic
+        "11-02 09:15:01.250 u0_a77  4321  4339 D StrictMode: x",         # -v uid
+        "\x1b[38;5;75m11-02 09:15:01.250  4321  4339 D StrictMode: x\x1b[0m",  # -v color
+    ],
+)
+def test_threadtime_modifiers(text):
+    ln = one(text)
+    assert (ln.pid, ln.tid, ln.level, ln.tag, ln.msg) == (4321, 4339, "D", "StrictMode", "x")
+
+
+def test_studio_with_hidden_time_and_pid():
+    ln = one("DEBUG                   pid-551                              A  *** *** *** ***")
+    assert (ln.fmt, ln.tag, ln.process, ln.level, ln.msg) == ("studio", "DEBUG", None, "A",
+                                                              "*** *** *** ***")
+    ln = one("2025-01-09 08:00:00.100  MyTag   org.demo.app   I  no pid column")
+    assert (ln.pid, ln.tag, ln.process, ln.msg) == (None, "MyTag", "org.demo.app", "no pid column")

@@ -185,3 +185,18 @@ def test_not_a_header():
     assert parse_header("android.os.StrictMode$LogStackTrace", "StrictMode") is None
     assert parse_header("A resource was acquired at attached stack trace but never released",
                         "SomethingElse") is None
+
+
+def test_listener_logged_violation_and_dedupe_with_penalty_log():
+    stack = ["\tat libcore.io.BlockGuardOs.open(BlockGuardOs.java:249)",
+             "\tat org.demo.Store.load(Store.kt:41)"]
+    listener = tt("strict mode violation", "android.os.strictmode.DiskReadViolation", *stack,
+                  tag="MyApp")
+    r = analyze(listener)
+    assert [(v.kind, v.duration_ms, v.app_frame) for v in r.violations] == [
+        ("DiskRead", None, "org.demo.Store.load(Store.kt:41)")]
+    both = MODERN.splitlines(keepends=True)[0] + "".join(tt(*stack)) + listener
+    assert len(analyze(both).violations) == 1
+    # The same call site hit twice by penaltyLog stays two violations.
+    twice = MODERN + MODERN
+    assert len(analyze(twice).violations) == 2
