@@ -7,6 +7,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -125,11 +126,13 @@ async def test_replicas_starting_together_do_not_race(db_url: str) -> None:
             assert await conn.run_sync(_diff) == []
 
 
-async def _assert_blocked_then_completes(store: Store, release: object) -> None:
+async def _assert_blocked_then_completes(
+    store: Store, release: Callable[[], Awaitable[None]]
+) -> None:
     task = asyncio.create_task(store.migrate())
     done, _ = await asyncio.wait({task}, timeout=BLOCKED_FOR_S)
     assert not done, "migration ran while another holder had the lock"
-    await release()  # type: ignore[operator]
+    await release()
     await asyncio.wait_for(task, SUBPROCESS_TIMEOUT_S)
     assert await store.current_revision() == head_revision()
 
