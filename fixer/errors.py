@@ -528,9 +528,11 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
             m, is_javac = located
             path = _normalise_path(m.group("path"))
             sev_group = m.groupdict().get("sev")
+            if sev_group == "info":
+                continue
             sev: Severity = severity
             if sev_group:
-                sev = "warning" if sev_group in ("warning", "info") else "error"
+                sev = "warning" if sev_group == "warning" else "error"
             if is_javac:
                 indent = len(cur.raw) - len(cur.raw.lstrip())
                 javac = {

@@ -555,7 +555,7 @@ class SourceCodeIndex:
                 m
                 for m in found
                 if (m.qualified_owner or m.package or "") == qualifier
-                or (m.owner or "").endswith(qualifier)
+                or m.owner == qualifier
                 or (m.qualified_owner or "").endswith("." + qualifier)
                 or (m.owner is None and m.package == qualifier)
             ]

@@ -134,6 +134,8 @@ def test_lookup_narrows_by_owner(project: Path) -> None:
         "loadConfig"
     ]
     assert index.lookup("NetworkClient.loadConfig") == []
+    assert index.lookup("Activity.loadConfig") == [], "owner names match whole segments"
+    assert [m.owner for m in index.lookup("Helper.help")] == ["MainActivity.Helper"]
     assert index.lookup("doesNotExist") == []
     assert {m.name for m in index.methods_of("ConfigStore")} == {"read", "write"}
 
