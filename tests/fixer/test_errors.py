@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixer.errors import classify_message, parse_errors
 from tests.conftest import require_or_skip
@@ -559,3 +561,53 @@ def test_corpus_kotlin_messages_are_kept_verbatim() -> None:
         (CORPUS / "gradle_compile_19_occtax313_k2_argument_type_mismatch.txt").read_text()
     )
     assert report.errors[0].message == "Unresolved reference 'defaultValue'."
+
+
+_FRAGMENTS = [
+    "e: ",
+    "w: ",
+    "file:///",
+    "C:\\a\\",
+    "/x/Foo.kt",
+    "Foo.java",
+    ":12",
+    ":5 ",
+    ": (3, 4): ",
+    "Unresolved reference: ",
+    "Unresolved reference '",
+    "error: ",
+    "cannot find symbol",
+    "  symbol:   class ",
+    "  location: class ",
+    "    ^",
+    "> Task :app:compileDebugKotlin FAILED",
+    "* What went wrong:",
+    "BUILD FAILED in 1s",
+    "\n",
+    "\t",
+    "`",
+    "2024-01-01T00:00:00.1234567Z ",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=12)), max_size=40))
+def test_any_text_parses_into_the_contract_shape(parts: list[str]) -> None:
+    data = parse_errors("".join(parts)).to_dict()
+    assert data["failure"] in ("compile", "build_config", "none")
+    assert isinstance(data["build_failed"], bool)
+    for e in data["errors"]:
+        assert e["severity"] in ("error", "warning")
+        assert e["kind"] in (
+            "unresolved_reference",
+            "type_mismatch",
+            "nullability",
+            "wrong_arguments",
+            "syntax",
+            "visibility",
+            "other",
+        )
+        assert e["line"] is None or e["line"] >= 0
+        assert e["symbol"] is None or e["kind"] == "unresolved_reference"
+    if data["failure"] != "none":
+        assert data["build_failed"]
