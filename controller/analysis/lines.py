@@ -39,11 +39,11 @@ _TIME = r"(?:\d\d:\d\d:\d\d(?:\.\d+)?(?:\s+[+-]\d{4})?|\d+\.\d{3,9})"
 # Groups: pid, tid, level, tag, msg. The tag is everything up to the first ": " (tags may hold
 # ':' themselves, e.g. a truncated "prung:SamSprun"), and the message may be empty.
 _THREADTIME = re.compile(
-    rf"{_DATE}{_TIME}\s+(?:\w+\s+)??(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$"
+    rf"{_DATE}{_TIME}\s+(?:\w+\s+)??(\d+)\s+(\d+)\s+({_L})\s+(\S.*?|)\s*:(?: |$)(.*)$"
 )
 # The common case first: a tag without ':' (the general pattern above handles the rest).
 _THREADTIME_FAST = re.compile(
-    rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S[^:]*?)\s*:(?: |$)(.*)$"
+    rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S[^:]*?|)\s*:(?: |$)(.*)$"
 )
 _THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
 # pid, tid, process, level, tag, msg

@@ -185,3 +185,8 @@ def test_studio_with_hidden_time_and_pid():
                                                               "*** *** *** ***")
     ln = one("2025-01-09 08:00:00.100  MyTag   org.demo.app   I  no pid column")
     assert (ln.pid, ln.tag, ln.process, ln.msg) == (None, "MyTag", "org.demo.app", "no pid column")
+
+
+def test_empty_tag():
+    ln = one("07-07 15:19:02.151 1337 3319 D : HostConnection::get() New Host Connection")
+    assert (ln.pid, ln.tag, ln.msg) == (1337, "", "HostConnection::get() New Host Connection")

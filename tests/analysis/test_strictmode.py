@@ -200,3 +200,26 @@ def test_listener_logged_violation_and_dedupe_with_penalty_log():
     # The same call site hit twice by penaltyLog stays two violations.
     twice = MODERN + MODERN
     assert len(analyze(twice).violations) == 2
+
+
+def test_legacy_studio_penalty_death_with_old_generic_class():
+    pad = " " * 67
+    text = ("03-14 09:35:30.154 4934-4934/org.card.dev E/AndroidRuntime: FATAL EXCEPTION: main\n"
+            f"{pad}Process: org.card.dev, PID: 4934\n"
+            f"{pad}android.os.StrictMode$StrictModeViolation: policy=327711 violation=2\n"
+            f"{pad}    at android.os.StrictMode.executeDeathPenalty(StrictMode.java:1520)\n"
+            f"{pad}    at org.card.dev.Scan.start(Scan.java:12)\n"
+            "03-14 09:35:30.200 4934-4934/org.card.dev I/Process: Sending signal. PID: 4934 SIG: 9\n")
+    r = analyze(text, package="org.card.dev")
+    assert [(v.kind, v.policy, v.code, v.source) for v in r.violations] == [
+        ("DiskRead", 327711, 2, "crash")]
+    (c,) = r.crashes
+    assert c.strict_mode and c.exception == "android.os.StrictMode$StrictModeViolation"
+    assert c.app_frame == "org.card.dev.Scan.start(Scan.java:12)"
+    assert r.app_pids == [4934]
+
+
+def test_vm_policy_death_is_a_process_death():
+    text = tt("StrictMode VmPolicy violation with POLICY_DEATH; shutting down.", tag="System.err")
+    (d,) = analyze(text).deaths
+    assert (d.pid, d.reason) == (4321, "StrictMode VmPolicy penaltyDeath")
