@@ -62,6 +62,7 @@ _FENCE = re.compile(
 _CODE_START = re.compile(
     r"^(?:package |import |@|(?:public |internal |open |abstract )*class )", re.MULTILINE
 )
+_THINKING = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
 _TEST_ANNOTATION = re.compile(r"@(?:org\.junit\.)?Test\b")
 
 
@@ -204,7 +205,8 @@ def extract_code(reply: str | None) -> str:
     """
     if not reply or not reply.strip():
         raise ReplyRejected("not_code", "empty reply")
-    text = reply.replace("\r\n", "\n")
+    # Reasoning models (served by Ollama, vLLM…) think aloud first; drafts in there do not count.
+    text = _THINKING.sub("", reply.replace("\r\n", "\n"))
     blocks = [m.group("code") for m in _FENCE.finditer(text)]
     candidates = [b for b in blocks if _CODE_START.search(b) or "class " in b]
     if candidates:
@@ -224,6 +226,8 @@ def extract_code(reply: str | None) -> str:
         raise ReplyRejected("not_code", "the reply declares no class")
     if code.count("{") != code.count("}"):
         raise ReplyRejected("not_code", "unbalanced braces (truncated reply?)")
+    if len(_PACKAGE.findall(code)) > 1:
+        raise ReplyRejected("not_code", "several files in one reply")
     return code + "\n"
 
 

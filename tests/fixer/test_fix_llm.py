@@ -217,6 +217,10 @@ def test_extract_code_variants() -> None:
     assert extract_code("```\nclass A {\n}\n```") == "class A {\n}\n"
     two = "```kotlin\nclass Small {}\n```\ntext\n```kotlin\npackage p\n\nclass Big {\n    fun x() {}\n}\n```"
     assert extract_code(two).startswith("package p")
+    thinking = "<think>maybe ```kotlin\nclass Draft {\n    fun a() {}\n    fun b() {}\n}\n```</think>\n```kotlin\nclass Final {}\n```"
+    assert extract_code(thinking) == "class Final {}\n"
+    with pytest.raises(ReplyRejected, match="several files"):
+        extract_code("```kotlin\npackage a\nclass A {}\npackage b\nclass B {}\n```")
     with pytest.raises(ReplyRejected):
         extract_code("")
     with pytest.raises(ReplyRejected):
