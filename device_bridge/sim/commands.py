@@ -309,7 +309,8 @@ _LOGCAT_USAGE = "Usage: logcat [options] [filterspecs]\n"
 @command("logcat")
 async def logcat(p: Proc) -> int:
     args = p.argv[1:]
-    fmt, buffers, dump, clear = "threadtime", [], False, False
+    fmt, dump, clear = "threadtime", False, False
+    buffers: list[str] = []
     tail: int | None = None
     since: float | None = None
     pid: int | None = None
@@ -509,9 +510,9 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 return 0
         return 1
     if sub == "install":
-        flags: set[str] = set()
+        opts: set[str] = set()
         size: int | None = None
-        path: str | None = None
+        apk: str | None = None
         j = 0
         while j < len(rest):
             a = rest[j]
@@ -527,9 +528,9 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 j += 2
                 continue
             if a.startswith("-"):
-                flags.add(a)
+                opts.add(a)
             else:
-                path = a
+                apk = a
             j += 1
         if size is not None:
             if size > device.files.quota:
@@ -545,21 +546,21 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 await p.out("Failure [INSTALL_FAILED_INVALID_APK: short read of streamed APK]\n")
                 return 1
             source = "stdin"
-        elif path is None:
+        elif apk is None:
             await p.err("Error: APK content must be streamed\n")
             return 1
         else:
             try:
-                data = bytearray(device.files.read(p.path(path)))
+                data = bytearray(device.files.read(p.path(apk)))
             except OSError:
                 await p.err(
-                    f"Error: Unable to open file: {path}\n"
+                    f"Error: Unable to open file: {apk}\n"
                     "Consider using a file under /data/local/tmp/\n"
                 )
                 return 1
-            source = p.path(path)
+            source = p.path(apk)
         result = device.install(
-            bytes(data), source=source, replace="-r" in flags, allow_downgrade="-d" in flags
+            bytes(data), source=source, replace="-r" in opts, allow_downgrade="-d" in opts
         )
         await p.out(result + "\n")
         return 0 if result == "Success" else 1

@@ -45,7 +45,7 @@ from device_bridge.sim.files import SimFiles
 from device_bridge.sim.logbuf import LogBuffer
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import render_png, render_raw
-from device_bridge.sim.shell import Shell
+from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.transport import (
     A_VERSION,
@@ -221,6 +221,14 @@ class _StreamSink:
         await self.stream.write(data)
 
 
+class _CrLfSink:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def write(self, data: bytes) -> None:
+        await self.inner.write(data.replace(b"\n", b"\r\n"))
+
+
 class _V2Sink:
     """Shell protocol v2 packets: id, u32 length, data (§5.3)."""
 
@@ -302,8 +310,8 @@ class _Connection:
         if msg.command == Command.CNXN:
             # Effective maxdata is the smaller of both announcements, in both directions.
             self.max_out = max(256, min(self.device.maxdata, msg.arg1 or 4096, 1 << 20))
-            for stream in list(self.streams.values()):
-                stream.on_close()
+            for old in list(self.streams.values()):
+                old.on_close()
             self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())
             self.online = True
             return
@@ -498,7 +506,9 @@ class SimDevice:
                 return None
             args = head.split(",")[1:]
             v2 = "v2" in args
-            return lambda s: self._shell_service(s, cmdline, v2=v2)
+            # An empty command is an interactive shell, on a PTY unless "raw" is asked (§5.1).
+            pty = "pty" in args or ("raw" not in args and not cmdline.strip())
+            return lambda s: self._shell_service(s, cmdline, v2=v2, pty=pty)
         if service.startswith("exec:"):
             cmdline = service[len("exec:"):]
             return lambda s: self._shell_service(s, cmdline, v2=False)
@@ -506,7 +516,8 @@ class SimDevice:
             return lambda s: serve_sync(s, self.files)
         return None
 
-    async def _shell_service(self, stream: _Stream, cmdline: str, *, v2: bool) -> None:
+    async def _shell_service(self, stream: _Stream, cmdline: str, *, v2: bool,
+                             pty: bool = False) -> None:
         if v2:
             stdout: Any = _V2Sink(stream, 1)
             stderr: Any = _V2Sink(stream, 2)
@@ -514,21 +525,67 @@ class SimDevice:
         else:
             stdout = stderr = _StreamSink(stream)
             stdin = stream
+        if pty:
+            # A terminal merges stderr into its output and turns \n into \r\n (which is why
+            # binary output needs exec-out, on a real device too).
+            stdout = stderr = _CrLfSink(stdout)
         if not cmdline.strip():
-            await stderr.write(b"/system/bin/sh: interactive shells are not supported by the "
-                               b"simulated device; pass a command\n")
-            code = 1
+            code = await self._interactive(stdin, stdout, stderr, pty=pty)
         else:
             code = await self.run_shell(cmdline, stdin=stdin, stdout=stdout, stderr=stderr)
         if v2:
             await stream.write(struct.pack("<BIB", 3, 1, code & 0xFF))
 
-    async def run_shell(self, cmdline: str, *, stdin: Any, stdout: Any, stderr: Any) -> int:
-        """Run one shell command line as adbd would (also logged with tag ``SimShell``)."""
+    async def _interactive(self, stdin: Any, stdout: Any, stderr: Any, *, pty: bool) -> int:
+        """``adb shell`` without a command: a prompt and line editing on a PTY, or a script
+        read line by line from stdin (``echo ls | adb shell``)."""
+        shell = self._new_shell()
+        prompt = f"{self.profile.device}:/ $ ".encode()
+        line = bytearray()
+        if pty:
+            await stdout.write(prompt)
+        while True:
+            chunk = await stdin.read(4096)
+            if not chunk:
+                if line.strip():
+                    await self.run_shell(line.decode(errors="replace"), stdin=BytesSource(),
+                                         stdout=stdout, stderr=stderr, shell=shell)
+                return shell.status
+            for byte in chunk:
+                if pty and byte in (0x7F, 0x08):
+                    if line:
+                        line.pop()
+                        await stdout.write(b"\b \b")
+                elif pty and byte == 0x03:  # ^C
+                    line.clear()
+                    await stdout.write(b"^C\n" + prompt)
+                elif pty and byte == 0x04 and not line:  # ^D
+                    return shell.status
+                elif byte == 0x0A or (pty and byte == 0x0D):
+                    if pty:
+                        await stdout.write(b"\n")
+                    if line.strip():
+                        await self.run_shell(line.decode(errors="replace"), stdin=BytesSource(),
+                                             stdout=stdout, stderr=stderr, shell=shell)
+                        if shell.exited:
+                            return shell.status
+                    line.clear()
+                    if pty:
+                        await stdout.write(prompt)
+                else:
+                    line.append(byte)
+                    if pty:
+                        await stdout.write(bytes([byte]))
+
+    def _new_shell(self) -> Shell:
         self._next_pid += 1
-        pid = self._next_pid
-        self.log("I", "SimShell", cmdline, pid=pid, tid=pid)
-        shell = Shell(self, commands.lookup, env=self._shell_env(), pid=pid)
+        return Shell(self, commands.lookup, env=self._shell_env(), pid=self._next_pid)
+
+    async def run_shell(self, cmdline: str, *, stdin: Any, stdout: Any, stderr: Any,
+                        shell: Shell | None = None) -> int:
+        """Run one shell command line as adbd would (also logged with tag ``SimShell``)."""
+        shell = shell or self._new_shell()
+        self.log("I", "SimShell", cmdline, pid=shell.pid, tid=shell.pid)
         return await shell.run(cmdline, stdin=stdin, stdout=stdout, stderr=stderr)
 
     def _shell_env(self) -> dict[str, str]:

@@ -453,6 +453,7 @@ class Shell:
         self.status = 0
         self.pid = pid
         self.cwd = "/"
+        self.exited = False  # `exit` or `exec` ended the shell (interactive sessions stop)
 
     async def run(self, src: str, *, stdin: Source, stdout: Sink, stderr: Sink) -> int:
         """Run ``src``; return the exit status (0–255)."""
@@ -466,6 +467,7 @@ class Shell:
                 await self._andor(andor, stdin, stdout, stderr)
         except _Exit as exc:
             self.status = exc.code
+            self.exited = True
         return self.status & 0xFF
 
     async def _andor(self, andor: AndOr, stdin: Source, stdout: Sink, stderr: Sink) -> None:

@@ -237,3 +237,36 @@ def test_debian_adb_accepts_the_device_too(tmp_path):
             assert "com.example.deb" in d.list_packages()
     finally:
         server.kill()
+
+
+def test_adb_shell_without_a_command_reads_a_script_from_stdin(sim_device, adb_server):
+    script = "echo one\nexport X=5\necho $X\nexit 3\necho never\n"
+    proc = subprocess.run(
+        [adb_server.adb, "-P", str(adb_server.port), "-s", sim_device.address, "shell"],
+        input=script, capture_output=True, text=True, timeout=30, env=adb_server.env,
+        check=False)
+    assert (proc.returncode, proc.stdout) == (3, "one\n5\n")
+
+
+def test_interactive_pty_shell_has_a_prompt_and_line_editing(sim_device):
+    c = sim_device.adb.open_transport()
+    try:
+        c.send_command("shell:")
+        c.check_okay()
+        c.conn.settimeout(10)
+        prompt = b"panther:/ $ "
+        seen = b""
+        while not seen.endswith(prompt):
+            seen += c.conn.recv(4096)
+        c.conn.sendall(b"echo hx\x7fi\r")
+        seen = b""
+        while not seen.endswith(prompt):
+            seen += c.conn.recv(4096)
+        assert seen == b"echo hx\b \bi\r\nhi\r\n" + prompt
+        c.conn.sendall(b"exit\r")
+        rest = b""
+        while chunk := c.conn.recv(4096):
+            rest += chunk
+        assert rest == b"exit\r\n"
+    finally:
+        c.close()
