@@ -241,7 +241,8 @@ def _lambda_param_names(lam: Node) -> list[str]:
 
 def is_activity_expr(node: Node, scope: Scope) -> bool:
     """Does this expression evaluate to the ``MainActivity`` under test (as far as we can tell)?"""
-    while node.type in ("parenthesized_expression", "unary_expression") and node.named_children:
+    while node.type in ("parenthesized_expression", "unary_expression", "value_argument") \
+            and node.named_children:
         node = node.named_children[0]
     if node.type == "identifier":
         name = text(node)
@@ -283,7 +284,8 @@ def _import_problem(imp: Import, app: DemoApp, own_classes: set[str]) -> Problem
     for k in range(len(parts)):
         prefix = ".".join(p for p, _ in parts[: k + 1])
         parent = ".".join(p for p, _ in parts[:k])
-        if prefix in _KNOWN_PACKAGES or prefix in PACKAGES:
+        if prefix in _KNOWN_PACKAGES or prefix in PACKAGES or \
+                (app.package + ".").startswith(prefix + "."):
             continue
         if parent in PACKAGES and parts[k][0] in PACKAGES[parent]:
             if prefix not in PACKAGES:
