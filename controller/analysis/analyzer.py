@@ -289,7 +289,7 @@ class _State:
             if h is not None:
                 self._open(ln, False, h)
                 return
-        if _FATAL in msg:
+        if _FATAL in msg and msg.lstrip(" *\t").startswith(_FATAL):
             i = msg.find(_FATAL)
             rest = msg[i + len(_FATAL):]
             if rest.startswith(" IN SYSTEM PROCESS"):
@@ -298,7 +298,7 @@ class _State:
             self._open(ln, True, thread)
             return
         if "ANR in" in msg:
-            h2 = anr_mod.parse_header(msg)
+            h2 = anr_mod.parse_header(msg, tag)
             if h2 is not None:
                 a = Anr(h2[0], h2[1], None, None, ln.index + 1, source=tag or "ActivityManager")
                 self.anrs.append(a)

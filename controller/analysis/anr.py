@@ -20,9 +20,11 @@ _FIELD = re.compile(r"\s*(PID|Reason|Parent|Frozen|ErrorId|Subject)\s*:\s?(.*)$"
 _AM_ANR = re.compile(r"\[\s*\d+\s*,\s*(\d+)\s*,\s*([^,\]]+?)\s*,\s*[^,\]]*,\s*(.*?)\]?\s*$")
 
 
-def parse_header(msg: str) -> tuple[str, str | None] | None:
-    """``(package, component)`` for an ``ANR in`` line."""
-    m = _HEADER.search(msg)
+def parse_header(msg: str, tag: str | None = None) -> tuple[str, str | None] | None:
+    """``(package, component)`` for an ``ANR in`` line (system tags, or no tag in a paste)."""
+    if tag and not any(word in tag for word in ("Activity", "ANR", "Anr", "am_")):
+        return None
+    m = _HEADER.match(msg.lstrip())
     if not m:
         return None
     return m[1], (m[2] or None)

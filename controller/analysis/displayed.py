@@ -28,7 +28,7 @@ def parse_duration(text: str) -> int | None:
 
 
 def parse_displayed(msg: str) -> tuple[str, int, int | None] | None:
-    m = _DISPLAYED.search(msg)
+    m = _DISPLAYED.match(msg.lstrip())
     if not m:
         return None
     ms = parse_duration(m[2])

@@ -223,3 +223,13 @@ def test_droid_unblocker_naming_its_test():
     assert [(t.elapsed_ms, t.test) for t in r.timings] == [
         (42, "org.demo.FooTest#testA"), (7, "org.demo.BarTest#b")]
     assert r.tests[0].blocking_time_ms == 42 and r.blocking_time_ms == 42
+
+
+def test_app_chatter_is_not_evidence():
+    text = (tt("Watchdog: possible ANR in main thread (org.demo/.Main)", tag="MyApp", level="W")
+            + tt("reporting FATAL EXCEPTION: main to the server", tag="MyApp", level="I")
+            + tt("list Displayed a/b: +3ms items", tag="MyApp", level="I")
+            + tt("handleApplicationStrictModeViolation; res=0", tag="ActivityManager", level="W"))
+    r = analyze(text)
+    assert (r.anrs, r.crashes, r.displayed, r.violations) == ([], [], [], [])
+    assert r.verification_status == "REFUTED"
