@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -115,7 +116,7 @@ def _as_completer(llm_client: Any) -> ChatCompleter | None:
 def fix_detailed(
     test_code: str,
     error_output: str | CompileReport,
-    index: SourceCodeIndex | None = None,
+    index: SourceCodeIndex | str | os.PathLike[str] | None = None,
     llm_client: ChatCompleter | openai.OpenAI | None = None,
     *,
     expected_package: str | None = None,
@@ -128,6 +129,8 @@ def fix_detailed(
     those in a test source set (``androidTest…``, ``test…``), else those whose source set is
     unknown. Errors only in the app's own sources leave the test alone.
     """
+    if isinstance(index, str | os.PathLike):
+        index = SourceCodeIndex(index)  # a project directory: index it now
     report = parse_errors(error_output) if isinstance(error_output, str) else error_output
     errors = _errors_of_test(report.compile_errors, test_code, test_path)
     name = _file_name(errors)
@@ -209,7 +212,7 @@ def _llm_round(
 def fix(
     test_code: str,
     error_output: str,
-    index: SourceCodeIndex | None,
+    index: SourceCodeIndex | str | os.PathLike[str] | None,
     llm_client: ChatCompleter | openai.OpenAI | None,
 ) -> str:
     """The seed's signature: the fixed test code (the input itself when nothing could be done)."""

@@ -306,3 +306,9 @@ def test_support_library_imports_migrate_to_androidx() -> None:
     assert "import androidx.test.espresso.contrib.RecyclerViewActions\n" in result.code
     assert "import androidx.test.ext.junit.runners.AndroidJUnit4\n" in result.code
     assert "android.support" not in result.code
+
+
+def test_index_may_be_given_as_a_project_directory() -> None:
+    code = 'package t\n\nclass T {\n    fun x() = NetworkClient("h")\n}\n'
+    out = k2(4, 15, "NetworkClient", "/p/src/test/java/t/T.kt")
+    assert "import com.example.demo.NetworkClient\n" in fix(code, out, str(SAMPLE), None)
