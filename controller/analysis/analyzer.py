@@ -22,6 +22,7 @@ from typing import Any
 from controller.analysis import anr as anr_mod
 from controller.analysis import strictmode
 from controller.analysis.displayed import parse_displayed
+from controller.analysis.instrumentation import InstrumentationResult
 from controller.analysis.lines import LogLine, ParsedLog, iter_lines
 from controller.analysis.models import (
     Anr,
@@ -224,9 +225,14 @@ def analyze(
     pids: Mapping[int, str] | Iterable[int] | None = None,
     thresholds: Thresholds = Thresholds(),
     completed: bool | None = None,
+    instrumentation: InstrumentationResult | None = None,
 ) -> AnalysisResult:
-    """Analyse a log. ``package`` limits the evidence to that app; ``pids`` adds known pids
-    (a pid → process map, or pids of the app); ``completed`` says whether the run finished."""
+    """Analyse a log.
+
+    ``package`` limits the evidence to that app; ``pids`` adds known pids (a pid → process map,
+    or pids of the app); ``completed`` says whether the run finished (default: unknown, or what
+    ``instrumentation`` — the run's parsed ``am instrument -r`` output — says).
+    """
     stats = ParsedLog([])
     state = _State(package)
     feed = state.feed
@@ -234,7 +240,7 @@ def analyze(
         feed(ln)
     state.close_all()
     return state.result(stats.entries, stats.total, stats.damaged, dict(stats.formats),
-                        pids, thresholds, completed)
+                        pids, thresholds, completed, instrumentation)
 
 
 class _State:
@@ -465,7 +471,8 @@ class _State:
     # -- attribution and verdict ------------------------------------------------------------
     def result(self, entries: int, nlines: int, damaged: int, formats: dict[str, int],
                pids: Mapping[int, str] | Iterable[int] | None, thresholds: Thresholds,
-               completed: bool | None) -> AnalysisResult:
+               completed: bool | None,
+               instrumentation: InstrumentationResult | None) -> AnalysisResult:
         package = self.package
         procs = self.procs
         app_pids: set[int] = set()
@@ -538,11 +545,17 @@ class _State:
                                                  or belongs_to(d.process, package))]
             if native:
                 crash_text, crash_line = native[0].reason, native[0].line_no
+        if instrumentation is not None:
+            if completed is None:
+                completed = instrumentation.run_status == "ok"
+            if crash_text is None and instrumentation.run_status == "crashed":
+                # The log lost the crash (another buffer, a cleared log): the runner saw it.
+                crash_text = instrumentation.message or "Process crashed."
         verdict = decide(
             kinds=[v.kind for v in violations], blocking_time_ms=blocking, anrs=len(anrs),
             crash=crash_text[:300] if crash_text else None,
-            crashed_before_timing=crash_line is not None and (
-                first_timing is None or crash_line < first_timing),
+            crashed_before_timing=crash_text is not None and (
+                first_timing is None or (crash_line is not None and crash_line < first_timing)),
             completed=completed, thresholds=thresholds)
         issues = build_issues(
             violations=violations, anrs=anrs, crashes=crashes, timings=timings,

@@ -134,3 +134,24 @@ def test_issues():
     assert "Repeated ANR in org.demo.app/.Main (2 times)" in titles
     assert any(t.startswith("Crash loop: org.demo.app crashed 2 times") for t in titles)
     assert all(i.level in ("error", "warning", "info") and i.suggestion for i in r.issues)
+
+
+def test_instrumentation_result_informs_the_verdict():
+    from controller.analysis import parse_instrumentation
+
+    crashed = parse_instrumentation("INSTRUMENTATION_RESULT: shortMsg=Process crashed.\n"
+                                    "INSTRUMENTATION_CODE: 0\n")
+    r = analyze(START, package="org.demo.app", instrumentation=crashed)
+    assert (r.verification_status, r.reason_code) == ("PENDING", "test_crashed")
+    assert r.summary.startswith("Inconclusive: Process crashed.")
+    # Evidence still wins over a crash.
+    r = analyze(START + VIOLATION_APP, package="org.demo.app", instrumentation=crashed)
+    assert r.verification_status == "CONFIRMED"
+    stopped = parse_instrumentation("INSTRUMENTATION_STATUS: class=a.B\nINSTRUMENTATION_STATUS: "
+                                    "test=t\nINSTRUMENTATION_STATUS_CODE: 1\n")
+    r = analyze(START + timing(3), package="org.demo.app", instrumentation=stopped)
+    assert (r.verification_status, r.reason_code) == ("PENDING", "incomplete")
+    ok = parse_instrumentation("INSTRUMENTATION_RESULT: stream=OK (0 tests)\n"
+                               "INSTRUMENTATION_CODE: -1\n")
+    assert analyze(START, package="org.demo.app", instrumentation=ok).verification_status == \
+        "REFUTED"
