@@ -281,11 +281,12 @@ class _Connection:
         self.streams: dict[int, _Stream] = {}
         self.max_out = min(device.maxdata, 1 << 20)
         self.online = False
+        self.checksums = False  # the peer speaks version 0x01000000 and may verify them
         self._next_id = 0
 
     def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
         if not self.writer.is_closing():
-            self.writer.write(encode(command, arg0, arg1, data))
+            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
 
     async def run(self) -> None:
         parser = MessageReader()
@@ -310,6 +311,7 @@ class _Connection:
         if msg.command == Command.CNXN:
             # Effective maxdata is the smaller of both announcements, in both directions.
             self.max_out = max(256, min(self.device.maxdata, msg.arg1 or 4096, 1 << 20))
+            self.checksums = msg.arg0 < A_VERSION
             for old in list(self.streams.values()):
                 old.on_close()
             self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())

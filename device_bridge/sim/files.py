@@ -101,7 +101,7 @@ class SimFiles:
         if self.used - (len(old.data) if old else 0) + len(body) > self.quota:
             raise OSError(f"{path}: No space left on device")
         self._mkdirs(posixpath.dirname(p))
-        fmode = stat_mod.S_IFREG | (stat_mod.S_IMODE(mode) or 0o644)
+        fmode = stat_mod.S_IFREG | ((mode & 0o777) or 0o644)  # adbd: mode &= 0777
         self._files[p] = _File(body, fmode, int(time.time()) if mtime is None else mtime)
 
     def _mkdirs(self, d: str) -> None:

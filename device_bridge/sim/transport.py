@@ -60,9 +60,15 @@ class Message:
         return f"{self.command.name}({self.arg0:#x}, {self.arg1:#x}, {shown!r}{more} [{len(self.data)}])"
 
 
-def encode(command: Command, arg0: int, arg1: int, data: bytes = b"") -> bytes:
-    """One message's bytes: header (checksum 0, as version 0x01000001 allows) + payload."""
-    return HEADER.pack(command, arg0, arg1, len(data), 0, command ^ 0xFFFFFFFF) + data
+def encode(command: Command, arg0: int, arg1: int, data: bytes = b"", *,
+           checksum: bool = False) -> bytes:
+    """One message's bytes: header + payload.
+
+    ``data_check`` is 0 (version 0x01000001 skips it) unless ``checksum``: a peer that announced
+    the original version 0x01000000 gets the byte sum it may verify (§2.2).
+    """
+    check = (sum(data) & 0xFFFFFFFF) if checksum else 0
+    return HEADER.pack(command, arg0, arg1, len(data), check, command ^ 0xFFFFFFFF) + data
 
 
 class MessageReader:

@@ -44,3 +44,9 @@ def test_bad_magic_and_oversize_payloads_are_framing_errors():
     unknown = struct.pack("<6I", 0x41414141, 0, 0, 0, 0, 0x41414141 ^ 0xFFFFFFFF)
     with pytest.raises(FramingError, match="unknown"):
         MessageReader().feed(unknown)
+
+
+def test_checksum_is_the_byte_sum_when_asked():
+    wire = encode(Command.WRTE, 1, 2, b"\xff\x01ab", checksum=True)
+    assert struct.unpack_from("<I", wire, 16)[0] == 0xFF + 0x01 + ord("a") + ord("b")
+    assert struct.unpack_from("<I", encode(Command.WRTE, 1, 2, b"ab"), 16)[0] == 0
