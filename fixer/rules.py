@@ -270,6 +270,9 @@ def _is_member(path: str) -> bool:
     return len(parts) >= 2 and parts[-1][:1].islower() and parts[-2][:1].isupper()
 
 
+_PRIVATE = re.compile(r"\bprivate\b")
+
+
 def _resolve(
     name: str, index: SourceCodeIndex | None, own_package: str | None
 ) -> tuple[str | None, bool]:
@@ -285,7 +288,10 @@ def _resolve(
         if len(qualified) > 1:
             return None, False  # ambiguous: leave it to the LLM
         if not classes:
-            methods = index.lookup(name)
+            # A private member cannot be imported from another file.
+            methods = [
+                m for m in index.lookup(name) if not _PRIVATE.search(m.signature.split("(", 1)[0])
+            ]
             paths = sorted({m.import_path for m in methods if m.import_path})
             if own_package and any(m.owner is None and m.package == own_package for m in methods):
                 return None, True
