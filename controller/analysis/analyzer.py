@@ -439,8 +439,11 @@ class _State:
             frame = app_frame(frames[tr.cause_at:], self.package) or app_frame(frames, self.package)
         else:
             frame = app_frame(frames, self.package)
+        kind = h.kind
+        if kind == "Unknown":
+            kind = strictmode.kind_from_frames(frames) or kind
         self.violations.append(Violation(
-            h.kind, h.duration_ms, tr.pid, tr.tid, frame, tr.line, tr.line_no, h.class_name,
+            kind, h.duration_ms, tr.pid, tr.tid, frame, tr.line, tr.line_no, h.class_name,
             h.message, h.policy, h.code, "log", tr.test.id if tr.test else None, frames,
             tr.tag))
 

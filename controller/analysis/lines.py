@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["LogLine", "ParsedLog", "clean", "iter_lines", "parse_lines"]
+__all__ = ["LogLine", "ParsedLog", "clean", "decode", "iter_lines", "parse_lines"]
 
 _L = r"[VDIWEFAS]"
 _DATE = r"(?:(?:\d{4}-)?\d\d-\d\d\s+)?"
@@ -121,6 +121,23 @@ class ParsedLog:
     total: int = 0
     damaged: int = 0
     formats: Counter[str] = field(default_factory=Counter)
+
+
+def decode(data: bytes) -> str:
+    """Bytes of a log file as text: UTF-8 (with or without BOM), or UTF-16 as Windows
+    PowerShell writes ``adb logcat > file``; undecodable bytes become U+FFFD."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    if data.startswith(b"\xef\xbb\xbf"):
+        return data[3:].decode("utf-8", errors="replace")
+    head = data[:2000]
+    if len(head) >= 8:
+        even, odd = head[0::2].count(0), head[1::2].count(0)
+        if odd > 0.9 * (len(head) // 2) and even == 0:
+            return data.decode("utf-16-le", errors="replace")
+        if even > 0.9 * (len(head) // 2) and odd == 0:
+            return data.decode("utf-16-be", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 def clean(line: str) -> str:

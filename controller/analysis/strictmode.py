@@ -17,7 +17,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["LEAK_KINDS", "Header", "kind_of_class", "parse_header", "violation_in_crash"]
+__all__ = [
+    "KNOWN_KINDS",
+    "LEAK_KINDS",
+    "Header",
+    "kind_from_frames",
+    "kind_of_class",
+    "parse_header",
+    "violation_in_crash",
+]
 
 _CODES = {1: "DiskWrite", 2: "DiskRead", 4: "Network", 8: "Custom", 16: "ResourceMismatch",
           32: "UnbufferedIo"}
@@ -43,19 +51,54 @@ class Header:
     code: int | None = None
 
 
+KNOWN_KINDS = (
+    "DiskRead", "DiskWrite", "Network", "Custom", "ResourceMismatch", "UnbufferedIo",
+    "LeakedClosable", "SqliteObjectLeaked", "InstanceCount", "IntentReceiverLeaked",
+    "ServiceConnectionLeaked", "LeakedRegistrationObjects", "UntaggedSocket", "NonSdkApiUsed",
+    "ContentUriWithoutPermission", "CleartextNetwork", "FileUriExposed",
+    "CredentialProtectedWhileLocked", "ImplicitDirectBoot", "UnsafeIntentLaunch",
+    "IncorrectContext", "WebViewMethodCalledOnWrongThread", "Explicit",
+)
+# The StrictMode frame that detected a thread violation names its kind (a header cut short).
+_DETECTORS = {"onReadFromDisk": "DiskRead", "onWriteToDisk": "DiskWrite",
+              "onNetwork": "Network", "onUntaggedSocket": "UntaggedSocket",
+              "noteSlowCall": "Custom", "onCustomSlowCall": "Custom",
+              "onUnbufferedIO": "UnbufferedIo", "onResourceMismatch": "ResourceMismatch",
+              "onNonSdkApiUsed": "NonSdkApiUsed", "onCleartextNetworkDetected": "CleartextNetwork"}
+
+
 def kind_of_class(class_name: str, code: int | None = None) -> str:
-    """``android.os.StrictMode$StrictModeDiskReadViolation`` → ``DiskRead``."""
+    """``android.os.StrictMode$StrictModeDiskReadViolation`` → ``DiskRead``.
+
+    A class name cut short by a truncated line completes to the one known kind it starts
+    (``android.os.strictmode.DiskRe`` → ``DiskRead``); anything else that is not a
+    ``…Violation`` class is ``Unknown``.
+    """
     simple = class_name.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+    complete = simple.endswith("Violation")
     if simple.startswith("StrictMode"):
         simple = simple[len("StrictMode"):]
-    if simple.endswith("Violation"):
+    if complete:
         simple = simple[: -len("Violation")]
     if not simple and code is not None:
         simple = _CODES.get(code, "")
     if not simple and code is not None:
         # A mask of several bits: name the lowest known one.
         simple = next((v for bit, v in sorted(_CODES.items()) if code & bit), "")
+    if not complete and simple not in KNOWN_KINDS:
+        candidates = [k for k in KNOWN_KINDS if k.startswith(simple)] if len(simple) >= 3 else []
+        simple = candidates[0] if len(candidates) == 1 else ""
     return simple or "Unknown"
+
+
+def kind_from_frames(frames: list[str]) -> str | None:
+    """The kind named by StrictMode's own detector frame, for a header that lost its class."""
+    for f in frames[:4]:
+        if f.startswith("android.os.StrictMode"):
+            method = f.split("(", 1)[0].rsplit(".", 1)[-1]
+            if method in _DETECTORS:
+                return _DETECTORS[method]
+    return None
 
 
 def _body(body: str, duration: int | None) -> Header:

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from controller.analysis import AnalysisResult, analyze
+from controller.analysis.lines import decode
 
 __all__ = ["app", "read_input"]
 
@@ -50,7 +51,7 @@ def read_input(source: str) -> str:
     if len(data) > MAX_INPUT_BYTES:
         typer.echo(f"error: {source} is larger than {MAX_INPUT_BYTES} bytes", err=True)
         raise typer.Exit(EXIT_UNREADABLE)
-    return data.decode("utf-8", errors="replace")
+    return decode(data)
 
 
 def _t(value: object, style: str = "") -> Text:

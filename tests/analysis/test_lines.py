@@ -190,3 +190,12 @@ def test_studio_with_hidden_time_and_pid():
 def test_empty_tag():
     ln = one("07-07 15:19:02.151 1337 3319 D : HostConnection::get() New Host Connection")
     assert (ln.pid, ln.tag, ln.msg) == (1337, "", "HostConnection::get() New Host Connection")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be"])
+def test_decode(encoding):
+    from controller.analysis.lines import decode
+
+    text = "11-02 09:15:01.250  4321  4339 D StrictMode: é x\n"
+    assert decode(text.encode(encoding)) == text
+    assert isinstance(decode(b"\xff\x00ok\x00"), str)  # never raises

@@ -223,3 +223,13 @@ def test_vm_policy_death_is_a_process_death():
     text = tt("StrictMode VmPolicy violation with POLICY_DEATH; shutting down.", tag="System.err")
     (d,) = analyze(text).deaths
     assert (d.pid, d.reason) == (4321, "StrictMode VmPolicy penaltyDeath")
+
+
+def test_truncated_headers():
+    text = ("StrictMode policy violation; ~duration=92 ms: android.os.strictmode.DiskRe\n"
+            "StrictMode policy violation; ~duration=93 ms: andr\n"
+            "\tat android.os.StrictMode$AndroidBlockGuardPolicy.onNetwork(StrictMode.java:1)\n"
+            "StrictMode policy violation; ~duration=94 ms:\n")
+    r = analyze(text)
+    assert [(v.kind, v.duration_ms) for v in r.violations] == [
+        ("DiskRead", 92), ("Network", 93), ("Unknown", 94)]
