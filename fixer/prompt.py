@@ -163,13 +163,20 @@ def build_messages(
 ) -> list[dict[str, str]]:
     """Chat messages for an OpenAI-compatible ``chat.completions`` call."""
     shown = list(errors)[:MAX_ERRORS_IN_PROMPT]
-    error_lines = "\n".join(
-        f"- line {e.line if e.line is not None else '?'}"
-        f"{':' + str(e.column) if e.column is not None else ''}: {e.message}"
-        + (f" (symbol: {e.symbol})" if e.symbol else "")
-        + (f" (location: {e.location})" if e.location else "")
-        for e in shown
-    )
+    source = code.splitlines()
+
+    def describe(e: CompileError) -> str:
+        text = (
+            f"- line {e.line if e.line is not None else '?'}"
+            f"{':' + str(e.column) if e.column is not None else ''}: {e.message}"
+            + (f" (symbol: {e.symbol})" if e.symbol else "")
+            + (f" (location: {e.location})" if e.location else "")
+        )
+        if e.line is not None and 1 <= e.line <= len(source):
+            text += f"\n    at: {source[e.line - 1].strip()[:200]}"
+        return text
+
+    error_lines = "\n".join(describe(e) for e in shown)
     if len(errors) > len(shown):
         error_lines += f"\n- … and {len(errors) - len(shown)} more"
     lang = "java" if _looks_java(code) else "kotlin"

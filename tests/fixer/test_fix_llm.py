@@ -92,6 +92,7 @@ def test_fenced_reply_is_used_and_the_prompt_carries_errors_and_bodies(
     assert request.headers.get("authorization") == "Bearer sk-test"
     user = body["messages"][-1]["content"]
     assert "line 9:25: Initializer type mismatch" in user
+    assert "at: val size: Int = activity.loadConfig()" in user
     assert BROKEN.strip() in user
     # The body of the method the error points at, from the source index.
     assert "fun loadConfig(): String {" in user and "ConfigStore.read(this)" in user
