@@ -603,8 +603,8 @@ def _result(elapsed_s: float, ran: int, failures: list[tuple[SimTest, str]]) -> 
         lines += ["", "FAILURES!!!", f"Tests run: {ran},  Failures: {len(failures)}", "", ""]
     else:
         lines += ["", f"OK ({ran} test{'s' if ran != 1 else ''})", "", ""]
-    yield "INSTRUMENTATION_RESULT: stream=" + lines[0]
-    yield from lines[1:]
+    yield "INSTRUMENTATION_RESULT: stream="
+    yield from lines
     yield "INSTRUMENTATION_CODE: -1"
 
 

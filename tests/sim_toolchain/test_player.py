@@ -373,6 +373,9 @@ def test_runner_log_lines_and_status_bundle_shape():
         "INSTRUMENTATION_STATUS: test=formatTitle_doesNotBlockTheMainThread",
         "INSTRUMENTATION_STATUS_CODE: 1",
     ]
+    end = played.output[played.output.index("INSTRUMENTATION_RESULT: stream="):]
+    assert end[1] == "" and re.fullmatch(r"Time: \d+\.\d{3}", end[2])
+    assert end[3:] == ["", "OK (1 test)", "", "", "INSTRUMENTATION_CODE: -1"]
     assert played.device.started == ["com.droidwire.demo"]
     assert played.device.killed == [("com.droidwire.demo", "finished inst")]
 
