@@ -18,7 +18,7 @@ class Result:
 async def sh(dev: SimDevice, cmdline: str, stdin: bytes = b"") -> Result:
     out, err = BufferSink(), BufferSink()
     code = await dev.run_shell(cmdline, stdin=BytesSource(stdin), stdout=out, stderr=err)
-    return Result(code, out.data.decode(), err.data.decode())
+    return Result(code, out.data.decode(errors="replace"), err.data.decode(errors="replace"))
 
 
 def new_device(**kwargs: object) -> SimDevice:
