@@ -166,6 +166,12 @@ class _Parser:
         name = b.get("test", "").strip()
         if "Error" in b and self.failed is None:
             self.failed = b["Error"].strip() or "error"
+        if code in _STATUS and not (cls and name) and "id" not in b:
+            # An end bundle that lost its identity (a damaged paste): it ends the one test
+            # still running, if there is exactly one.
+            running = [t for t in self.tests if not t.finished]
+            if len(running) == 1:
+                cls, name = running[0].class_name, running[0].name
         if code is None or code not in (1, *_STATUS) or not cls or not name:
             self.metadata.append({**b, "code": str(code)})
             return

@@ -137,3 +137,9 @@ def test_without_dash_r():
                               "INSTRUMENTATION_RESULT: shortMsg=Process crashed.\n"
                               "INSTRUMENTATION_CODE: 0")
     assert (r.tests, r.run_status) == ([], "crashed")
+
+
+def test_end_bundle_without_identity_ends_the_running_test():
+    text = (status(1) + "INSTRUMENTATION_STATUS: stream=.\nINSTRUMENTATION_STATUS_CODE: 0\n"
+            + OK_END)
+    assert [(t.name, t.status) for t in parse_instrumentation(text).tests] == [("adds", "passed")]
