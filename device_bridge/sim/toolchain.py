@@ -130,6 +130,7 @@ class SimulatedToolchain:
                 f"declare `package {app.package}` (or a sub-package of it)",
                 rule="namespace",
             )
+        assert package is not None  # refused above otherwise
         class_names = re.findall(r"^\s*(?:@\S+\s+)*(?:\w+\s+)*class\s+([A-Za-z_]\w*)",
                                  test_code, flags=re.M)
         file_name = f"{class_names[0] if class_names else 'GeneratedTest'}.kt"

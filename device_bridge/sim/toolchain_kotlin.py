@@ -17,6 +17,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import tree_sitter_kotlin
 from tree_sitter import Language, Node, Parser, Tree
@@ -115,7 +116,7 @@ def _scan(source: str) -> Iterator[tuple[str, int]]:
     n = len(source)
     # frames: ["code", brace depth] | ['"'] | ['"""']; a code frame above a string frame is
     # a template expression, closed by the `}` that brings its depth below zero.
-    frames: list[list] = [["code", 0]]
+    frames: list[list[Any]] = [["code", 0]]
     while i < n:
         frame = frames[-1]
         ch = source[i]
@@ -282,7 +283,7 @@ def _member_masks(source: str) -> list[bytes]:
         spans.append((current, len(source)))
     if len(spans) < 2:
         return []
-    member_offsets = set()
+    member_offsets: set[int] = set()
     for a, b in spans:
         member_offsets.update(range(a, b))
     masks = []

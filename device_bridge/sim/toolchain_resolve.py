@@ -43,6 +43,8 @@ _SOFT_KEYWORDS = frozenset(
     "class object fun val var true false null return break continue throw".split()
 )
 _RECEIVER_SCOPE_FUNCTIONS = frozenset({"with", "apply", "run", "buildString", "buildList"})
+# Lambdas whose (first) parameter is the activity under test.
+_ACTIVITY_LAMBDAS = frozenset({"onActivity", "ActivityAction"})
 # Calls whose lambda takes no parameter: an `it` inside belongs to an enclosing lambda.
 _NO_PARAM_LAMBDAS = frozenset({
     "measure", "measureOnMainThread", "measureTimeMillis", "measureNanoTime", "measureTime",
@@ -154,21 +156,21 @@ def build_scope(file: KotlinFile, app: DemoApp) -> Scope:
                 ident = next((c for c in node.children if c.type == "identifier"), None)
                 if ident is None:
                     continue
-                name = text(ident)
+                var_name = text(ident)
                 if activity_simple in _type_names(node):
-                    scope.activity_names.add(name)
+                    scope.activity_names.add(var_name)
                 init = _initializer(node)
                 if init is not None:
                     init_text = text(init)
                     if init.type == "string_literal" and "$" not in init_text:
-                        scope.string_consts[name] = init_text.strip('"')
+                        scope.string_consts[var_name] = init_text.strip('"')
                     if "ActivityTestRule" in init_text and activity_simple in init_text:
-                        scope.activity_rules.add(name)
+                        scope.activity_rules.add(var_name)
                     if ("ActivityScenarioRule" in init_text or "activityScenarioRule" in init_text) \
                             and activity_simple in init_text:
-                        scope.scenario_rules.add(name)
+                        scope.scenario_rules.add(var_name)
                     if init_text.replace(" ", "") == f"{activity_simple}()":
-                        scope.activity_names.add(name)
+                        scope.activity_names.add(var_name)
     # names brought in by imports
     for imp in scope.imports:
         if imp.star:
@@ -252,9 +254,9 @@ def is_activity_expr(node: Node, scope: Scope) -> bool:
                 params = _lambda_param_names(anc)
                 call = lambda_call_name(anc)
                 if params and params[0] == name:
-                    return call == "onActivity"
+                    return call in _ACTIVITY_LAMBDAS
                 if not params and name == "it" and call not in _NO_PARAM_LAMBDAS:
-                    return call == "onActivity"
+                    return call in _ACTIVITY_LAMBDAS
             anc = anc.parent
         return name in scope.activity_names
     if node.type == "navigation_expression" and len(node.children) >= 3:

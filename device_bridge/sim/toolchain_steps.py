@@ -562,10 +562,10 @@ class _Extractor:
             self.emit({"fail": self.message_of(args[0], ctx) if args else None}, ctx, node)
             return True
         if name == "TODO":
+            reason = self.message_of(args[0], ctx) if args else None
+            detail = f": {reason}" if isinstance(reason, str) else "."
             self.emit({"throw": "kotlin.NotImplementedError",
-                       "message": "An operation is not implemented"
-                       + (": " + (self.message_of(args[0], ctx) or "") if args else ".")},
-                      ctx, node)
+                       "message": f"An operation is not implemented{detail}"}, ctx, node)
             return True
         if name == "error" and args:
             self.emit({"throw": "java.lang.IllegalStateException",
@@ -677,8 +677,12 @@ class _Extractor:
         if node.type == "binary_expression":
             op = node.child_by_field_name("operator")
             if op is not None and text(op) == "+":
-                left = self.parts_of(node.child_by_field_name("left"), ctx)
-                right = self.parts_of(node.child_by_field_name("right"), ctx)
+                left_node = node.child_by_field_name("left")
+                right_node = node.child_by_field_name("right")
+                if left_node is None or right_node is None:
+                    return None
+                left = self.parts_of(left_node, ctx)
+                right = self.parts_of(right_node, ctx)
                 if left is None or right is None:
                     return None
                 return left + right
