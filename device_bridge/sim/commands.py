@@ -883,3 +883,25 @@ async def screencap(p: Proc) -> int:
         await p.err(f"Error opening file: {exc}\n")
         return 1
     return 0
+
+
+@command("uiautomator")
+async def uiautomator(p: Proc) -> int:
+    """``uiautomator dump [--compressed] [FILE]``: the window hierarchy as XML."""
+    args = [a for a in p.argv[1:] if a not in ("--compressed", "--windows")]
+    if not args or args[0] != "dump" or len(args) > 2:
+        await p.err("Usage: uiautomator dump [--compressed] [file]\n")
+        return 1
+    target = args[1] if len(args) == 2 else "/sdcard/window_dump.xml"
+    xml = p.device.ui_xml()
+    if target in ("/dev/tty", "/dev/stdout"):
+        await p.out(xml)
+    else:
+        try:
+            p.device.files.write(p.path(target), xml.encode())
+        except OSError as exc:
+            await p.err(f"ERROR: could not write {target}: {exc}\n")
+            return 1
+    # (sic: the real tool's spelling)
+    await p.out(f"UI hierchary dumped to: {target}\n")
+    return 0

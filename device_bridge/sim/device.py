@@ -44,7 +44,7 @@ from device_bridge.sim.apk import ApkError, SimPackage, read_apk
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.logbuf import LogBuffer
 from device_bridge.sim.profiles import DeviceProfile, get_profile
-from device_bridge.sim.screen import render_png, render_raw
+from device_bridge.sim.screen import render_png, render_raw, render_ui_xml
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.transport import (
@@ -898,6 +898,13 @@ class SimDevice:
             return render_png(p.width, p.height, self.focus)
         return render_raw(p.width, p.height, self.focus, sdk=p.sdk)
 
+    def ui_xml(self) -> str:
+        p = self.profile
+        apps = sorted(n for n, i in self.packages.items() if i.pkg.kind == "app")
+        apps += ["com.android.chrome", "com.android.settings"]
+        return render_ui_xml(p.width, p.height, self.focus, apps=apps, typed=self.typed_text,
+                             launcher=self.focus == self.launcher)
+
     def _window_hash(self, comp: str) -> str:
         return f"{abs(hash((comp, self.port))) & 0xFFFFFFF:07x}"
 
@@ -950,4 +957,57 @@ class SimDevice:
                 f"{p.width} x {p.height}, density {p.density}, orientation=0}}\n"
                 "  mCurrentOrientation=0\n"
             )
+        if service == "package":
+            return self._dumpsys_package(args[0] if args else "")
+        if service in ("meminfo", "gfxinfo"):
+            target = next((a for a in args if not a.startswith("-")), "")
+            proc = self.processes.get(target)
+            if proc is None:
+                return f"No process found for: {target}\n"
+            uptime = int(time.monotonic() * 1000)
+            if service == "meminfo":
+                pss = 40_000 + proc.pid % 9_000
+                return (
+                    "Applications Memory Usage (in Kilobytes):\n"
+                    f"Uptime: {uptime} Realtime: {uptime}\n\n"
+                    f"** MEMINFO in pid {proc.pid} [{target}] **\n"
+                    "                   Pss  Private  Private     Heap     Heap     Heap\n"
+                    "                 Total    Dirty    Clean     Size    Alloc     Free\n"
+                    f"  Native Heap     {pss // 4:>5}    {pss // 4:>5}        0    16384    "
+                    "12288     4096\n"
+                    f"  Dalvik Heap     {pss // 5:>5}    {pss // 5:>5}        0    24576    "
+                    "16384     8192\n"
+                    f"        TOTAL     {pss:>5}    {pss // 2:>5}     {pss // 8:>4}    40960    "
+                    "28672    12288\n"
+                )
+            return (
+                "Applications Graphics Acceleration Info:\n"
+                f"Uptime: {uptime} Realtime: {uptime}\n\n"
+                f"** Graphics info for pid {proc.pid} [{target}] **\n\n"
+                "Total frames rendered: 120\nJanky frames: 3 (2.50%)\n"
+                "50th percentile: 6ms\n90th percentile: 11ms\n95th percentile: 14ms\n"
+                "99th percentile: 32ms\n"
+            )
         return None
+
+    def _dumpsys_package(self, name: str) -> str:
+        inst = self.packages.get(name)
+        if inst is None:
+            return "" if name not in self.system_packages else (
+                f"Packages:\n  Package [{name}] ({self._window_hash(name)}):\n    userId=1000\n")
+        pkg = inst.pkg
+        lines = [
+            "Packages:",
+            f"  Package [{name}] ({self._window_hash(name)}):",
+            f"    userId={inst.uid}",
+            f"    pkg=Package{{{self._window_hash(name)} {name}}}",
+            f"    codePath={inst.path.rsplit('/', 1)[0]}",
+            f"    versionCode={pkg.version_code} minSdk=24 targetSdk={self.profile.sdk}",
+            "    versionName=1.0",
+            "    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA TEST_ONLY ]" if pkg.kind == "test"
+            else "    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA ]",
+            "    timeStamp=" + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(inst.installed_at)),
+        ]
+        if pkg.kind == "test":
+            lines.append(f"    Instrumentation: {name}/{pkg.runner} (target={pkg.target_package})")
+        return "\n".join(lines) + "\n"

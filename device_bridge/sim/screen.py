@@ -12,10 +12,11 @@ import hashlib
 import io
 import struct
 from functools import lru_cache
+from xml.sax.saxutils import quoteattr
 
 from PIL import Image, ImageDraw
 
-__all__ = ["render_png", "render_raw"]
+__all__ = ["render_png", "render_raw", "render_ui_xml"]
 
 
 @lru_cache(maxsize=16)
@@ -47,3 +48,55 @@ def render_raw(width: int, height: int, focus: str, *, sdk: int) -> bytes:
     if sdk >= 28:
         header += struct.pack("<I", 0)
     return header + _image(width, height, focus).convert("RGBA").tobytes()
+
+
+def _node(index: int, cls: str, pkg: str, bounds: tuple[int, int, int, int], *, text: str = "",
+          rid: str = "", desc: str = "", clickable: bool = False, focused: bool = False,
+          children: str = "") -> str:
+    left, top, right, bottom = bounds
+    flags = {
+        "checkable": False, "checked": False, "clickable": clickable, "enabled": True,
+        "focusable": clickable or focused, "focused": focused, "scrollable": False,
+        "long-clickable": False, "password": False, "selected": False,
+    }
+    attrs = " ".join(f'{k}="{str(v).lower()}"' for k, v in flags.items())
+    return (
+        f"<node index=\"{index}\" text={quoteattr(text)} resource-id={quoteattr(rid)} "
+        f"class={quoteattr(cls)} package={quoteattr(pkg)} content-desc={quoteattr(desc)} "
+        f'{attrs} bounds="[{left},{top}][{right},{bottom}]">{children}</node>'
+    )
+
+
+def render_ui_xml(width: int, height: int, focus: str, *, apps: list[str], typed: str,
+                  launcher: bool) -> str:
+    """A ``uiautomator dump`` hierarchy: launcher icons for ``apps``, or a simple app screen."""
+    pkg, _, activity = focus.partition("/")
+    bar = height // 40
+    if launcher:
+        size = width // 4
+        icons = "".join(
+            _node(i, "android.widget.TextView", pkg,
+                  ((i % 4) * size, bar + (i // 4) * size, (i % 4 + 1) * size,
+                   bar + (i // 4 + 1) * size),
+                  text=name.rsplit(".", 1)[-1].capitalize(), desc=name, clickable=True)
+            for i, name in enumerate(apps[:24])
+        )
+        body = _node(0, "android.view.ViewGroup", pkg, (0, bar, width, height - 2 * bar),
+                     rid=f"{pkg}:id/workspace", children=icons)
+    else:
+        title = activity.rsplit(".", 1)[-1]
+        margin = width // 12
+        body = _node(0, "android.widget.LinearLayout", pkg, (0, bar, width, height - 2 * bar),
+                     children=(
+            _node(0, "android.widget.TextView", pkg, (margin, bar, width - margin, bar * 4),
+                  text=title, rid=f"{pkg}:id/title")
+            + _node(1, "android.widget.EditText", pkg,
+                    (margin, bar * 5, width - margin, bar * 8), text=typed,
+                    rid=f"{pkg}:id/input", clickable=True, focused=True)
+            + _node(2, "android.widget.Button", pkg,
+                    (margin, bar * 9, width // 2, bar * 12), text="OK",
+                    rid=f"{pkg}:id/ok", clickable=True)
+        ))
+    root = _node(0, "android.widget.FrameLayout", pkg, (0, 0, width, height), children=body)
+    return ("<?xml version='1.0' encoding='UTF-8' standalone='yes' ?>"
+            f'<hierarchy rotation="0">{root}</hierarchy>')

@@ -181,3 +181,38 @@ async def test_screencap_png_and_raw(profile):
     header = 16 if dev.profile.sdk >= 28 else 12
     assert (w, h, fmt) == (*img.size, 1)
     assert len(raw) == header + w * h * 4
+
+
+async def test_dumpsys_package_meminfo_and_gfxinfo():
+    dev = new_device()
+    await install(dev, APP)
+    await install(dev, TESTS)
+    package = (await sh(dev, "dumpsys package com.example.demo")).out
+    assert "Package [com.example.demo]" in package and "versionCode=2 " in package
+    assert "Instrumentation: com.example.demo.test/" in (
+        await sh(dev, "dumpsys package com.example.demo.test")).out
+    assert (await sh(dev, "dumpsys meminfo com.example.demo")).out == (
+        "No process found for: com.example.demo\n")
+    await sh(dev, "am start -n com.example.demo/.MainActivity")
+    meminfo = (await sh(dev, "dumpsys meminfo com.example.demo")).out
+    assert "** MEMINFO in pid " in meminfo and "TOTAL" in meminfo
+    assert "Janky frames:" in (await sh(dev, "dumpsys gfxinfo com.example.demo")).out
+
+
+async def test_uiautomator_dump_describes_the_focused_window():
+    from xml.etree import ElementTree
+
+    dev = new_device()
+    await install(dev, APP)
+    out = (await sh(dev, "uiautomator dump /dev/tty")).out
+    xml, _, trailer = out.rpartition("</hierarchy>")
+    assert trailer == "UI hierchary dumped to: /dev/tty\n"
+    launcher = ElementTree.fromstring(xml + "</hierarchy>")
+    assert "com.example.demo" in [n.get("content-desc") for n in launcher.iter("node")]
+    await sh(dev, "am start -n com.example.demo/.MainActivity; input text hello")
+    assert (await sh(dev, "uiautomator dump")).out == (
+        "UI hierchary dumped to: /sdcard/window_dump.xml\n")
+    app = ElementTree.fromstring(dev.files.read("/sdcard/window_dump.xml"))
+    edit = next(n for n in app.iter("node") if n.get("class") == "android.widget.EditText")
+    assert (edit.get("text"), edit.get("focused"), edit.get("bounds")[:1]) == ("hello", "true", "[")
+    assert {n.get("package") for n in app.iter("node")} == {"com.example.demo"}
