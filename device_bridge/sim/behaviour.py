@@ -196,6 +196,7 @@ class DemoApp:
     private_members: frozenset[str]
     source_hash: str
     helpers: dict[str, frozenset[str]] = field(default_factory=dict)  # androidTest objects
+    signatures: dict[str, str] = field(default_factory=dict)  # name → ``fun name(...): T``
 
     @classmethod
     def from_project(cls, project_dir: Path) -> DemoApp:
@@ -236,8 +237,13 @@ class DemoApp:
                 if klass.package == APP_PACKAGE and "." not in klass.name:
                     names = {m.name for m in test_index.methods_of(klass.qualified_name)}
                     helpers[klass.name] = frozenset(names | {"TAG"})
+        signatures = {
+            r.name: "fun " + r.signature.split("fun ", 1)[-1].replace("\n", " ")
+            for r in records
+        }
         return cls(
             package=APP_PACKAGE,
+            signatures=signatures,
             activity=f"{APP_PACKAGE}.{ACTIVITY_CLASS}",
             methods=methods,
             all_members=frozenset({r.name for r in records}),

@@ -390,7 +390,7 @@ def _add(problems: list[Problem], seen: set[tuple[int, int]], problem: Problem) 
 
 
 def _private_signature(app: DemoApp, name: str) -> str:
-    return f"fun {name}(...)"
+    return app.signatures.get(name, f"fun {name}()")
 
 
 def _arity_problem(file: KotlinFile, nav: Node, app: DemoApp, name: str) -> Problem | None:

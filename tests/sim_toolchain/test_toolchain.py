@@ -234,7 +234,8 @@ def test_private_member_and_too_many_arguments():
     body = 'activity.hashUntil(10L, "x")\n                        activity.formatTitle("a", 1, 2)'
     errors = _errors(compile_test(llm_test("formatTitle", body=body)))
     assert [e[3] for e in errors] == [
-        "Cannot access 'fun hashUntil(...)': it is private in 'com.droidwire.demo.MainActivity'.",
+        "Cannot access 'fun hashUntil(budgetMs: Long, seed: String): String': "
+        "it is private in 'com.droidwire.demo.MainActivity'.",
         "Too many arguments for 'fun formatTitle(name: String = ..., unread: Int = ...): String'.",
     ]
 
