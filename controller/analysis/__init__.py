@@ -15,16 +15,34 @@ from controller.analysis.instrumentation import (
     TestResult,
     parse_instrumentation,
 )
-from controller.analysis.models import Thresholds
+from controller.analysis.models import (
+    Anr,
+    Crash,
+    Death,
+    Displayed,
+    Issue,
+    TestTiming,
+    Thresholds,
+    Timing,
+    Violation,
+)
 from controller.analysis.verdict import Status, Verdict, decide, pending, seed_summary
 
 __all__ = [
     "AnalysisResult",
+    "Anr",
+    "Crash",
+    "Death",
+    "Displayed",
     "InstrumentationResult",
+    "Issue",
     "Status",
     "TestResult",
+    "TestTiming",
     "Thresholds",
+    "Timing",
     "Verdict",
+    "Violation",
     "analyze",
     "decide",
     "parse_instrumentation",

@@ -564,7 +564,10 @@ class _State:
             violations=violations, anrs=anrs, crashes=crashes, timings=timings,
             tests=self.tests, blocking_time_ms=blocking, thresholds=thresholds,
             other_violations=len(other_violations), other_anrs=len(other_anrs),
-            other_crashes=len(other_crashes), package=package, damaged_lines=damaged)
+            other_crashes=len(other_crashes), package=package, damaged_lines=damaged,
+            displayed=self.displayed,
+            deaths=[d for d in self.deaths if package is not None and (
+                (d.pid is not None and d.pid in app_pids) or belongs_to(d.process, package))])
         return AnalysisResult(
             entries=entries, lines=nlines, damaged_lines=damaged, violations=violations,
             blocking_time_ms=blocking, anrs=anrs, crashes=crashes, displayed=self.displayed,

@@ -52,7 +52,8 @@ def parse_death(msg: str, pid: int | None) -> tuple[int | None, str | None, str]
     if "has died" in msg:
         m = _DIED.search(msg)
         if m:
-            return int(m[2]), m[1], "died" + (m[3].strip() and ": " + m[3].strip())
+            detail = m[3].strip().lstrip(":").strip()
+            return int(m[2]), m[1], "died" + (f": {detail}" if detail else "")
     if "Fatal signal" in msg:
         m = _SIGNAL.search(msg)
         if m:

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from controller.analysis.models import Anr, Crash, Issue, TestTiming, Thresholds, Timing, Violation
+from controller.analysis.models import (
+    Anr,
+    Crash,
+    Death,
+    Displayed,
+    Issue,
+    TestTiming,
+    Thresholds,
+    Timing,
+    Violation,
+)
 
-__all__ = ["SUGGESTIONS", "build_issues"]
+__all__ = ["SLOW_LAUNCH_MS", "SUGGESTIONS", "build_issues"]
+
+SLOW_LAUNCH_MS = 5000   # Android vitals calls a cold start of 5 s or more excessive
 
 SUGGESTIONS: dict[str, str] = {
     "DiskRead": "Move the disk read off the main thread (Dispatchers.IO, an executor, or "
@@ -63,6 +75,8 @@ def build_issues(
     other_crashes: int = 0,
     package: str | None = None,
     damaged_lines: int = 0,
+    displayed: list[Displayed] | None = None,
+    deaths: list[Death] | None = None,
 ) -> list[Issue]:
     issues: list[Issue] = []
 
@@ -128,6 +142,20 @@ def build_issues(
                                else first.exception)
         issues.append(Issue("error", title, f"Fix the root cause ({root[:200]}).", "crash",
                             len(items)))
+
+    for d in displayed or []:
+        if d.ms >= SLOW_LAUNCH_MS and (package is None or d.component.startswith(package + "/")):
+            issues.append(Issue("warning", f"Slow launch: {d.component} took {d.ms} ms",
+                                "Defer work out of Application/Activity onCreate; profile the "
+                                "startup with a baseline profile or Perfetto.", "slow_launch"))
+    died: dict[str, list[Death]] = defaultdict(list)
+    for death in deaths or []:
+        died[death.process or str(death.pid)].append(death)
+    for proc, items in died.items():
+        reasons = ", ".join(dict.fromkeys(x.reason for x in items))
+        issues.append(Issue("warning", f"Process {proc} died {len(items)} time(s): {reasons}",
+                            "A process that dies mid-test loses its evidence: check the crash "
+                            "or the kill reason.", "process_death", len(items)))
 
     failed = [t for t in tests if t.status in ("failed", "error")]
     if failed:

@@ -155,3 +155,15 @@ def test_instrumentation_result_informs_the_verdict():
                                "INSTRUMENTATION_CODE: -1\n")
     assert analyze(START, package="org.demo.app", instrumentation=ok).verification_status == \
         "REFUTED"
+
+
+def test_slow_launch_and_process_death_issues():
+    text = (START + line(1000, "ActivityTaskManager",
+                         "Displayed org.demo.app/.Main: +6s12ms", "I", 1010)
+            + line(1000, "ActivityManager", "Displayed com.other/.Main: +9s1ms", "I", 1010)
+            + line(1000, "ActivityManager", "Process org.demo.app (pid 2000) has died: fg TOP",
+                   "I", 1010))
+    titles = [i.title for i in analyze(text, package="org.demo.app").issues]
+    assert "Slow launch: org.demo.app/.Main took 6012 ms" in titles
+    assert not any("com.other" in t for t in titles)
+    assert "Process org.demo.app died 1 time(s): died: fg TOP" in titles
