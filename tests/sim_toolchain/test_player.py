@@ -456,3 +456,71 @@ def test_player_is_usable_without_compiling_unknown_methods_default_fast():
     out = list(SimInstrumentationPlayer(APP).play(pkg, app, class_filter=None, device=device))
     assert device.elapsed() == [0]
     assert out[-1] == "INSTRUMENTATION_CODE: -1"
+
+
+def test_code_the_grammar_stumbles_on_is_still_understood():
+    # tree-sitter-kotlin returns ERROR nodes for this valid class (a one-line companion object
+    # followed by an annotation with arguments); the per-member parse recovers the test
+    source = IMPORTS + """
+@RunWith(AndroidJUnit4::class)
+class GrammarEdgeTest {
+  companion object { private const val TAG = "DroidUnblocker" }
+  @Test(timeout = 10_000) fun thumbnail() {
+    ActivityScenario.launch(MainActivity::class.java).use { scenario ->
+      scenario.onActivity { activity ->
+        val start = System.nanoTime()
+        activity.decodeThumbnail()
+        Log.i(TAG, "elapsed=${(System.nanoTime() - start) / 1_000_000}ms")
+      }
+    }
+  }
+}
+"""
+    from device_bridge.sim.toolchain_kotlin import parse_file
+
+    from .helpers import kotlin
+
+    assert parse_file(kotlin(source)).tree.root_node.has_error  # the premise of this test
+    played = compile_and_play(source)
+    assert 100 <= played.device.elapsed()[0] <= 140
+    assert played.codes_by_test() == {"thumbnail": [1, 0]}
+
+
+def test_sleep_on_the_main_thread_blocks_and_can_anr():
+    played = compile_and_play(llm_test("formatTitle", body="Thread.sleep(6_000)"))
+    assert any(ln.message.startswith("ANR in com.droidwire.demo")
+               for ln in played.device.tagged("ActivityManager"))
+    short = compile_and_play(llm_test("formatTitle", body="SystemClock.sleep(200)"))
+    assert 195 <= short.device.elapsed()[0] <= 210
+
+
+def test_branch_on_a_timing_value_and_measure_on_main_thread():
+    source = IMPORTS + """
+import org.junit.Assert.fail
+
+@RunWith(AndroidJUnit4::class)
+class BranchTest {
+    @Test
+    fun hashBudget() {
+        lateinit var activity: MainActivity
+        ActivityScenario.launch(MainActivity::class.java).use { it.onActivity { a -> activity = a } }
+        val ms = DroidUnblocker.measureOnMainThread { activity.computeLayoutHash() }
+        val start = SystemClock.elapsedRealtime()
+        DroidUnblocker.measureOnMainThread { activity.computeLayoutHash() }
+        val elapsed = SystemClock.elapsedRealtime() - start
+        if (elapsed > 300) {
+            fail("main thread blocked for ${elapsed}ms")
+        } else {
+            Log.i("Budget", "fine")
+        }
+    }
+}
+"""
+    played = compile_and_play(source)
+    readings = played.device.elapsed()
+    assert len(readings) == 2 and all(430 <= r <= 470 for r in readings)
+    assert all(ln.tid == PID for ln in played.device.tagged("DroidUnblocker"))  # main thread
+    assert played.codes_by_test() == {"hashBudget": [1, -2]}
+    assert re.search(r"stack=java.lang.AssertionError: main thread blocked for \d+ms",
+                     played.text)
+    assert played.device.tagged("Budget") == []
