@@ -40,21 +40,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from device_bridge.sim import commands
+from device_bridge.sim.adbd import (
+    Connection,
+    CrLfSink,
+    Stream,
+    StreamSink,
+    V2Sink,
+    V2Source,
+)
 from device_bridge.sim.apk import ApkError, SimPackage, read_apk
+from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.logbuf import LogBuffer
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import render_png, render_raw, render_ui_xml
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
-from device_bridge.sim.transport import (
-    A_VERSION,
-    Command,
-    FramingError,
-    Message,
-    MessageReader,
-    encode,
-)
 
 __all__ = ["FEATURES", "InstalledPackage", "SimDevice"]
 
@@ -62,9 +63,6 @@ logger = logging.getLogger("droidwire.sim.device")
 
 FEATURES = ("shell_v2", "cmd", "stat_v2", "ls_v2", "fixed_push_mkdir")
 DEFAULT_MAXDATA = 256 * 1024
-_IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging it
-_OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
-_V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
 
 SYSTEM_PACKAGES = (
     "android", "com.android.bluetooth", "com.android.chrome", "com.android.phone",
@@ -89,278 +87,6 @@ class _Process:
     pid: int
     package: str
     uid: int
-
-
-# -- streams ----------------------------------------------------------------------------------
-
-
-class _Stream:
-    """One adb stream: ordered, acknowledged byte pipes in both directions.
-
-    Single-threaded on the event loop, so state is checked and changed without locks; waiters
-    park on private futures that :meth:`_notify` resolves.
-    """
-
-    def __init__(self, conn: _Connection, local_id: int, remote_id: int) -> None:
-        self.conn = conn
-        self.local_id = local_id
-        self.remote_id = remote_id
-        self.closed = False
-        self.task: asyncio.Task[None] | None = None
-        self._waiters: list[asyncio.Future[None]] = []
-        self._inbound = bytearray()
-        self._owe_okay = False
-        self._pending = bytearray()
-        self._acked = True
-        self._flusher = asyncio.create_task(self._flush_loop())
-
-    async def _wait_for(self, predicate: Any) -> None:
-        while not predicate():
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
-
-    def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    # host → device
-
-    def on_data(self, data: bytes) -> None:
-        self._inbound += data
-        if len(self._inbound) < _IN_HIGH_WATER:
-            self.conn.send(Command.OKAY, self.local_id, self.remote_id)
-        else:
-            self._owe_okay = True  # acknowledged once the service has read it
-        self._notify()
-
-    async def read(self, n: int = -1) -> bytes:
-        await self._wait_for(lambda: bool(self._inbound) or self.closed)
-        take = len(self._inbound) if n < 0 else min(n, len(self._inbound))
-        out = bytes(self._inbound[:take])
-        del self._inbound[:take]
-        self._maybe_okay()
-        return out
-
-    async def read_exactly(self, n: int) -> bytes:
-        await self._wait_for(lambda: len(self._inbound) >= n or self.closed)
-        if len(self._inbound) < n:
-            raise EOFError("stream closed")
-        out = bytes(self._inbound[:n])
-        del self._inbound[:n]
-        self._maybe_okay()
-        return out
-
-    def _maybe_okay(self) -> None:
-        if self._owe_okay and len(self._inbound) < _IN_HIGH_WATER and not self.closed:
-            self._owe_okay = False
-            self.conn.send(Command.OKAY, self.local_id, self.remote_id)
-
-    # device → host
-
-    async def write(self, data: bytes) -> None:
-        if self.closed:
-            raise ConnectionResetError("stream closed by the host")
-        if not data:
-            return
-        self._pending += data
-        self._notify()
-        await self._wait_for(lambda: len(self._pending) < _OUT_HIGH_WATER or self.closed)
-
-    def on_okay(self) -> None:
-        self._acked = True
-        self._notify()
-
-    async def _flush_loop(self) -> None:
-        # One WRTE in flight per stream; the next waits for the host's OKAY (§4.2).
-        while True:
-            await self._wait_for(lambda: (self._pending and self._acked) or self.closed)
-            if self.closed:
-                return
-            size = self.conn.max_out
-            chunk = bytes(self._pending[:size])
-            del self._pending[:size]
-            self._acked = False
-            self.conn.send(Command.WRTE, self.local_id, self.remote_id, chunk)
-            self._notify()
-
-    async def finish(self) -> None:
-        """Device-side end of service: send what is queued, then CLSE (§4.3)."""
-        await self._wait_for(lambda: not self._pending or self.closed)
-        if self.closed:
-            return
-        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY (§4.3).
-        self.conn.send(Command.CLSE, self.local_id, self.remote_id)
-        self._close()
-
-    def on_close(self) -> None:
-        """The host closed the stream (or the connection died): stop everything."""
-        self._close()
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()
-
-    def _close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.conn.streams.pop(self.local_id, None)
-            self._flusher.cancel()
-            self._notify()
-
-
-class _StreamSink:
-    def __init__(self, stream: _Stream) -> None:
-        self.stream = stream
-
-    async def write(self, data: bytes) -> None:
-        await self.stream.write(data)
-
-
-class _CrLfSink:
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def write(self, data: bytes) -> None:
-        await self.inner.write(data.replace(b"\n", b"\r\n"))
-
-
-class _V2Sink:
-    """Shell protocol v2 packets: id, u32 length, data (§5.3)."""
-
-    def __init__(self, stream: _Stream, packet_id: int) -> None:
-        self.stream = stream
-        self.packet_id = packet_id
-
-    async def write(self, data: bytes) -> None:
-        for off in range(0, len(data), _V2_PACKET):
-            chunk = data[off : off + _V2_PACKET]
-            await self.stream.write(struct.pack("<BI", self.packet_id, len(chunk)) + chunk)
-
-
-class _V2Source:
-    """Stdin from shell-v2 packets: id 0 data, id 4 close-stdin; others (5 = window) ignored."""
-
-    def __init__(self, stream: _Stream) -> None:
-        self.stream = stream
-        self._buf = bytearray()
-        self._eof = False
-
-    async def read(self, n: int = -1) -> bytes:
-        while not self._buf and not self._eof:
-            try:
-                head = await self.stream.read_exactly(5)
-                body = await self.stream.read_exactly(struct.unpack_from("<I", head, 1)[0])
-            except EOFError:
-                self._eof = True
-                break
-            if head[0] == 0:
-                self._buf += body
-            elif head[0] == 4:
-                self._eof = True
-        take = len(self._buf) if n < 0 else min(n, len(self._buf))
-        out = bytes(self._buf[:take])
-        del self._buf[:take]
-        return out
-
-
-# -- connection -------------------------------------------------------------------------------
-
-
-class _Connection:
-    """One TCP connection from an adb server: the transport and its streams."""
-
-    def __init__(self, device: SimDevice, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.device = device
-        self.reader = reader
-        self.writer = writer
-        self.streams: dict[int, _Stream] = {}
-        self.max_out = min(device.maxdata, 1 << 20)
-        self.online = False
-        self.checksums = False  # the peer speaks version 0x01000000 and may verify them
-        self._next_id = 0
-
-    def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
-
-    async def run(self) -> None:
-        parser = MessageReader()
-        try:
-            while True:
-                chunk = await self.reader.read(256 * 1024)
-                if not chunk:
-                    return
-                for msg in parser.feed(chunk):
-                    self._dispatch(msg)
-                await self.writer.drain()
-        except FramingError as exc:
-            logger.warning("device %s: closing connection: %s", self.device.serial, exc)
-        except (ConnectionError, OSError):
-            return
-        finally:
-            for stream in list(self.streams.values()):
-                stream.on_close()
-            self.writer.close()
-
-    def _dispatch(self, msg: Message) -> None:
-        if msg.command == Command.CNXN:
-            # Effective maxdata is the smaller of both announcements, in both directions.
-            self.max_out = max(256, min(self.device.maxdata, msg.arg1 or 4096, 1 << 20))
-            self.checksums = msg.arg0 < A_VERSION
-            for old in list(self.streams.values()):
-                old.on_close()
-            self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())
-            self.online = True
-            return
-        if not self.online:
-            return  # nothing but CNXN is meaningful before the handshake (§3.1)
-        if msg.command == Command.OPEN:
-            self._open(msg.arg0, msg.data.rstrip(b"\0").decode("utf-8", errors="replace"))
-            return
-        stream = self.streams.get(msg.arg1)
-        if stream is None or stream.remote_id != msg.arg0:
-            return  # late OKAY/CLSE for a stream we already closed (§2.1)
-        if msg.command == Command.OKAY:
-            stream.on_okay()
-        elif msg.command == Command.WRTE:
-            stream.on_data(msg.data)
-        elif msg.command == Command.CLSE:
-            stream.on_close()
-
-    def _open(self, remote_id: int, service: str) -> None:
-        handler = self.device.service_for(service)
-        if handler is None or remote_id == 0:
-            logger.debug("device %s: refusing service %r", self.device.serial, service[:80])
-            self.send(Command.CLSE, 0, remote_id)
-            return
-        self._next_id += 1
-        stream = _Stream(self, self._next_id, remote_id)
-        self.streams[stream.local_id] = stream
-        self.send(Command.OKAY, stream.local_id, remote_id)
-        stream.task = asyncio.create_task(self._serve(stream, handler))
-
-    async def _serve(self, stream: _Stream, handler: Any) -> None:
-        try:
-            await handler(stream)
-            await stream.finish()
-        except asyncio.CancelledError:
-            stream.on_close()
-        except (ConnectionError, EOFError):
-            stream.on_close()
-        except Exception:
-            logger.exception("device %s: service failed", self.device.serial)
-            with contextlib.suppress(Exception):
-                await stream.finish()
-
-    def close(self) -> None:
-        for stream in list(self.streams.values()):
-            stream.on_close()
-        self.writer.close()
 
 
 # -- the device -------------------------------------------------------------------------------
@@ -408,7 +134,7 @@ class SimDevice:
         self.recent: list[str] = [self.launcher]
         self.battery_level = 87
         self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
         self._booted = False
@@ -491,7 +217,7 @@ class SimDevice:
         if sock is not None:
             # Without TCP_NODELAY each round trip costs ~30 ms more (§4.4).
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(self, reader, writer)
+        conn = Connection(self, reader, writer)
         self._connections.add(conn)
         logger.debug("device %s: adb server connected", self.serial)
         try:
@@ -518,19 +244,19 @@ class SimDevice:
             return lambda s: serve_sync(s, self.files)
         return None
 
-    async def _shell_service(self, stream: _Stream, cmdline: str, *, v2: bool,
+    async def _shell_service(self, stream: Stream, cmdline: str, *, v2: bool,
                              pty: bool = False) -> None:
         if v2:
-            stdout: Any = _V2Sink(stream, 1)
-            stderr: Any = _V2Sink(stream, 2)
-            stdin: Any = _V2Source(stream)
+            stdout: Any = V2Sink(stream, 1)
+            stderr: Any = V2Sink(stream, 2)
+            stdin: Any = V2Source(stream)
         else:
-            stdout = stderr = _StreamSink(stream)
+            stdout = stderr = StreamSink(stream)
             stdin = stream
         if pty:
             # A terminal merges stderr into its output and turns \n into \r\n (which is why
             # binary output needs exec-out, on a real device too).
-            stdout = stderr = _CrLfSink(stdout)
+            stdout = stderr = CrLfSink(stdout)
         if not cmdline.strip():
             code = await self._interactive(stdin, stdout, stderr, pty=pty)
         else:
@@ -905,109 +631,5 @@ class SimDevice:
         return render_ui_xml(p.width, p.height, self.focus, apps=apps, typed=self.typed_text,
                              launcher=self.focus == self.launcher)
 
-    def _window_hash(self, comp: str) -> str:
-        return f"{abs(hash((comp, self.port))) & 0xFFFFFFF:07x}"
-
     def dumpsys(self, service: str, args: list[str]) -> str | None:
-        p = self.profile
-        focus = self.focus
-        pkg = focus.split("/", 1)[0]
-        if service == "window":
-            return (
-                "WINDOW MANAGER DISPLAY CONTENTS (dumpsys window displays)\n"
-                f"  Display: mDisplayId=0 rootTasks=1\n"
-                f"    init={p.width}x{p.height} {p.density}dpi cur={p.width}x{p.height} "
-                f"app={p.width}x{p.height - p.height // 20} rng={p.width}x{p.width}-"
-                f"{p.height}x{p.height}\n"
-                f"  mCurrentFocus=Window{{{self._window_hash(focus)} u0 {focus}}}\n"
-                f"  mFocusedApp=ActivityRecord{{{self._window_hash(focus + 'r')} u0 {focus} t12}}\n"
-                "  mInputMethodWindow=null\n"
-                f"  mHasSurface=true isReadyForDisplay()=true\n"
-            )
-        if service == "activity":
-            records = "\n".join(
-                f"      * Hist #{len(self.recent) - 1 - i}: ActivityRecord"
-                f"{{{self._window_hash(c + 'r')} u0 {c} t{12 + i}}}"
-                for i, c in enumerate(self.recent)
-            )
-            proc = self.processes.get(pkg)
-            top = f"ACTIVITY {focus} {self._window_hash(focus)} pid={proc.pid if proc else 0}\n"
-            if args[:1] == ["top"]:
-                return "TASK 12 id=12\n  " + top
-            return (
-                "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\n"
-                "Display #0 (activities from top to bottom):\n"
-                f"{records}\n\n"
-                f"  ResumedActivity: ActivityRecord{{{self._window_hash(focus + 'r')} u0 {focus} t12}}\n"
-                f"  mResumedActivity: ActivityRecord{{{self._window_hash(focus + 'r')} u0 {focus} t12}}\n"
-                f"  mFocusedActivity: ActivityRecord{{{self._window_hash(focus + 'r')} u0 {focus} t12}}\n"
-            )
-        if service == "battery":
-            return (
-                "Current Battery Service state:\n  AC powered: false\n  USB powered: true\n"
-                "  Wireless powered: false\n  Max charging current: 500000\n"
-                "  Max charging voltage: 5000000\n  Charge counter: 2770000\n  status: 2\n"
-                f"  health: 2\n  present: true\n  level: {self.battery_level}\n  scale: 100\n"
-                "  voltage: 4258\n  temperature: 285\n  technology: Li-ion\n"
-            )
-        if service == "display":
-            return (
-                "DISPLAY MANAGER (dumpsys display)\n"
-                f"  mDefaultDisplayDeviceInfo: DisplayDeviceInfo{{\"Built-in Screen\": "
-                f"{p.width} x {p.height}, density {p.density}, orientation=0}}\n"
-                "  mCurrentOrientation=0\n"
-            )
-        if service == "package":
-            return self._dumpsys_package(args[0] if args else "")
-        if service in ("meminfo", "gfxinfo"):
-            target = next((a for a in args if not a.startswith("-")), "")
-            proc = self.processes.get(target)
-            if proc is None:
-                return f"No process found for: {target}\n"
-            uptime = int(time.monotonic() * 1000)
-            if service == "meminfo":
-                pss = 40_000 + proc.pid % 9_000
-                return (
-                    "Applications Memory Usage (in Kilobytes):\n"
-                    f"Uptime: {uptime} Realtime: {uptime}\n\n"
-                    f"** MEMINFO in pid {proc.pid} [{target}] **\n"
-                    "                   Pss  Private  Private     Heap     Heap     Heap\n"
-                    "                 Total    Dirty    Clean     Size    Alloc     Free\n"
-                    f"  Native Heap     {pss // 4:>5}    {pss // 4:>5}        0    16384    "
-                    "12288     4096\n"
-                    f"  Dalvik Heap     {pss // 5:>5}    {pss // 5:>5}        0    24576    "
-                    "16384     8192\n"
-                    f"        TOTAL     {pss:>5}    {pss // 2:>5}     {pss // 8:>4}    40960    "
-                    "28672    12288\n"
-                )
-            return (
-                "Applications Graphics Acceleration Info:\n"
-                f"Uptime: {uptime} Realtime: {uptime}\n\n"
-                f"** Graphics info for pid {proc.pid} [{target}] **\n\n"
-                "Total frames rendered: 120\nJanky frames: 3 (2.50%)\n"
-                "50th percentile: 6ms\n90th percentile: 11ms\n95th percentile: 14ms\n"
-                "99th percentile: 32ms\n"
-            )
-        return None
-
-    def _dumpsys_package(self, name: str) -> str:
-        inst = self.packages.get(name)
-        if inst is None:
-            return "" if name not in self.system_packages else (
-                f"Packages:\n  Package [{name}] ({self._window_hash(name)}):\n    userId=1000\n")
-        pkg = inst.pkg
-        lines = [
-            "Packages:",
-            f"  Package [{name}] ({self._window_hash(name)}):",
-            f"    userId={inst.uid}",
-            f"    pkg=Package{{{self._window_hash(name)} {name}}}",
-            f"    codePath={inst.path.rsplit('/', 1)[0]}",
-            f"    versionCode={pkg.version_code} minSdk=24 targetSdk={self.profile.sdk}",
-            "    versionName=1.0",
-            "    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA TEST_ONLY ]" if pkg.kind == "test"
-            else "    flags=[ HAS_CODE ALLOW_CLEAR_USER_DATA ]",
-            "    timeStamp=" + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(inst.installed_at)),
-        ]
-        if pkg.kind == "test":
-            lines.append(f"    Instrumentation: {name}/{pkg.runner} (target={pkg.target_package})")
-        return "\n".join(lines) + "\n"
+        return dumpsys(self, service, args)

@@ -144,8 +144,7 @@ class _Dispatch:
 class _Run:
     """One ``am instrument`` invocation's state."""
 
-    def __init__(self, player: SimInstrumentationPlayer, test_pkg: SimPackage,
-                 device: DeviceHooks, app: DemoApp):
+    def __init__(self, test_pkg: SimPackage, device: DeviceHooks, app: DemoApp):
         self.test_pkg = test_pkg
         self.device = device
         self.app = app
@@ -232,7 +231,7 @@ class SimInstrumentationPlayer:
             yield from _failed_to_start(instrumentation, target)
             return
         tests = _select(test_pkg.tests, class_filter)
-        run = _Run(self, test_pkg, device, self.app)
+        run = _Run(test_pkg, device, self.app)
         run.pid = device.start_process(target)
         run.policies = {"main": dict(_MAIN_DEFAULT_POLICY)}
         run.runner_log("I", f"run started: {len(tests)} test{'s' if len(tests) != 1 else ''}")

@@ -51,6 +51,9 @@ _MS_CLOCKS = {"elapsedRealtime", "uptimeMillis", "currentTimeMillis", "currentTh
 _NS_CLOCKS = {"nanoTime", "elapsedRealtimeNanos"}
 _MAIN_RUNNERS = {"runOnMainSync", "runOnUiThread", "post", "postAtFrontOfQueue"}
 _BACKGROUND_RUNNERS = {"thread", "execute", "submit", "Thread", "start"}
+_ASSERTIONS = frozenset(
+    {"fail", "assertTrue", "assertFalse", "assertThat", "error", "TODO", "check", "require"}
+)
 _LOG_LEVELS = {"v": "V", "d": "D", "i": "I", "w": "W", "e": "E", "wtf": "F"}
 _JAVA_LANG = {
     "IllegalStateException", "IllegalArgumentException", "RuntimeException", "Exception",
@@ -392,10 +395,9 @@ class _Extractor:
             if ms is not None:
                 self.emit({"sleep": ms}, ctx, node)
             return
-        if (name in ("fail", "assertTrue", "assertFalse", "assertThat", "error", "TODO",
-                    "check", "require") and receiver in (None,)) or recv_text in ("Assert",):
-            if self.assertion(name, args, ctx, node):
-                return
+        if name in _ASSERTIONS and (receiver is None or recv_text == "Assert") \
+                and self.assertion(name, args, ctx, node):
+            return
         if receiver is None and name in self.scope.functions and ctx.depth < MAX_INLINE_DEPTH:
             fn = self.scope.functions[name]
             if not _is_test_function(fn):
@@ -902,7 +904,6 @@ def extract_tests(file: KotlinFile, scope: Scope, app: DemoApp) -> list[tuple[st
         ignored = "Ignore" in annotations or cls in class_ignored
         ex = _Extractor(file, scope, app, cls)
         ctx = Ctx(frame=method)
-        steps_prefix: list[Step] = []
         if scope.scenario_rules or scope.activity_rules:
             ex.emit({"launch": app.activity}, ctx)
         if _has_strictmode_rule(file):
@@ -919,7 +920,7 @@ def extract_tests(file: KotlinFile, scope: Scope, app: DemoApp) -> list[tuple[st
         for (other_cls, _other), (other_fn, _) in functions.items():
             if other_cls == cls and "After" in _annotations(other_fn):
                 _visit_body(ex, other_fn, ctx)
-        out.append((cls, method, ignored, steps_prefix + ex.w.steps))
+        out.append((cls, method, ignored, ex.w.steps))
     # JUnit 4's MethodSorters.DEFAULT: by String.hashCode() of the name, ties by name
     out.sort(key=lambda t: (t[0], _java_hash(t[1]), t[1]))
     return out

@@ -1,0 +1,327 @@
+"""The device side of the adb transport: one TCP connection from the adb server, its streams.
+
+AOSP ``protocol.txt`` as verified in ``/work/shared/ADB_SIM_SPEC.md``:
+
+* handshake (§3): the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
+  banner); nothing is sent before it and AUTH never; a repeated CNXN restarts the transport;
+* streams (§4): OPEN → OKAY, or CLSE(0, id) to refuse; WRTE payloads are cut to the agreed
+  maxdata (the server rejects bigger ones and wedges the transport, §2.3) and sent one at a
+  time, each waiting for the host's OKAY; host data is acknowledged once the service has read
+  it, so a slow service slows the sender instead of growing a buffer;
+* late OKAY/CLSE for streams already gone are ignored; a host CLSE cancels the service.
+
+What a service *does* is the host's business (:class:`ServiceHost`, i.e. the ``SimDevice``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from device_bridge.sim.transport import (
+    A_VERSION,
+    Command,
+    FramingError,
+    Message,
+    MessageReader,
+    encode,
+)
+
+__all__ = ["Connection", "CrLfSink", "ServiceHost", "Stream", "StreamSink", "V2Sink", "V2Source"]
+
+logger = logging.getLogger("droidwire.sim.adbd")
+
+_IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging it
+_OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
+_V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
+
+Handler = Callable[["Stream"], Awaitable[None]]
+
+
+class ServiceHost(Protocol):
+    """What a connection needs from the device behind it."""
+
+    maxdata: int
+
+    @property
+    def serial(self) -> str: ...
+
+    def banner(self) -> str: ...
+
+    def service_for(self, service: str) -> Handler | None:
+        """The coroutine function serving ``service`` on a stream, or None to refuse it."""
+        ...
+
+
+class Stream:
+    """One adb stream: ordered, acknowledged byte pipes in both directions.
+
+    Single-threaded on the event loop, so state is checked and changed without locks; waiters
+    park on private futures that :meth:`_notify` resolves.
+    """
+
+    def __init__(self, conn: Connection, local_id: int, remote_id: int) -> None:
+        self.conn = conn
+        self.local_id = local_id
+        self.remote_id = remote_id
+        self.closed = False
+        self.task: asyncio.Task[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._inbound = bytearray()
+        self._owe_okay = False
+        self._pending = bytearray()
+        self._acked = True
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _wait_for(self, predicate: Any) -> None:
+        while not predicate():
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    # host → device
+
+    def on_data(self, data: bytes) -> None:
+        self._inbound += data
+        if len(self._inbound) < _IN_HIGH_WATER:
+            self.conn.send(Command.OKAY, self.local_id, self.remote_id)
+        else:
+            self._owe_okay = True  # acknowledged once the service has read it
+        self._notify()
+
+    async def read(self, n: int = -1) -> bytes:
+        await self._wait_for(lambda: bool(self._inbound) or self.closed)
+        take = len(self._inbound) if n < 0 else min(n, len(self._inbound))
+        out = bytes(self._inbound[:take])
+        del self._inbound[:take]
+        self._maybe_okay()
+        return out
+
+    async def read_exactly(self, n: int) -> bytes:
+        await self._wait_for(lambda: len(self._inbound) >= n or self.closed)
+        if len(self._inbound) < n:
+            raise EOFError("stream closed")
+        out = bytes(self._inbound[:n])
+        del self._inbound[:n]
+        self._maybe_okay()
+        return out
+
+    def _maybe_okay(self) -> None:
+        if self._owe_okay and len(self._inbound) < _IN_HIGH_WATER and not self.closed:
+            self._owe_okay = False
+            self.conn.send(Command.OKAY, self.local_id, self.remote_id)
+
+    # device → host
+
+    async def write(self, data: bytes) -> None:
+        if self.closed:
+            raise ConnectionResetError("stream closed by the host")
+        if not data:
+            return
+        self._pending += data
+        self._notify()
+        await self._wait_for(lambda: len(self._pending) < _OUT_HIGH_WATER or self.closed)
+
+    def on_okay(self) -> None:
+        self._acked = True
+        self._notify()
+
+    async def _flush_loop(self) -> None:
+        # One WRTE in flight per stream; the next waits for the host's OKAY (§4.2).
+        while True:
+            await self._wait_for(lambda: (self._pending and self._acked) or self.closed)
+            if self.closed:
+                return
+            size = self.conn.max_out
+            chunk = bytes(self._pending[:size])
+            del self._pending[:size]
+            self._acked = False
+            self.conn.send(Command.WRTE, self.local_id, self.remote_id, chunk)
+            self._notify()
+
+    async def finish(self) -> None:
+        """Device-side end of service: send what is queued, then CLSE (§4.3)."""
+        await self._wait_for(lambda: not self._pending or self.closed)
+        if self.closed:
+            return
+        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY (§4.3).
+        self.conn.send(Command.CLSE, self.local_id, self.remote_id)
+        self._close()
+
+    def on_close(self) -> None:
+        """The host closed the stream (or the connection died): stop everything."""
+        self._close()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.conn.streams.pop(self.local_id, None)
+            self._flusher.cancel()
+            self._notify()
+
+
+class StreamSink:
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
+    async def write(self, data: bytes) -> None:
+        await self.stream.write(data)
+
+
+class CrLfSink:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def write(self, data: bytes) -> None:
+        await self.inner.write(data.replace(b"\n", b"\r\n"))
+
+
+class V2Sink:
+    """Shell protocol v2 packets: id, u32 length, data (§5.3)."""
+
+    def __init__(self, stream: Stream, packet_id: int) -> None:
+        self.stream = stream
+        self.packet_id = packet_id
+
+    async def write(self, data: bytes) -> None:
+        for off in range(0, len(data), _V2_PACKET):
+            chunk = data[off : off + _V2_PACKET]
+            await self.stream.write(struct.pack("<BI", self.packet_id, len(chunk)) + chunk)
+
+
+class V2Source:
+    """Stdin from shell-v2 packets: id 0 data, id 4 close-stdin; others (5 = window) ignored."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self._buf = bytearray()
+        self._eof = False
+
+    async def read(self, n: int = -1) -> bytes:
+        while not self._buf and not self._eof:
+            try:
+                head = await self.stream.read_exactly(5)
+                body = await self.stream.read_exactly(struct.unpack_from("<I", head, 1)[0])
+            except EOFError:
+                self._eof = True
+                break
+            if head[0] == 0:
+                self._buf += body
+            elif head[0] == 4:
+                self._eof = True
+        take = len(self._buf) if n < 0 else min(n, len(self._buf))
+        out = bytes(self._buf[:take])
+        del self._buf[:take]
+        return out
+
+
+# -- connection -------------------------------------------------------------------------------
+
+
+class Connection:
+    """One TCP connection from an adb server: the transport and its streams."""
+
+    def __init__(self, device: ServiceHost, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.device = device
+        self.reader = reader
+        self.writer = writer
+        self.streams: dict[int, Stream] = {}
+        self.max_out = min(device.maxdata, 1 << 20)
+        self.online = False
+        self.checksums = False  # the peer speaks version 0x01000000 and may verify them
+        self._next_id = 0
+
+    def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
+
+    async def run(self) -> None:
+        parser = MessageReader()
+        try:
+            while True:
+                chunk = await self.reader.read(256 * 1024)
+                if not chunk:
+                    return
+                for msg in parser.feed(chunk):
+                    self._dispatch(msg)
+                await self.writer.drain()
+        except FramingError as exc:
+            logger.warning("device %s: closing connection: %s", self.device.serial, exc)
+        except (ConnectionError, OSError):
+            return
+        finally:
+            for stream in list(self.streams.values()):
+                stream.on_close()
+            self.writer.close()
+
+    def _dispatch(self, msg: Message) -> None:
+        if msg.command == Command.CNXN:
+            # Effective maxdata is the smaller of both announcements, in both directions.
+            self.max_out = max(256, min(self.device.maxdata, msg.arg1 or 4096, 1 << 20))
+            self.checksums = msg.arg0 < A_VERSION
+            for old in list(self.streams.values()):
+                old.on_close()
+            self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())
+            self.online = True
+            return
+        if not self.online:
+            return  # nothing but CNXN is meaningful before the handshake (§3.1)
+        if msg.command == Command.OPEN:
+            self._open(msg.arg0, msg.data.rstrip(b"\0").decode("utf-8", errors="replace"))
+            return
+        stream = self.streams.get(msg.arg1)
+        if stream is None or stream.remote_id != msg.arg0:
+            return  # late OKAY/CLSE for a stream we already closed (§2.1)
+        if msg.command == Command.OKAY:
+            stream.on_okay()
+        elif msg.command == Command.WRTE:
+            stream.on_data(msg.data)
+        elif msg.command == Command.CLSE:
+            stream.on_close()
+
+    def _open(self, remote_id: int, service: str) -> None:
+        handler = self.device.service_for(service)
+        if handler is None or remote_id == 0:
+            logger.debug("device %s: refusing service %r", self.device.serial, service[:80])
+            self.send(Command.CLSE, 0, remote_id)
+            return
+        self._next_id += 1
+        stream = Stream(self, self._next_id, remote_id)
+        self.streams[stream.local_id] = stream
+        self.send(Command.OKAY, stream.local_id, remote_id)
+        stream.task = asyncio.create_task(self._serve(stream, handler))
+
+    async def _serve(self, stream: Stream, handler: Handler) -> None:
+        try:
+            await handler(stream)
+            await stream.finish()
+        except asyncio.CancelledError:
+            stream.on_close()
+        except (ConnectionError, EOFError):
+            stream.on_close()
+        except Exception:
+            logger.exception("device %s: service failed", self.device.serial)
+            with contextlib.suppress(Exception):
+                await stream.finish()
+
+    def close(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.on_close()
+        self.writer.close()
