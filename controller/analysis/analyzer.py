@@ -257,6 +257,7 @@ class _State:
         self.current: dict[int | None, TestTiming | None] = {}
         self.deaths: list[Death] = []
         self.procs: dict[int, str] = {}
+        self.vm_deaths: list[LogLine] = []
 
     # -- the loop ---------------------------------------------------------------------------
     def feed(self, ln: LogLine) -> None:
@@ -353,6 +354,8 @@ class _State:
                     else:
                         self.procs[dt[0]] = dt[1]
                 self.deaths.append(Death(dt[0], dt[1], dt[2], ln.index + 1))
+                if dt[2] == "StrictMode VmPolicy penaltyDeath":
+                    self.vm_deaths.append(ln)
 
     def close_all(self) -> None:
         for tr in sorted(self.traces.values(), key=lambda t: t.line_no):
@@ -517,6 +520,13 @@ class _State:
             return (package is None or t.pid is None or t.pid in app_pids
                     or t.pid not in procs)
 
+        for ln in self.vm_deaths:
+            # penaltyDeath without penaltyLog: the death is the only trace of the violation.
+            if not any(v.pid == ln.pid for v in self.violations if v.line_no < ln.index + 1):
+                self.violations.append(Violation(
+                    "Unknown", None, ln.pid, ln.tid, None, ln.raw, ln.index + 1,
+                    message="StrictMode VmPolicy violation with POLICY_DEATH", source="death",
+                    tag=ln.tag))
         self.violations.sort(key=lambda v: v.line_no)
         self.violations = _dedupe(self.violations)
         violations = [v for v in self.violations if own_violation(v)]

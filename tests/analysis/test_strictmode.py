@@ -221,8 +221,12 @@ def test_legacy_studio_penalty_death_with_old_generic_class():
 
 def test_vm_policy_death_is_a_process_death():
     text = tt("StrictMode VmPolicy violation with POLICY_DEATH; shutting down.", tag="System.err")
-    (d,) = analyze(text).deaths
+    r = analyze(text)
+    (d,) = r.deaths
     assert (d.pid, d.reason) == (4321, "StrictMode VmPolicy penaltyDeath")
+    # With no logged violation before it, the death is the evidence.
+    assert [(v.kind, v.source) for v in r.violations] == [("Unknown", "death")]
+    assert len(analyze(MODERN + text).violations) == 1
 
 
 def test_truncated_headers():
