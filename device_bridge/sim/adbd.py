@@ -31,7 +31,7 @@ from device_bridge.sim.transport import (
     encode,
 )
 
-__all__ = ["Connection", "CrLfSink", "ServiceHost", "Stream", "StreamSink", "V2Sink", "V2Source"]
+__all__ = ["Connection", "CrLfSink", "Handler", "ServiceHost", "Stream", "StreamSink", "V2Sink", "V2Source"]
 
 logger = logging.getLogger("droidwire.sim.adbd")
 

@@ -1,16 +1,12 @@
 """A simulated Android device that the real adb server accepts with ``adb connect``.
 
 One :class:`SimDevice` is a TCP listener speaking the adb *transport* protocol (AOSP
-``protocol.txt``; every choice below is checked in ``/work/shared/ADB_SIM_SPEC.md``):
-
-* handshake: answer the server's CNXN with our own (version 0x01000001, maxdata 256 KiB,
-  banner ``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``), never AUTH. The
-  feature list is honest: every feature advertised is implemented, and ``abb_exec``,
-  ``delayed_ack``, ``sendrecv_v2`` are not advertised (§3.4, §10 items 13–14);
-* streams: OPEN → OKAY (or CLSE to refuse), WRTE chunked to the agreed maxdata and sent one at a
-  time, each waiting for the peer's OKAY (§4.2); host data is acknowledged once consumed, so a
-  slow service slows the sender instead of growing a buffer;
-* services ``shell:``, ``shell,v2,…:``, ``exec:`` and ``sync:``; everything else is refused.
+``protocol.txt``, as checked in ``/work/shared/ADB_SIM_SPEC.md``; connection and streams live
+in :mod:`device_bridge.sim.adbd`). It announces maxdata 256 KiB and the banner
+``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``: an honest list, every
+feature advertised is implemented, and ``abb_exec``, ``delayed_ack``, ``sendrecv_v2`` are not
+advertised (§3.4, §10 items 13–14). Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
+interactive sessions), ``exec:`` and ``sync:``; everything else is refused.
 
 Behind the transport sits a small Android: properties from a :mod:`profile
 <device_bridge.sim.profiles>`, a logcat (:mod:`~device_bridge.sim.logbuf`) with light
@@ -43,6 +39,7 @@ from device_bridge.sim import commands
 from device_bridge.sim.adbd import (
     Connection,
     CrLfSink,
+    Handler,
     Stream,
     StreamSink,
     V2Sink,
@@ -227,7 +224,7 @@ class SimDevice:
 
     # -- services -----------------------------------------------------------------------
 
-    def service_for(self, service: str) -> Any:
+    def service_for(self, service: str) -> Handler | None:
         if service.startswith("shell"):
             head, sep, cmdline = service.partition(":")
             if not sep:
