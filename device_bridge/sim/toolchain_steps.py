@@ -920,10 +920,28 @@ def extract_tests(file: KotlinFile, scope: Scope, app: DemoApp) -> list[tuple[st
         for (other_cls, _other), (other_fn, _) in functions.items():
             if other_cls == cls and "After" in _annotations(other_fn):
                 _visit_body(ex, other_fn, ctx)
+        _mark_timed(ex.w.steps)
         out.append((cls, method, ignored, ex.w.steps))
     # JUnit 4's MethodSorters.DEFAULT: by String.hashCode() of the name, ties by name
     out.sort(key=lambda t: (t[0], _java_hash(t[1]), t[1]))
     return out
+
+
+def _mark_timed(steps: list[Step]) -> None:
+    """Set ``timed`` on each call that lies inside an interval a DroidUnblocker line reports."""
+    position = {str(st["mark"]): i for i, st in enumerate(steps) if "mark" in st}
+    spans = []
+    for step in steps:
+        log = step.get("log")
+        if isinstance(log, dict) and log.get("tag") == "DroidUnblocker":
+            for part in log.get("parts", []):
+                if isinstance(part, dict) and "elapsed" in part:
+                    start, end = part["elapsed"]
+                    if start in position and end in position:
+                        spans.append((position[start], position[end]))
+    for i, step in enumerate(steps):
+        if "call" in step:
+            step["timed"] = any(a < i < b for a, b in spans)
 
 
 def _java_hash(name: str) -> int:

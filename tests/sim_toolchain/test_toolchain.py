@@ -64,7 +64,7 @@ def test_our_examples_compile_and_carry_steps():
                       "computeLayoutHash", "decodeThumbnail", "formatTitle", "loadAvatarAsync"}
     for t in test.tests:
         calls = [s for s in t.steps if "call" in s]
-        assert [s["thread"] for s in calls] == ["main"]
+        assert [(s["thread"], s["timed"]) for s in calls] == [("main", True)]
         assert any("log" in s and s["log"]["tag"] == "DroidUnblocker" for s in t.steps)
         assert any(s.get("policy", {}).get("penalty_log") for s in t.steps)  # the rule
         assert t.source_file == "MainActivityExamplesTest.kt"
