@@ -33,6 +33,7 @@ Exceptions::
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ __all__ = [
     "ToolchainError",
     "UnsupportedProject",
 ]
+
+log = logging.getLogger("droidwire.bridge.sim.toolchain")
 
 TOOLCHAIN_NAME = "simulated"
 MAX_TEST_BYTES = 256 * 1024
@@ -145,6 +148,7 @@ class SimulatedToolchain:
             scope = build_scope(file, app)
             problems = check_file(file, app, scope)
         if problems:
+            log.debug("simulated compile of %s failed: %d error(s)", path.name, len(problems))
             diags = [_Diag(path, p) for p in problems]
             return CompileResult(
                 ok=False, output=_failed_output(diags, seed), errors=[d.line() for d in diags],
@@ -155,6 +159,7 @@ class SimulatedToolchain:
                     source_file=path.name)
             for cls, method, ignored, steps in extract_tests(file, scope, app)
         ]
+        log.debug("simulated compile of %s: %d test(s)", path.name, len(tests))
         source_hash = hashlib.sha256(f"{app.source_hash}\0{test_code}".encode()).hexdigest()[:16]
         app_pkg = SimPackage(package=app.package, kind="app", source_hash=app.source_hash)
         test_pkg = SimPackage(

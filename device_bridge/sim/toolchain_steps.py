@@ -13,8 +13,10 @@ Step kinds (key → meaning), all with ``thread`` (``test`` | ``main`` | ``backg
 ``line`` (1-based line in the test file) where it applies:
 
 ``{"launch": cls}``                       the activity starts (``Displayed`` line)
-``{"call": m, "via": …, "dispatch": n}``  a demo-app method runs; ``dispatch`` groups the
-                                          calls of one main-thread message (ANR accounting)
+``{"call": m, "via": …, "dispatch": n, "timed": b, "app_line": n}``  a demo-app method
+                                          runs; ``dispatch`` groups the steps of one
+                                          main-thread message (ANR accounting), ``timed``
+                                          says a DroidUnblocker line reports it
 ``{"mark": id}``                          a clock reading (timers are mark pairs)
 ``{"log": {priority, tag, parts}}``       a ``Log`` call; parts are text or elapsed values
 ``{"policy": {detect, penalty_log, death_on_network}}``  ``StrictMode.setThreadPolicy``

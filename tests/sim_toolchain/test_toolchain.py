@@ -117,6 +117,7 @@ class ThreadsTest {{
     [call] = [s for s in test.steps if "call" in s]
     assert call["call"] == "formatTitle"
     assert call["thread"] == thread
+    assert call["timed"] is False  # no DroidUnblocker line reports it
 
 
 def test_ui_thread_test_annotation_runs_on_main():
