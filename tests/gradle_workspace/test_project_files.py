@@ -85,3 +85,17 @@ def test_readme_says_it_is_verified_only_with_an_sdk() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "Verified only by users with an Android SDK" in readme
     assert "wrapper JAR" in readme
+
+
+def test_template_dir_prefers_the_wheel_copy_and_fails_typed(tmp_path, monkeypatch):
+    from device_bridge import workspace_template
+
+    fake_module = tmp_path / "site" / "device_bridge" / "workspace_template.py"
+    fake_module.parent.mkdir(parents=True)
+    monkeypatch.setattr(workspace_template, "__file__", str(fake_module))
+    with pytest.raises(workspace_template.TemplateNotFound):
+        workspace_template.template_dir()
+    packaged = fake_module.parent / "_gradle_workspace"
+    (packaged / "app").mkdir(parents=True)
+    (packaged / "app" / "build.gradle.kts").write_text("plugins { }\n")
+    assert workspace_template.template_dir() == packaged
