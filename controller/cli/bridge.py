@@ -1,0 +1,179 @@
+"""``droidwire bridge``: run a device bridge that dials out to the controller.
+
+Thin CLI → config → runner (STYLE.md §10): flags and environment variables become overrides
+of the TOML config (flag > env > file > default), :class:`device_bridge.bridge.Bridge` runs.
+``device_bridge`` is imported inside the command only, so the controller package never
+depends on it.
+
+Exit codes: 0 stopped (Ctrl-C / SIGTERM), 1 bad configuration, 2 refused by the controller
+(unauthorized, forbidden, replaced by a newer session, incompatible), 3 the controller stayed
+unreachable for the whole reconnect budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["bridge"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def bridge(
+    controller: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--controller",
+            "-c",
+            envvar="DROIDWIRE_CONTROLLER",
+            help="Controller URL (wss://HOST or https://HOST); repeat for failover.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DROIDWIRE_BRIDGE_TOKEN",
+            show_default=False,
+            help="Bridge token (prefer DROIDWIRE_BRIDGE_TOKEN or controller.token_file).",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", envvar="DROIDWIRE_BRIDGE_CONFIG", help="TOML config file."),
+    ] = None,
+    adb_connect: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--adb-connect",
+            envvar="DROIDWIRE_ADB_CONNECT",
+            help="HOST:PORT of a network device to keep connected (repeatable).",
+        ),
+    ] = None,
+    adb_host: Annotated[str | None, typer.Option(help="adb server host.")] = None,
+    adb_port: Annotated[
+        int | None,
+        typer.Option(envvar="ANDROID_ADB_SERVER_PORT", help="adb server port (default 5037)."),
+    ] = None,
+    ca: Annotated[
+        Path | None, typer.Option(envvar="DROIDWIRE_CA", help="CA bundle to verify the controller.")
+    ] = None,
+    verify: Annotated[
+        bool | None,
+        typer.Option(
+            "--verify/--no-verify",
+            envvar="DROIDWIRE_TLS_VERIFY",
+            help="Verify the controller's TLS certificate (default verify).",
+        ),
+    ] = None,
+    allow_plain: Annotated[
+        bool | None,
+        typer.Option("--allow-plain", help="Allow ws:// to a non-loopback controller."),
+    ] = None,
+    expose: Annotated[
+        list[str] | None,
+        typer.Option(help="Expose only these serials (repeatable) (default all attached)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Default profile: standard, instrument-only, no-shell or full."),
+    ] = None,
+    paused: Annotated[
+        bool | None, typer.Option("--paused", help="Start with sharing paused.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(envvar="DROIDWIRE_CONCURRENCY", help="RPC handlers at once (default 16)."),
+    ] = None,
+    reconnect_budget: Annotated[
+        float | None,
+        typer.Option(
+            envvar="DROIDWIRE_RECONNECT_BUDGET",
+            help="Seconds to keep retrying after the first failure (default 1800).",
+        ),
+    ] = None,
+    backoff_first_max: Annotated[float | None, typer.Option(help="Seconds (default 0.5).")] = None,
+    backoff_base: Annotated[float | None, typer.Option(help="Seconds (default 1).")] = None,
+    backoff_cap: Annotated[float | None, typer.Option(help="Seconds (default 60).")] = None,
+    ping_interval: Annotated[
+        float | None,
+        typer.Option(envvar="DROIDWIRE_PING_INTERVAL", help="Seconds, 0: off (default 10)."),
+    ] = None,
+    ping_timeout: Annotated[
+        float | None,
+        typer.Option(envvar="DROIDWIRE_PING_TIMEOUT", help="Seconds, 0: off (default 10)."),
+    ] = None,
+    close_timeout: Annotated[float | None, typer.Option(help="Seconds (default 2).")] = None,
+    handshake_timeout: Annotated[float | None, typer.Option(help="Seconds (default 10).")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run a device bridge: dial out to the controller, serve this host's adb devices."""
+    from device_bridge.bridge import Bridge
+    from device_bridge.config import ConfigError, load_host_config
+    from device_bridge.connection import LinkError
+
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    overrides = {
+        "controller.url": _split(controller),
+        "controller.token": token,
+        "controller.ca": str(ca) if ca is not None else None,
+        "controller.verify": verify,
+        "controller.allow_plain": allow_plain,
+        "adb.connect": _split(adb_connect),
+        "adb.host": adb_host,
+        "adb.server_port": adb_port,
+        "policy.expose": list(expose) if expose else None,
+        "policy.profile": profile,
+        "policy.paused": paused,
+        "link.concurrency": concurrency,
+        "link.reconnect_budget_s": reconnect_budget,
+        "link.backoff_first_max_s": backoff_first_max,
+        "link.backoff_base_s": backoff_base,
+        "link.backoff_cap_s": backoff_cap,
+        "link.ping_interval_s": ping_interval,
+        "link.ping_timeout_s": ping_timeout,
+        "link.close_timeout_s": close_timeout,
+        "link.handshake_timeout_s": handshake_timeout,
+    }
+    try:
+        host_config = load_host_config(config, overrides)
+        runner = Bridge(host_config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await runner.run(stop)
+
+    try:
+        asyncio.run(main())
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except LinkError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        pass
+    typer.echo("bridge stopped")
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated flags, or one env var holding several values separated by commas/spaces."""
+    if not values:
+        return None
+    out: list[str] = []
+    for value in values:
+        out += [v for v in value.replace(",", " ").split() if v]
+    return out or None

@@ -1,0 +1,308 @@
+"""The bridge runner: config → devices, policy, build, RPC handlers and the link, with a staged
+shutdown (STYLE.md §10: thin CLI → settings object → runner).
+
+In-process use (tests, ``droidwire demo``)::
+
+    async with Bridge(config, token="…", settings=DEFAULTS.scaled(0.1)) as bridge:
+        await bridge.wait_open()
+        ...                         # the controller sees the bridge and its devices
+
+or ``await Bridge(config).run(stop_event)``, which returns when ``stop_event`` is set and raises
+:class:`~device_bridge.connection.LinkError` (``exit_code`` ≠ 0) when the link ends for good.
+
+What runs while the bridge is up:
+
+* the link (:class:`~device_bridge.connection.Link`): hello with the inventory and capabilities
+  on every connect, RPCs through the :class:`~device_bridge.rpc.Dispatcher`;
+* a device watcher (``adb track-devices``): every change refreshes the inventory and is
+  announced as an ``evt`` on ``$devices`` with the full inventory (exposed devices only);
+* a network keeper that keeps ``adb connect``-ed devices connected (``[adb] connect``).
+
+Staged shutdown, in order: stop admitting requests and give running ones ``close_timeout_s``
+(the link), close the WebSocket with 1001; end logcat streams; uninstall what this bridge
+installed; stop the watcher and keeper; close the device layer and the build workspaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from device_bridge.config import ConfigError, HostConfig
+from device_bridge.connection import Link
+from device_bridge.policy import Policy
+from device_bridge.rpc import Dispatcher
+from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
+from protocol.errors import RpcError
+from protocol.settings import DEFAULTS, Settings
+
+__all__ = ["Bridge", "software_version", "ssl_context"]
+
+log = logging.getLogger("droidwire.bridge")
+
+_UNSET: Any = object()
+
+
+def software_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("droidwire")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def ssl_context(config: HostConfig) -> ssl.SSLContext | None:
+    """TLS for ``wss://``: the system's trust store, or ``ca``; verification on unless the
+    owner turned it off (then loudly)."""
+    cfg = config.controller
+    if not any(u.startswith(("wss://", "https://")) for u in cfg.urls):
+        return None
+    try:
+        context = ssl.create_default_context(cafile=cfg.ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"controller.ca {cfg.ca}: cannot load: {exc}") from exc
+    if not cfg.verify:
+        log.warning("TLS verification of the controller is OFF: anyone on the path can pose as it")
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class Bridge:
+    """One bridge process: ``run(stop)`` or ``async with``.
+
+    Pieces may be injected (tests, the demo): ``devices`` (an ``AdbDevices``, not closed here
+    when given; ``None`` serves no devices), ``build`` (a ``BuildService``; default: one from
+    the config's ``[build]`` table, none without it), ``token`` (default: the config's).
+    """
+
+    def __init__(
+        self,
+        config: HostConfig,
+        *,
+        settings: Settings | None = None,
+        token: str | None = None,
+        devices: Any = _UNSET,
+        build: Any = _UNSET,
+        policy: Policy | None = None,
+        software: str | None = None,
+        rng: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = config.link.settings(settings or DEFAULTS)
+        self.policy = policy or Policy(config.policy)
+        self.software = software or software_version()
+        self._token = token
+        self._rng = rng
+        self._own_devices = devices is _UNSET
+        self.devices = self._make_devices() if devices is _UNSET else devices
+        self._own_build = build is _UNSET
+        self.build = self._make_build() if build is _UNSET else build
+        self.dispatcher = Dispatcher(
+            policy=self.policy,
+            devices=self.devices,
+            build=self.build,
+            inventory=self.inventory,
+            info=self._info,
+            batch_lines=self.settings.logcat_batch_lines,
+            flush_s=self.settings.logcat_flush_s,
+            stream_max_lines=self.settings.logcat_batch_lines * self.settings.stream_queue_batches,
+        )
+        self.link: Link | None = None
+        self.opened = asyncio.Event()
+        self._devices: dict[str, DeviceInfo] = {}
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _make_devices(self) -> Any:
+        from device_bridge.adb import AdbDevices
+
+        s = self.settings
+        return AdbDevices(
+            host=self.config.adb.host,
+            port=self.config.adb.server_port,  # None: $ANDROID_ADB_SERVER_PORT, else 5037
+            call_timeout_s=s.rpc_timeout_s,
+            long_timeout_s=s.rpc_long_timeout_s,
+            max_workers=s.handler_concurrency,
+            batch_lines=s.logcat_batch_lines,
+            flush_s=s.logcat_flush_s,
+            stream_max_lines=s.logcat_batch_lines * s.stream_queue_batches,
+        )
+
+    def _make_build(self) -> Any:
+        if self.config.build is None:
+            return None
+        from device_bridge.build import from_config
+
+        try:
+            return from_config(self.config.build, base=self.config.base)
+        except RpcError as exc:
+            raise ConfigError(f"[build]: {exc.message}") from exc
+
+    def _info(self) -> dict[str, Any]:
+        session = self.link.session.session_id if self.link is not None else ""
+        return {"software": self.software, "session": session}
+
+    # -- inventory -----------------------------------------------------------------------------
+
+    def inventory(self) -> list[DeviceInfo]:
+        """The devices the controller may see (the owner's exposure rules applied)."""
+        return [d for s, d in sorted(self._devices.items()) if self.policy.is_exposed(s)]
+
+    async def _describe(self) -> tuple[Capabilities, list[DeviceInfo]]:
+        return self.dispatcher.capabilities(), self.inventory()
+
+    async def _device_info(self, serial: str, state: str) -> DeviceInfo:
+        profile = self.policy.profile_for(serial)
+        if state == "device" and self.devices is not None:
+            try:
+                facts = await self.devices.info(serial)
+                return facts.to_device_info(profile)
+            except (RpcError, ValueError) as exc:
+                log.info("device %s: facts unavailable: %s", serial, exc)
+        return DeviceInfo(serial=serial, state=state[:32] or "unknown", profile=profile)
+
+    async def _load_inventory(self) -> None:
+        if self.devices is None:
+            return
+        try:
+            listed = await self.devices.devices()
+        except RpcError as exc:
+            log.warning("adb server not reachable yet (%s): starting with no devices", exc.message)
+            return
+        infos = await asyncio.gather(*(self._device_info(d.serial, d.state) for d in listed))
+        self._devices = {i.serial: i for i in infos}
+
+    async def _watch(self) -> None:
+        from device_bridge.adb import ABSENT
+
+        assert self.devices is not None
+        async with self.devices.watch() as watcher:
+            async for change in watcher:
+                self.dispatcher.forget(change.serial)
+                if change.state == ABSENT:
+                    if self._devices.pop(change.serial, None) is None:
+                        continue
+                else:
+                    info = await self._device_info(change.serial, change.state)
+                    if self._devices.get(change.serial) == info:
+                        continue
+                    self._devices[change.serial] = info
+                log.info("device %s: %s", change.serial, change.state)
+                await self._announce()
+
+    async def _announce(self) -> None:
+        link = self.link
+        if link is not None and link.is_open:
+            devices = [d.model_dump(mode="json", exclude_none=True) for d in self.inventory()]
+            await link.emit(DEVICES_CHANNEL, {"devices": devices})
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set; :class:`LinkError` when the link gives up for good."""
+        stop = stop or asyncio.Event()
+        cfg = self.config
+        if not cfg.controller.urls:
+            raise ConfigError("no controller URL: pass --controller or set controller.url")
+        token = self._token or cfg.controller.resolve_token()
+        link = Link(
+            cfg.controller.urls,
+            token,
+            dispatch=self.dispatcher,
+            describe=self._describe,
+            software=self.software,
+            settings=self.settings,
+            ssl=ssl_context(cfg),
+            random=self._rng or random.SystemRandom().random,
+            on_open=self._on_open,
+            on_lost=self._on_lost,
+        )
+        self.link = link
+        self.dispatcher.sink = link
+        background: list[asyncio.Task[Any]] = []
+        try:
+            if self.devices is not None:
+                if cfg.adb.start_server and self._own_devices:
+                    try:
+                        await self.devices.start_server()
+                    except RpcError as exc:
+                        log.warning("%s; the bridge waits for an adb server", exc.message)
+                await self._load_inventory()
+                background.append(asyncio.create_task(self._watch(), name="droidwire-watch"))
+                if cfg.adb.connect:
+                    from device_bridge.adb import NetworkKeeper
+
+                    keeper = NetworkKeeper(self.devices, cfg.adb.connect)
+                    background.append(asyncio.create_task(keeper.run(), name="droidwire-keeper"))
+            log.info(
+                "bridge %s dialling %s (%d device(s) exposed)",
+                self.software,
+                ", ".join(link.urls),
+                len(self.inventory()),
+            )
+            await link.run(stop)
+        finally:
+            await self._shutdown(background)
+
+    async def _shutdown(self, background: list[asyncio.Task[Any]]) -> None:
+        self.opened.clear()
+        await self.dispatcher.end_streams()
+        removed = await self.dispatcher.cleanup(timeout_s=max(5.0, self.settings.close_timeout_s))
+        if removed:
+            log.info("uninstalled what this bridge installed: %s", ", ".join(removed))
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.devices is not None and self._own_devices:
+            await self.devices.aclose()
+        if self.build is not None and self._own_build:
+            with contextlib.suppress(Exception):
+                await self.build.workspaces.stop()
+
+    def _on_open(self, link: Link) -> None:
+        self.opened.set()
+
+    async def _on_lost(self, link: Link) -> None:
+        self.opened.clear()
+        await self.dispatcher.end_streams()
+
+    async def wait_open(self, timeout_s: float = 10.0) -> None:
+        """Wait until the controller welcomed this bridge (``TimeoutError`` otherwise)."""
+        async with asyncio.timeout(timeout_s):
+            while not self.opened.is_set():
+                if self._task is not None and self._task.done():
+                    self._task.result()  # raises the link's error
+                    raise RuntimeError("the bridge stopped")
+                waiter = asyncio.create_task(self.opened.wait())
+                tasks: set[asyncio.Task[Any]] = {waiter}
+                if self._task is not None:
+                    tasks.add(self._task)
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+
+    async def __aenter__(self) -> Bridge:
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self.run(self._stop), name="droidwire-bridge")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Staged shutdown of a bridge started with ``async with``; re-raises its error."""
+        if self._stop is not None:
+            self._stop.set()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task

@@ -1,0 +1,541 @@
+"""RPC handlers of the bridge: method → handler, each behind the owner's policy.
+
+:class:`Dispatcher` is the link's ``dispatch`` callback (``await dispatcher(method, params)``
+→ result dict, or :class:`RpcError`). For every method, in this order:
+
+1. the method must be known and served here (``build`` methods need a build service,
+   ``device`` methods an adb layer) — else ``bad_request`` / ``unavailable``;
+2. a device-bound method passes the policy's exposure and pause checks **first**, before its
+   params are even validated (a hidden device answers ``not_found`` whatever was asked);
+3. params are validated by the protocol's models (``bad_request`` with the field errors);
+4. the profile's check for this kind of call (shell allow-list, paths, packages …);
+5. the device layer runs it; adb errors arrive already translated to typed ``RpcError``.
+
+The dispatcher remembers which packages it installed on each device: ``am start|force-stop|
+instrument`` and ``pm clear`` are allowed for them (the policy's ``CommandContext``), and
+:meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (DESIGN.md §6).
+
+Logcat subscriptions stream ``evt`` batches on a channel of their own (``d`` =
+:class:`protocol.methods.LogBatch`, ``seq`` in the envelope): at most ``logcat_batch_lines``
+lines per batch, flushed after ``logcat_flush_s``, read from a bounded buffer whose overflow
+becomes a ``dropped`` count, never silent loss. A subscription ends on unsubscribe (a last
+batch with ``eof`` and reason ``unsubscribed``), when the device's stream ends, or when the
+link drops (:meth:`Dispatcher.end_streams`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from device_bridge.policy import CommandContext, LogcatScope, Policy, Rule
+from protocol.envelope import PROTOCOL_VERSION, Capabilities, DeviceInfo
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import (
+    METHODS,
+    CompileParams,
+    DeviceParams,
+    InstallParams,
+    InstrumentParams,
+    LogBatch,
+    LogcatClearParams,
+    LogcatDumpParams,
+    LogcatSubscribeParams,
+    LogcatUnsubscribeParams,
+    MethodRecord,
+    PingParams,
+    PullParams,
+    PushParams,
+    ShellParams,
+    SourceLookupParams,
+    UninstallParams,
+    dump,
+    validate_params,
+)
+
+if TYPE_CHECKING:
+    from device_bridge.adb import AdbDevices, LineStream
+    from device_bridge.build import BuildService
+
+__all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink"]
+
+log = logging.getLogger("droidwire.bridge.rpc")
+
+#: Methods served when the bridge has an adb layer.
+DEVICE_METHODS = frozenset(name for name, spec in METHODS.items() if spec.capability == "devices")
+MAX_SUBSCRIPTIONS = 32
+MAX_LOOKUP_RESULTS = 20
+MAX_SOURCE_TEXT = 8192
+
+_THREADTIME_PID = re.compile(r"^\S+ +\S+ +(\d+) ")
+
+
+class EventSink(Protocol):
+    """Where stream batches go: the link (``emit`` waits for room; False once it is down)."""
+
+    async def emit(self, ch: str, d: Any) -> bool: ...
+
+
+@dataclass(eq=False)
+class _Subscription:
+    channel: str
+    serial: str
+    stream: LineStream
+    pids: frozenset[int] | None = None  # instrument-only scope: keep only these processes
+    unsubscribed: bool = False
+    task: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Dispatcher:
+    """The bridge's RPC handlers. ``devices``/``build`` may be ``None`` (not served here).
+
+    ``inventory`` returns the exposed devices (for ``devices.list`` and ``bridge.info``);
+    ``info`` returns ``bridge.info``'s software/session fields; ``sink`` is set by the runner
+    once the link exists (streams need it).
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        devices: AdbDevices | None = None,
+        build: BuildService | None = None,
+        inventory: Callable[[], Sequence[DeviceInfo]] = lambda: (),
+        info: Callable[[], dict[str, Any]] = lambda: {},
+        sink: EventSink | None = None,
+        # Streams
+        batch_lines: int | None = None,
+        flush_s: float | None = None,
+        stream_max_lines: int | None = None,
+    ) -> None:
+        self.policy = policy
+        self.devices = devices
+        self.build = build
+        self.inventory = inventory
+        self.info = info
+        self.sink = sink
+        self.batch_lines = batch_lines
+        self.flush_s = flush_s
+        self.stream_max_lines = stream_max_lines
+        self.installed: dict[str, set[str]] = {}  # serial -> packages installed through us
+        self._screens: dict[str, tuple[int, int] | None] = {}
+        self._subs: dict[str, _Subscription] = {}
+        self._indexes: dict[str, Any] = {}  # project name -> fixer SourceCodeIndex
+        self._handlers: dict[str, Handler] = {
+            "ping": self._ping,
+            "bridge.info": self._bridge_info,
+            "devices.list": self._devices_list,
+            "device.shell": self._shell,
+            "device.logcat.clear": self._logcat_clear,
+            "device.logcat.dump": self._logcat_dump,
+            "device.logcat.subscribe": self._logcat_subscribe,
+            "device.logcat.unsubscribe": self._logcat_unsubscribe,
+            "device.screenshot": self._screenshot,
+            "device.push": self._push,
+            "device.pull": self._pull,
+            "device.install": self._install,
+            "device.uninstall": self._uninstall,
+            "device.instrument": self._instrument,
+            "workspace.compile": self._compile,
+            "source.lookup": self._source_lookup,
+        }
+
+    # -- what this bridge serves ---------------------------------------------------------------
+
+    def methods(self) -> list[str]:
+        """Exactly the methods that work here (capabilities never lie)."""
+        out = []
+        for name in self._handlers:
+            capability = METHODS[name].capability
+            if capability == "devices" and self.devices is None:
+                continue
+            if capability == "build" and self.build is None:
+                continue
+            out.append(name)
+        return out
+
+    def capabilities(self) -> Capabilities:
+        build: dict[str, Any] = {}
+        if self.build is not None:
+            build = self.build.capabilities()
+        return Capabilities(
+            build=bool(build.get("build", False)),
+            devices=self.devices is not None,
+            toolchain=build.get("toolchain"),
+            projects=list(build.get("projects", [])),
+            methods=self.methods(),
+        )
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    async def __call__(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                f"unknown method {method[:128]!r}",
+                {"reason": "unknown_method"},
+            )
+        spec = METHODS[method]
+        if spec.capability == "devices" and self.devices is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
+        if spec.capability == "build" and self.build is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge does not build")
+        if spec.device_bound:
+            serial = params.get("serial")
+            if isinstance(serial, str):
+                # Exposure and the pause switch before anything else (DESIGN.md §6).
+                self.policy.check_exposed(serial)
+        return await handler(params)
+
+    def _adb(self) -> AdbDevices:
+        assert self.devices is not None  # checked in __call__
+        return self.devices
+
+    def context(self, serial: str, *, screen: tuple[int, int] | None = None) -> CommandContext:
+        """The policy's view of the run on ``serial``: the packages we installed there."""
+        return CommandContext(
+            installed_packages=frozenset(self.installed.get(serial, ())), screen=screen
+        )
+
+    def forget(self, serial: str) -> None:
+        """A device changed state: cached facts about it are stale."""
+        self._screens.pop(serial, None)
+
+    # -- bridge --------------------------------------------------------------------------------
+
+    async def _ping(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("ping", params, PingParams)
+        return {"payload": p.payload}
+
+    async def _bridge_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        _valid("bridge.info", params)
+        info = {
+            "software": "",
+            "protocol": PROTOCOL_VERSION,
+            "session": "",
+            **self.info(),
+            "caps": self.capabilities(),
+            "devices": list(self.inventory()),
+        }
+        return dump(METHODS["bridge.info"].result.model_validate(info))
+
+    async def _devices_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        _valid("devices.list", params)
+        return {"devices": [_device(d) for d in self.inventory()]}
+
+    # -- shell ---------------------------------------------------------------------------------
+
+    async def _shell(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.shell", params, ShellParams)
+        command: str | list[str] = p.argv if p.argv is not None else p.command or ""
+        screen = await self._screen(p.serial) if _first_word(command) == "input" else None
+        argv = self.policy.check_shell(p.serial, command, self.context(p.serial, screen=screen))
+        result = await self._adb().shell(p.serial, argv, timeout_s=p.timeout_s)
+        return dump(result)
+
+    async def _screen(self, serial: str) -> tuple[int, int] | None:
+        if serial not in self._screens:
+            facts = await self._adb().info(serial)
+            self._screens[serial] = facts.screen
+        return self._screens[serial]
+
+    # -- logcat --------------------------------------------------------------------------------
+
+    async def _scope(
+        self, serial: str, buffers: Sequence[str] | None, fmt: str
+    ) -> frozenset[int] | None:
+        """The pids a logcat read is limited to, or None for every line."""
+        scope: LogcatScope = self.policy.check_logcat(
+            serial, self.context(serial), buffers=buffers or ("main",)
+        )
+        if scope.unrestricted:
+            return None
+        if fmt != "threadtime":
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "a logcat limited to the app under test needs the threadtime format",
+                {"rule": Rule.LOGCAT_SCOPE.value},
+            )
+        assert scope.packages is not None
+        result = await self._adb().shell(serial, ["pidof", *sorted(scope.packages)])
+        pids = frozenset(int(x) for x in result.stdout.split() if x.isdigit())
+        if not pids:
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "the app under test is not running: its logs are the only ones shown here",
+                {"rule": Rule.LOGCAT_SCOPE.value},
+            )
+        return pids
+
+    async def _logcat_clear(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.logcat.clear", params, LogcatClearParams)
+        scope = self.policy.check_logcat(
+            p.serial, self.context(p.serial), buffers=p.buffers or ("main",)
+        )
+        if not scope.unrestricted:
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "this profile may not clear the whole log",
+                {"rule": Rule.LOGCAT_SCOPE.value},
+            )
+        await self._adb().logcat_clear(p.serial, buffers=p.buffers)
+        return {}
+
+    async def _logcat_dump(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.logcat.dump", params, LogcatDumpParams)
+        pids = await self._scope(p.serial, p.buffers, p.format)
+        lines = await self._adb().logcat_dump(
+            p.serial, format=p.format, lines=p.lines, buffers=p.buffers, pid=p.pid
+        )
+        return {"lines": _only(lines, pids)}
+
+    async def _logcat_subscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.logcat.subscribe", params, LogcatSubscribeParams)
+        pids = await self._scope(p.serial, p.buffers, p.format)
+        sink = self.sink
+        if sink is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
+        if len(self._subs) >= MAX_SUBSCRIPTIONS:
+            raise RpcError(ErrorCode.BUSY, f"at most {MAX_SUBSCRIPTIONS} logcat subscriptions")
+        stream = await self._adb().logcat_follow(
+            p.serial,
+            format=p.format,
+            buffers=p.buffers,
+            pid=p.pid,
+            tail=p.tail,
+            batch_lines=self.batch_lines,
+            flush_s=self.flush_s,
+            max_lines=self.stream_max_lines,
+        )
+        sub = _Subscription(channel=f"lc-{uuid.uuid4().hex}", serial=p.serial, stream=stream)
+        sub.pids = pids
+        self._subs[sub.channel] = sub
+        # The result (with the channel) is queued before the first batch: the pump starts
+        # on the next loop turn, after the link completed this request.
+        sub.task = asyncio.get_running_loop().create_task(
+            self._pump(sub, sink), name=f"droidwire-logcat-{p.serial}"
+        )
+        log.info("logcat of %s streaming on %s", p.serial, sub.channel)
+        return {"channel": sub.channel}
+
+    async def _pump(self, sub: _Subscription, sink: EventSink) -> None:
+        await asyncio.sleep(0)  # let the subscribe result go out first
+        try:
+            async for batch in sub.stream:
+                lines = _only(batch.lines, sub.pids)
+                reason = batch.reason
+                if batch.eof and sub.unsubscribed:
+                    reason = "unsubscribed"
+                out = LogBatch(lines=lines, dropped=batch.dropped, eof=batch.eof, reason=reason)
+                if not lines and not out.dropped and not out.eof:
+                    continue
+                if not await sink.emit(sub.channel, out.to_wire()):
+                    break  # the link is down: the subscription ends with it
+                if batch.eof:
+                    break
+        except Exception:
+            log.exception("logcat stream %s failed", sub.channel)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.stream.aclose()
+            self._subs.pop(sub.channel, None)
+            sub.done.set()
+
+    async def _logcat_unsubscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.logcat.unsubscribe", params, LogcatUnsubscribeParams)
+        sub = self._subs.get(p.channel)
+        if sub is None:
+            return {}  # idempotent: already ended
+        sub.unsubscribed = True
+        await sub.stream.aclose()  # the pump forwards what is left, then the eof batch
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await sub.done.wait()
+        if sub.task is not None and not sub.task.done():
+            sub.task.cancel()
+        return {}
+
+    async def end_streams(self) -> None:
+        """The link dropped: end every subscription (the controller subscribes again)."""
+        subs = list(self._subs.values())
+        for sub in subs:
+            if sub.task is not None:
+                sub.task.cancel()
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.stream.aclose()
+            if sub.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sub.task
+        self._subs.clear()
+
+    @property
+    def subscriptions(self) -> list[str]:
+        return list(self._subs)
+
+    # -- screen, files -------------------------------------------------------------------------
+
+    async def _screenshot(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.screenshot", params, DeviceParams)
+        self.policy.check_screenshot(p.serial)
+        return {"png": await self._adb().screenshot(p.serial)}
+
+    async def _push(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.push", params, PushParams)
+        path = self.policy.check_push(p.serial, p.path)
+        size = await self._adb().push(p.serial, path, p.data, mode=p.mode)
+        return {"size": size}
+
+    async def _pull(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.pull", params, PullParams)
+        path = self.policy.check_pull(p.serial, p.path)
+        return {"data": await self._adb().pull(p.serial, path, max_bytes=p.max_bytes)}
+
+    # -- packages ------------------------------------------------------------------------------
+
+    async def _install(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.install", params, InstallParams)
+        self.policy.check_install(p.serial)
+        if p.apk is None:
+            # Only APKs sent through droidwire are installed (DESIGN.md §6): a path would let
+            # the controller name any file on this host.
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "install takes APK bytes sent through droidwire, not a path on the bridge host",
+                {"rule": Rule.INSTALL_NOT_ALLOWED.value},
+            )
+        package = await self._adb().install(
+            p.serial,
+            p.apk,
+            replace=p.replace,
+            allow_test=p.allow_test,
+            grant_permissions=p.grant_permissions,
+        )
+        if package:
+            self.installed.setdefault(p.serial, set()).add(package)
+        return {"package": package}
+
+    async def _uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.uninstall", params, UninstallParams)
+        self.policy.check_uninstall(p.serial, p.package, self.context(p.serial))
+        await self._adb().uninstall(p.serial, p.package)
+        self.installed.get(p.serial, set()).discard(p.package)
+        return {}
+
+    async def _instrument(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.instrument", params, InstrumentParams)
+        self.policy.check_instrument(p.serial, f"{p.package}/{p.runner}", self.context(p.serial))
+        result = await self._adb().instrument(
+            p.serial, p.package, p.runner, args=dict(p.args), timeout_s=p.timeout_s
+        )
+        return dump(result)
+
+    async def cleanup(self, *, timeout_s: float = 30.0) -> list[str]:
+        """Uninstall what this bridge installed and is still there (bridge stopping)."""
+        removed: list[str] = []
+        if self.devices is None:
+            return removed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                for serial, packages in list(self.installed.items()):
+                    for package in sorted(packages):
+                        try:
+                            await self.devices.uninstall(serial, package)
+                            removed.append(f"{serial}:{package}")
+                        except RpcError as exc:
+                            log.info("cleanup: uninstall %s on %s: %s", package, serial, exc)
+                    packages.clear()
+        return removed
+
+    # -- build and sources ---------------------------------------------------------------------
+
+    async def _compile(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("workspace.compile", params, CompileParams)
+        assert self.build is not None
+        kwargs = {"timeout_s": p.timeout_s} if p.timeout_s is not None else {}
+        outcome = await self.build.compile(p.project, p.test_code, **kwargs)
+        return dump(outcome.to_result())
+
+    async def _source_lookup(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("source.lookup", params, SourceLookupParams)
+        assert self.build is not None
+        project = self.build.workspaces.projects.get(p.project)
+        index = self._indexes.get(project.name)
+        if index is None:
+            index = await asyncio.to_thread(_open_index, project.path)
+            self._indexes[project.name] = index
+        found = await asyncio.to_thread(_lookup, index, list(p.names))
+        return {"methods": [dump(m) for m in found]}
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _valid(method: str, params: dict[str, Any], model: type[BaseModel] | None = None) -> Any:
+    parsed = validate_params(method, params)
+    if model is not None:
+        assert isinstance(parsed, model)
+    return parsed
+
+
+def _device(info: DeviceInfo) -> dict[str, Any]:
+    return info.model_dump(mode="json", exclude_none=True)
+
+
+def _first_word(command: str | Sequence[str]) -> str:
+    if isinstance(command, str):
+        return command.strip().split(" ", 1)[0]
+    return command[0] if command else ""
+
+
+def _only(lines: list[str], pids: frozenset[int] | None) -> list[str]:
+    """Keep the lines of ``pids``' processes (threadtime format); all when ``pids`` is None."""
+    if pids is None:
+        return lines
+    out = []
+    for line in lines:
+        match = _THREADTIME_PID.match(line)
+        if match is not None and int(match[1]) in pids:
+            out.append(line)
+    return out
+
+
+def _open_index(root: Path) -> Any:
+    # The only fixer import the bridge allows (DESIGN.md §2): pure parsing of the sources.
+    from fixer.source_index import SourceCodeIndex
+
+    try:
+        return SourceCodeIndex(root, auto_refresh=True)
+    except OSError as exc:
+        raise RpcError(ErrorCode.UNAVAILABLE, f"cannot index the project's sources: {exc}") from exc
+
+
+def _lookup(index: Any, names: list[str]) -> list[MethodRecord]:
+    out: list[MethodRecord] = []
+    for name in names:
+        for record in index.lookup(name)[:MAX_LOOKUP_RESULTS]:
+            out.append(
+                MethodRecord(
+                    name=record.name,
+                    owner=record.qualified_owner,
+                    file=record.file,
+                    line=record.start_line,
+                    signature=record.signature,
+                    text=record.body[:MAX_SOURCE_TEXT],
+                )
+            )
+    return out
