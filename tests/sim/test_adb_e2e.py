@@ -157,6 +157,28 @@ def test_adb_cli_shell_sync_logcat_and_install(sim_device, adb_server, tmp_path)
     install = adb_server.cli(*s, "install", "-r", "-t", str(apk))
     assert install.returncode == 0 and "Success" in install.stdout
     assert "package:com.example.cli" in adb_server.cli(*s, "shell", "pm list packages").stdout
+    uninstall = adb_server.cli(*s, "uninstall", "com.example.cli")
+    assert (uninstall.returncode, uninstall.stdout) == (0, "Success\n")
+
+
+def test_adb_cli_pushes_and_pulls_directory_trees(sim_device, adb_server, tmp_path):
+    s = ("-s", sim_device.address)
+    tree = tmp_path / "tree"
+    (tree / "sub" / "deeper").mkdir(parents=True)
+    files = {"a.txt": b"alpha", "sub/b.bin": os.urandom(70_000), "sub/deeper/c": b""}
+    for rel, data in files.items():
+        (tree / rel).write_bytes(data)
+    push = adb_server.cli(*s, "push", str(tree), "/data/local/tmp/")
+    assert push.returncode == 0, push.stderr
+    listing = adb_server.cli(*s, "ls", "/data/local/tmp/tree/sub")
+    assert sorted(line.split()[-1] for line in listing.stdout.splitlines()) == [
+        ".", "..", "b.bin", "deeper"]
+    back = tmp_path / "back"
+    back.mkdir()
+    pull = adb_server.cli(*s, "pull", "/data/local/tmp/tree", str(back))
+    assert pull.returncode == 0, pull.stderr
+    for rel, data in files.items():
+        assert (back / "tree" / rel).read_bytes() == data
 
 
 def test_unknown_services_are_refused(sim_device):
