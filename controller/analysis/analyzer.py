@@ -15,6 +15,7 @@ stack runs the package's code (a bare paste has no pid). Other processes' eviden
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,19 @@ _FATAL = "FATAL EXCEPTION"
 _MAX_PRE = 20          # non-stack lines a trace accepts before its first frame
 _IDE_SUFFIXES = (" (Fix with AI)", " (Ask Gemini)", " (Ask Studio Bot)")
 
+_STALE = 1000         # lines after which an open trace or ANR block is closed
+_TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
+
 Key = tuple[int | None, int | None]
+
+
+def _interesting(msg: str) -> bool:
+    """Could this message start or feed any evidence? (cheap substring tests)"""
+    return ("StrictMode" in msg or "iolation" in msg or "never released" in msg
+            or "eaked" in msg or "Finalizing a Cursor" in msg or "FATAL EXCEPTION" in msg
+            or "ANR in" in msg or "Displayed" in msg or "elapsed" in msg or "proc" in msg
+            or "PROCESS" in msg or "Kill" in msg or "died" in msg or "signal" in msg
+            or "POLICY_DEATH" in msg or ">>> " in msg or "DroidUnblocker" in msg)
 
 
 @dataclass
@@ -236,7 +249,7 @@ def analyze(
     stats = ParsedLog([])
     state = _State(package)
     feed = state.feed
-    for ln in iter_lines(text, stats):
+    for ln in iter_lines(text, stats, state.wants):
         feed(ln)
     state.close_all()
     return state.result(stats.entries, stats.total, stats.damaged, dict(stats.formats),
@@ -258,10 +271,27 @@ class _State:
         self.deaths: list[Death] = []
         self.procs: dict[int, str] = {}
         self.vm_deaths: list[LogLine] = []
+        self.next_stale_check = 0
 
     # -- the loop ---------------------------------------------------------------------------
+    def wants(self, m: re.Match[str]) -> bool:
+        """Whether a plain threadtime line (pid, tid, level, tag, msg) can matter: the fast
+        path skips the others without building them."""
+        if m[4] in _TAGS or _interesting(m[5]):
+            return True
+        if self.traces or self.anr_open:
+            if (None, None) in self.traces:
+                return True
+            key = (int(m[1]), int(m[2]))
+            return key in self.traces or key in self.anr_open
+        return False
+
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg
+        if ln.index >= self.next_stale_check:
+            self.next_stale_check = ln.index + 256
+            if self.traces or self.anr_open:
+                self._close_stale(ln.index)
         if ln.fmt in ("blank", "separator"):
             tr = self.traces.pop((None, None), None)
             if tr is not None:
@@ -356,6 +386,16 @@ class _State:
                 self.deaths.append(Death(dt[0], dt[1], dt[2], ln.index + 1))
                 if dt[2] == "StrictMode VmPolicy penaltyDeath":
                     self.vm_deaths.append(ln)
+
+    def _close_stale(self, index: int) -> None:
+        # A stack arrives in one burst; a trace or ANR block silent this long is over.
+        for key, tr in list(self.traces.items()):
+            if tr.last < index - _STALE:
+                del self.traces[key]
+                self._close(tr)
+        for key, slot in list(self.anr_open.items()):
+            if slot[0].line_no - 1 < index - _STALE:
+                del self.anr_open[key]
 
     def close_all(self) -> None:
         for tr in sorted(self.traces.values(), key=lambda t: t.line_no):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["LogLine", "ParsedLog", "clean", "decode", "iter_lines", "parse_lines"]
@@ -225,8 +225,17 @@ def parse_lines(text: str) -> ParsedLog:
     return parsed
 
 
-def iter_lines(text: str, stats: ParsedLog | None = None) -> Iterator[LogLine]:
-    """Parse lines one at a time (the analyzer streams them); counts go into ``stats``."""
+def iter_lines(
+    text: str,
+    stats: ParsedLog | None = None,
+    keep: Callable[[re.Match[str]], bool] | None = None,
+) -> Iterator[LogLine]:
+    """Parse lines one at a time (the analyzer streams them); counts go into ``stats``.
+
+    ``keep(match)``, when given, is asked about each plain threadtime line (groups: pid, tid,
+    level, tag, msg): a line it declines is counted but not yielded (the analyzer's fast path
+    for uninteresting lines).
+    """
     if stats is None:
         stats = ParsedLog([])
     if "\x1b" in text:  # terminal colours (logcat -v color, copied consoles)
@@ -234,6 +243,7 @@ def iter_lines(text: str, stats: ParsedLog | None = None) -> Iterator[LogLine]:
     raw_lines = text.splitlines()
     formats = stats.formats
     prev: LogLine | None = None       # last entry: what unprefixed lines inherit
+    skipped: tuple[int, str, re.Match[str]] | None = None   # a declined entry, parsed lazily
     long_ctx: LogLine | None = None   # the header of an open `-v long` record
     fast = _THREADTIME_FAST.match
     i = 0
@@ -247,13 +257,22 @@ def iter_lines(text: str, stats: ParsedLog | None = None) -> Iterator[LogLine]:
             # Fast path: plain threadtime, the format the executor itself collects.
             m = fast(raw) if len(raw) <= _HEAD else None
             if m is not None:
+                tt_count += 1
+                long_ctx = None
+                if keep is not None and not keep(m):
+                    prev, skipped = None, (idx, raw, m)
+                    continue
                 ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None,
                              "threadtime", True)
-                tt_count += 1
                 prev = ln
-                long_ctx = None
                 yield ln
                 continue
+            if prev is None and skipped is not None:
+                # An unprefixed line after a declined one still inherits its prefix.
+                sidx, sraw, sm = skipped
+                prev = LogLine(sidx, sraw, sm[5], int(sm[1]), int(sm[2]), sm[3], sm[4], None,
+                               "threadtime", True)
+            skipped = None
             s = clean(raw.rstrip())
             if not s:
                 prev = long_ctx = None
