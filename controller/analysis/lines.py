@@ -155,7 +155,10 @@ def _int(s: str | None) -> int | None:
         return None
 
 
-def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | None, str] | None:
+_Match = tuple[str, int | None, int | None, str | None, str | None, str | None, str]
+
+
+def _match(s: str) -> _Match | None:
     """Recognise a prefix on cleaned text: (fmt, pid, tid, level, tag, process, msg)."""
     c = s[:1]
     if c.isdigit():
@@ -210,7 +213,7 @@ def _match(s: str) -> tuple[str, int | None, int | None, str, str | None, str | 
     return None
 
 
-def _match_long(s: str) -> tuple[str, int | None, int | None, str, str | None, str | None, str] | None:
+def _match_long(s: str) -> _Match | None:
     # Prefix regexes run on a bounded head so that a pathological line stays linear.
     r = _match(s[:_HEAD])
     if r is None:

@@ -117,31 +117,31 @@ def build_issues(
     by_target: dict[str, list[Anr]] = defaultdict(list)
     for a in anrs:
         by_target[a.component or a.package or "unknown process"].append(a)
-    for target, items in by_target.items():
-        reason = next((a.reason for a in items if a.reason), None)
-        if len(items) > 1:
-            title = f"Repeated ANR in {target} ({len(items)} times)"
+    for target, group in by_target.items():
+        reason = next((a.reason for a in group if a.reason), None)
+        if len(group) > 1:
+            title = f"Repeated ANR in {target} ({len(group)} times)"
         else:
             title = f"ANR in {target}" + (f": {reason}" if reason else "")
         issues.append(Issue("error", title,
                             "The main thread did not respond for seconds: look for blocking "
                             "I/O, locks or long loops in the component's callbacks.",
-                            "anr", len(items)))
+                            "anr", len(group)))
 
     by_process: dict[str, list[Crash]] = defaultdict(list)
     for c in crashes:
         by_process[c.process or (str(c.pid) if c.pid is not None else "unknown process")].append(c)
-    for proc, items in by_process.items():
-        first = items[0]
+    for proc, crashed in by_process.items():
+        first = crashed[0]
         at = f" at {first.app_frame}" if first.app_frame else ""
-        if len(items) > 1:
-            title = f"Crash loop: {proc} crashed {len(items)} times ({first.exception}{at})"
+        if len(crashed) > 1:
+            title = f"Crash loop: {proc} crashed {len(crashed)} times ({first.exception}{at})"
         else:
             title = f"Crash in {proc}: {first.exception}{at}"
         root = first.cause or (f"{first.exception}: {first.message}" if first.message
                                else first.exception)
         issues.append(Issue("error", title, f"Fix the root cause ({root[:200]}).", "crash",
-                            len(items)))
+                            len(crashed)))
 
     for d in displayed or []:
         if d.ms >= SLOW_LAUNCH_MS and (package is None or d.component.startswith(package + "/")):
@@ -151,11 +151,11 @@ def build_issues(
     died: dict[str, list[Death]] = defaultdict(list)
     for death in deaths or []:
         died[death.process or str(death.pid)].append(death)
-    for proc, items in died.items():
-        reasons = ", ".join(dict.fromkeys(x.reason for x in items))
-        issues.append(Issue("warning", f"Process {proc} died {len(items)} time(s): {reasons}",
+    for proc, ends in died.items():
+        reasons = ", ".join(dict.fromkeys(x.reason for x in ends))
+        issues.append(Issue("warning", f"Process {proc} died {len(ends)} time(s): {reasons}",
                             "A process that dies mid-test loses its evidence: check the crash "
-                            "or the kill reason.", "process_death", len(items)))
+                            "or the kill reason.", "process_death", len(ends)))
 
     failed = [t for t in tests if t.status in ("failed", "error")]
     if failed:
