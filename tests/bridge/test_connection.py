@@ -459,9 +459,7 @@ async def test_one_reconnect_per_outage_under_simultaneous_errors_and_close(
             async def error() -> None:
                 reported.append(link.drop(Failure("simulated keepalive timeout")))
 
-            await asyncio.gather(
-                conn.close(1011, "internal"), *(error() for _ in range(50))
-            )
+            await asyncio.gather(conn.close(1011, "internal"), *(error() for _ in range(50)))
 
         return run
 

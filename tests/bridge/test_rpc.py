@@ -1,0 +1,228 @@
+"""RPC handlers (device_bridge.rpc) through the real adb server to the simulated device.
+
+Fixtures ``adb_server`` / ``sim_device`` come from ``tests/adb_support.py``. The dispatcher is
+called as the link calls it (``await dispatcher(method, params)``); streams go to a recording
+sink with the link's ``emit`` contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from device_bridge.adb import AdbDevices
+from device_bridge.policy import Policy, PolicyConfig, Profile
+from device_bridge.rpc import DEVICE_METHODS, Dispatcher
+from device_bridge.sim.apk import SimPackage, build_apk
+from protocol import METHODS, DeviceInfo, ErrorCode, RpcError, parse_log_batch
+from protocol.methods import validate_result
+from tests.adb_support import AdbServer, ConnectedSim
+from tests.conftest import TIME_SCALE
+
+pytestmark = pytest.mark.adb
+
+WAIT = 20.0 * TIME_SCALE
+
+
+class Sink:
+    """Records ``evt`` batches per channel, like the link's ``emit`` (always open here)."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[Any]] = {}
+        self.changed = asyncio.Event()
+        self.open = True
+
+    async def emit(self, ch: str, d: Any) -> bool:
+        if not self.open:
+            return False
+        self.events.setdefault(ch, []).append(d)
+        self.changed.set()
+        return True
+
+    async def wait_for(self, ch: str, predicate: Any) -> list[Any]:
+        async with asyncio.timeout(WAIT):
+            while not predicate(self.events.get(ch, [])):
+                self.changed.clear()
+                await self.changed.wait()
+        return self.events[ch]
+
+
+@pytest.fixture
+async def devices(adb_server: AdbServer) -> AsyncIterator[AdbDevices]:
+    layer = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.025)
+    try:
+        yield layer
+    finally:
+        await layer.aclose()
+
+
+def make(devices: AdbDevices, config: PolicyConfig | None = None, **kwargs: Any) -> Dispatcher:
+    return Dispatcher(policy=Policy(config or PolicyConfig()), devices=devices, **kwargs)
+
+
+async def refused(dispatcher: Dispatcher, method: str, params: dict[str, Any]) -> RpcError:
+    with pytest.raises(RpcError) as info:
+        await dispatcher(method, params)
+    return info.value
+
+
+async def test_shell_through_adb(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    d = make(devices)
+    serial = sim_device.address
+    out = await d("device.shell", {"serial": serial, "argv": ["echo", "hello", "world"]})
+    validate_result("device.shell", out)
+    assert out["exit_code"] == 0 and out["stdout"] == "hello world\n"
+    out = await d("device.shell", {"serial": serial, "command": "getprop ro.product.model"})
+    assert out["stdout"].strip() == sim_device.device.profile.model
+
+
+async def test_policy_refusal_names_the_rule(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    d = make(devices)
+    serial = sim_device.address
+    err = await refused(d, "device.shell", {"serial": serial, "command": "echo hi; reboot"})
+    assert err.code is ErrorCode.FORBIDDEN and err.data and err.data["rule"] == "metacharacter"
+    err = await refused(d, "device.shell", {"serial": serial, "argv": ["reboot"]})
+    assert err.code is ErrorCode.FORBIDDEN and err.data and err.data["rule"] == "reboot"
+    err = await refused(d, "device.push", {"serial": serial, "path": "/sdcard/x", "data": b""})
+    assert err.code is ErrorCode.FORBIDDEN
+    assert err.data and err.data["rule"] == "path_outside_workspace"
+
+
+async def test_exposure_and_pause_come_before_anything_else(
+    devices: AdbDevices, sim_device: ConnectedSim
+) -> None:
+    serial = sim_device.address
+    hidden = make(devices, PolicyConfig(hide=frozenset({serial})))
+    # even with malformed params, a hidden device is simply not there
+    err = await refused(hidden, "device.shell", {"serial": serial, "argv": 5})
+    assert err.code is ErrorCode.NOT_FOUND and err.data == {"rule": "not_exposed"}
+    paused = make(devices, PolicyConfig(paused=True))
+    err = await refused(paused, "device.screenshot", {"serial": serial})
+    assert err.code is ErrorCode.FORBIDDEN and err.data == {"rule": "paused"}
+
+
+async def test_params_are_validated(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    d = make(devices)
+    err = await refused(d, "device.shell", {"serial": sim_device.address, "argv": ["echo"], "x": 1})
+    assert err.code is ErrorCode.BAD_REQUEST and err.data and err.data["errors"]
+    err = await refused(d, "device.launch_missiles", {})
+    assert err.code is ErrorCode.BAD_REQUEST and err.data == {"reason": "unknown_method"}
+
+
+async def test_profile_governs_every_kind(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    serial = sim_device.address
+    d = make(devices, PolicyConfig(devices={serial: Profile.INSTRUMENT_ONLY}))
+    err = await refused(d, "device.shell", {"serial": serial, "argv": ["echo", "x"]})
+    assert err.data and err.data["rule"] == "shell_not_allowed"
+    err = await refused(d, "device.screenshot", {"serial": serial})
+    assert err.data and err.data["rule"] == "screenshot_not_allowed"
+    err = await refused(d, "device.logcat.dump", {"serial": serial})
+    assert err.data and err.data["rule"] == "logcat_scope"
+
+
+async def test_adb_errors_are_typed(devices: AdbDevices, adb_server: AdbServer) -> None:
+    d = make(devices)
+    err = await refused(d, "device.shell", {"serial": "127.0.0.1:1", "argv": ["echo", "x"]})
+    assert err.code in (ErrorCode.NOT_FOUND, ErrorCode.DEVICE_OFFLINE)
+
+
+async def test_screenshot_pull_and_push(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    d = make(devices)
+    serial = sim_device.address
+    shot = await d("device.screenshot", {"serial": serial})
+    assert shot["png"].startswith(b"\x89PNG")
+    path = "/data/local/tmp/droidwire/note.txt"
+    assert (await d("device.push", {"serial": serial, "path": path, "data": b"hi"}))["size"] == 2
+    assert (await d("device.pull", {"serial": serial, "path": path}))["data"] == b"hi"
+
+
+async def test_installed_packages_are_tracked_allowed_and_cleaned_up(
+    devices: AdbDevices, sim_device: ConnectedSim
+) -> None:
+    d = make(devices)
+    serial = sim_device.address
+    pkg = "com.example.tracked"
+    stop = {"serial": serial, "argv": ["am", "force-stop", pkg]}
+    err = await refused(d, "device.shell", stop)
+    assert err.data and err.data["rule"] == "package_scope"
+    apk = build_apk(SimPackage(package=pkg, kind="app"))
+    assert (await d("device.install", {"serial": serial, "apk": apk}))["package"] == pkg
+    assert d.installed[serial] == {pkg}
+    assert (await d("device.shell", stop))["exit_code"] == 0  # now ours: allowed
+    err = await refused(d, "device.install", {"serial": serial, "path": "/etc/passwd"})
+    assert err.code is ErrorCode.FORBIDDEN
+    assert await d.cleanup() == [f"{serial}:{pkg}"]
+    listed = await asyncio.to_thread(sim_device.adb.shell, "pm list packages")
+    assert pkg not in listed
+    err = await refused(d, "device.shell", stop)  # no longer ours
+    assert err.data and err.data["rule"] == "package_scope"
+
+
+async def test_logcat_subscription_streams_batches(
+    devices: AdbDevices, sim_device: ConnectedSim
+) -> None:
+    sink = Sink()
+    d = make(devices, sink=sink, batch_lines=100, flush_s=0.025)
+    serial = sim_device.address
+    await d("device.logcat.clear", {"serial": serial})
+    ch = (await d("device.logcat.subscribe", {"serial": serial}))["channel"]
+    assert ch in d.subscriptions
+    count = 1000
+    await asyncio.to_thread(sim_device.run, lambda: sim_device.device.log_burst(count, tag="Burst"))
+
+    def burst_lines(batches: list[Any]) -> list[str]:
+        return [ln for b in batches for ln in parse_log_batch(b).lines if " Burst" in ln]
+
+    batches = await sink.wait_for(ch, lambda bs: len(burst_lines(bs)) >= count)
+    lines = burst_lines(batches)
+    assert [ln.rsplit("line ", 1)[1] for ln in lines] == [str(i) for i in range(count)]
+    assert all(len(parse_log_batch(b).lines) <= 100 for b in batches)
+    assert len(batches) < count / 10  # batched, never a frame per line
+    assert sum(parse_log_batch(b).dropped for b in batches) == 0
+    await d("device.logcat.unsubscribe", {"channel": ch})
+    last = parse_log_batch(sink.events[ch][-1])
+    assert last.eof and last.reason == "unsubscribed"
+    assert d.subscriptions == []
+    await d("device.logcat.unsubscribe", {"channel": ch})  # idempotent
+
+
+async def test_streams_end_when_the_link_drops(
+    devices: AdbDevices, sim_device: ConnectedSim
+) -> None:
+    sink = Sink()
+    d = make(devices, sink=sink)
+    await d("device.logcat.subscribe", {"serial": sim_device.address})
+    await d.end_streams()
+    assert d.subscriptions == []
+
+
+async def test_logcat_dump(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    d = make(devices)
+    serial = sim_device.address
+    await d("device.logcat.clear", {"serial": serial})
+    await asyncio.to_thread(sim_device.run, lambda: sim_device.device.log_burst(5, tag="Dump"))
+    out = await d("device.logcat.dump", {"serial": serial, "lines": 100})
+    assert sum(" Dump" in ln for ln in out["lines"]) == 5
+
+
+async def test_inventory_methods_and_capabilities(devices: AdbDevices) -> None:
+    info = DeviceInfo(serial="127.0.0.1:5555", state="device", model="Pixel 7")
+    d = make(
+        devices,
+        inventory=lambda: [info],
+        info=lambda: {"software": "1.0", "session": "s"},
+    )
+    listed = await d("devices.list", {})
+    assert listed == {"devices": [info.model_dump(mode="json", exclude_none=True)]}
+    about = await d("bridge.info", {})
+    validate_result("bridge.info", about)
+    assert about["software"] == "1.0" and about["caps"]["devices"] is True
+    assert (await d("ping", {"payload": b"x"})) == {"payload": b"x"}
+    methods = set(d.methods())
+    assert DEVICE_METHODS <= methods and "workspace.compile" not in methods  # no build here
+    err = await refused(d, "workspace.compile", {"test_code": "class T"})
+    assert err.code is ErrorCode.UNAVAILABLE
+    assert set(METHODS) - methods == {"workspace.compile", "source.lookup"}
