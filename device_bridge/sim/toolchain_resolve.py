@@ -34,7 +34,14 @@ from device_bridge.sim.toolchain_libraries import (
     name_index,
 )
 
-__all__ = ["Scope", "build_scope", "check_file", "is_activity_expr", "lambda_call_name"]
+__all__ = [
+    "Scope",
+    "build_scope",
+    "check_file",
+    "extension_receiver",
+    "is_activity_expr",
+    "lambda_call_name",
+]
 
 _SOFT_KEYWORDS = frozenset(
     "get set field value it by where init constructor data inner out in reified vararg "
@@ -308,8 +315,21 @@ def _in_receiver_scope(node: Node) -> bool:
             return True
         if anc.type == "lambda_literal" and lambda_call_name(anc) in _RECEIVER_SCOPE_FUNCTIONS:
             return True
+        if anc.type == "function_declaration" and extension_receiver(anc) is not None:
+            return True
         anc = anc.parent
     return False
+
+
+def extension_receiver(fn: Node) -> str | None:
+    """``fun MainActivity.timed()`` → ``"MainActivity"``; None for an ordinary function."""
+    children = fn.children
+    for i, child in enumerate(children[:-1]):
+        if child.type == "user_type" and children[i + 1].type == ".":
+            return text(child).split("<", 1)[0]
+        if child.type in ("function_value_parameters", "function_body"):
+            break
+    return None
 
 
 def _should_check(node: Node) -> bool:
@@ -372,7 +392,7 @@ def check_file(file: KotlinFile, app: DemoApp, scope: Scope) -> list[Problem]:
                     sig = _private_signature(app, name)
                     _add(problems, seen, Problem(*pos, (
                         f"Cannot access '{sig}': it is private in '{app.activity}'.")))
-                elif name not in activity_members:
+                elif name not in activity_members and name not in scope.functions:
                     _add(problems, seen, Problem(*pos, f"Unresolved reference '{name}'."))
                 elif name in app.methods:
                     problem = _arity_problem(file, node, app, name)

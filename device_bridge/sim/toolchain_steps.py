@@ -39,7 +39,7 @@ from tree_sitter import Node
 
 from device_bridge.sim.behaviour import DemoApp
 from device_bridge.sim.toolchain_kotlin import KotlinFile, line_of, text, walk
-from device_bridge.sim.toolchain_resolve import Scope, is_activity_expr
+from device_bridge.sim.toolchain_resolve import Scope, extension_receiver, is_activity_expr
 
 __all__ = ["MAX_LOOP", "extract_tests"]
 
@@ -109,6 +109,7 @@ class _TestWalk:
     marks: dict[str, str] = field(default_factory=dict)  # variable → mark id (clock readings)
     mark_units: dict[str, str] = field(default_factory=dict)  # mark id → clock unit
     values: dict[str, _Value] = field(default_factory=dict)  # variable → elapsed value
+    returned: _Value | None = None  # the timing value an inlined helper returned
     counter: int = 0
     dispatches: int = 0
     lambdas: int = 0
@@ -224,7 +225,20 @@ class _Extractor:
             if name:
                 self.w.values[name] = value
             return
+        self.w.returned = None
         self.visit(init, ctx)
+        if name and self.w.returned is not None:
+            self.w.values[name] = self.w.returned
+        self.w.returned = None
+
+    def _on_return_expression(self, node: Node, ctx: Ctx) -> None:
+        expr = next((c for c in node.named_children if c.type != "label"), None)
+        if expr is None:
+            return
+        value = self.measure_call(expr, ctx) or self.value_of(expr, ctx)
+        if value is None:
+            self.visit(expr, ctx)
+        self.w.returned = value
 
     def _on_for_statement(self, node: Node, ctx: Ctx) -> None:
         count = 1
@@ -400,14 +414,25 @@ class _Extractor:
         if name in _ASSERTIONS and (receiver is None or recv_text == "Assert") \
                 and self.assertion(name, args, ctx, node):
             return
-        if receiver is None and name in self.scope.functions and ctx.depth < MAX_INLINE_DEPTH:
+        if name in self.scope.functions and ctx.depth < MAX_INLINE_DEPTH:
             fn = self.scope.functions[name]
-            if not _is_test_function(fn):
+            on_activity = extension_receiver(fn) == self.app.activity.rsplit(".", 1)[-1] and (
+                (receiver is not None and is_activity_expr(receiver, self.scope))
+                or (receiver is None and ctx.activity_receiver))
+            if not _is_test_function(fn) and (receiver is None or on_activity):
                 for arg in args:
                     self.visit(arg, ctx)
                 body = next((c for c in fn.children if c.type == "function_body"), None)
-                if body is not None:
-                    self.visit(body, replace(ctx, depth=ctx.depth + 1))
+                helper_ctx = replace(ctx, depth=ctx.depth + 1, activity_receiver=on_activity)
+                expr = body.named_children[0] if body is not None and body.named_children \
+                    and body.children[0].type == "=" else None
+                if expr is not None:  # fun f() = expression: its value is the result
+                    value = self.measure_call(expr, helper_ctx) or self.value_of(expr, helper_ctx)
+                    if value is None:
+                        self.visit(expr, helper_ctx)
+                    self.w.returned = value
+                elif body is not None:
+                    self.visit(body, helper_ctx)
                 return
         # anything else: evaluate receiver, arguments, trailing lambdas in order
         for child in node.named_children:

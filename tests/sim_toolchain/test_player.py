@@ -524,3 +524,29 @@ class BranchTest {
     assert re.search(r"stack=java.lang.AssertionError: main thread blocked for \d+ms",
                      played.text)
     assert played.device.tagged("Budget") == []
+
+
+def test_extension_functions_on_the_activity():
+    source = IMPORTS + """
+private fun MainActivity.timedSettings(): Long {
+    val start = SystemClock.elapsedRealtime()
+    loadSettingsFromDisk()
+    return SystemClock.elapsedRealtime() - start
+}
+
+@RunWith(AndroidJUnit4::class)
+class ExtensionTest {
+    @Test
+    fun settings() {
+        ActivityScenario.launch(MainActivity::class.java).use { scenario ->
+            scenario.onActivity { activity ->
+                val elapsed = activity.timedSettings()
+                Log.i("DroidUnblocker", "elapsed=${elapsed}ms")
+            }
+        }
+    }
+}
+"""
+    played = compile_and_play(source)
+    assert played.compiled.ok
+    assert 800 <= played.device.elapsed()[0] <= 900

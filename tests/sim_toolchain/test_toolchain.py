@@ -321,6 +321,12 @@ class MainActivityStrictModeTest {
 """
     result = compile_test(source)
     assert result.ok, result.output
+    [test] = read_apk(result.test_apk).tests
+    [check] = [s for s in test.steps if "assert" in s]  # assertThat(ms, lessThan(16L))
+    assert (check["assert"]["op"], check["assert"]["value"], check["style"]) == ("<", 16.0,
+                                                                                   "hamcrest")
+    [call] = [s for s in test.steps if "call" in s]
+    assert (call["call"], call["thread"], call["timed"]) == ("loadAvatarAsync", "main", True)
 
 
 # --- refusals
