@@ -347,6 +347,9 @@ class SimDevice:
 
     def log(self, priority: str, tag: str, message: str, *, pid: int, tid: int,
             buffer: str | None = None) -> None:
+        priority = priority[:1].upper()
+        if priority not in "VDIWEF" or not priority:
+            priority = "F" if priority == "A" else "I"  # logcat prints assert as F
         if buffer is None:
             if tag == "AndroidRuntime" and priority in ("E", "F"):
                 buffer = "crash"

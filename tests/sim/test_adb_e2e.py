@@ -254,9 +254,14 @@ def test_debian_adb_accepts_the_device_too(tmp_path):
             apk = tmp_path / "deb.apk"
             apk.write_bytes(build_apk(SimPackage(package="com.example.deb", kind="app")))
             assert "Success" in server.cli(*s, "install", str(apk)).stdout
+            assert "package:com.example.deb" in server.cli(*s, "shell", "pm list packages").stdout
+            assert "SimShell: echo hi" in server.cli(*s, "logcat", "-d").stdout
+            listing = server.cli(*s, "ls", "/data/local/tmp").stdout
+            assert "f.bin" in listing
             d = sim.adb
             assert d.shell2("exit 5", v2=True).returncode == 5
             assert "com.example.deb" in d.list_packages()
+            assert d.screenshot().size == (1080, 2400)
     finally:
         server.kill()
 
