@@ -36,7 +36,7 @@ from controller.analysis.models import (
     Timing,
     Violation,
 )
-from controller.analysis.processes import belongs_to, parse_death, parse_start
+from controller.analysis.processes import belongs_to, parse_death, parse_start, start_host
 from controller.analysis.stack import app_frame, frame_of, split_exception, stack_kind
 from controller.analysis.summary import build_issues
 from controller.analysis.timing import parse_elapsed, parse_test_event
@@ -271,6 +271,7 @@ class _State:
         self.deaths: list[Death] = []
         self.procs: dict[int, str] = {}
         self.vm_deaths: list[LogLine] = []
+        self.hosts: dict[int, str] = {}        # pid → package whose component it was started for
         self.next_stale_check = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -375,6 +376,9 @@ class _State:
             st = parse_start(msg, tag)
             if st is not None:
                 self.procs[st[0]] = st[1]
+                host = start_host(msg) if "Start proc" in msg else None
+                if host is not None:
+                    self.hosts[st[0]] = host
                 return
             dt = parse_death(msg, ln.pid)
             if dt is not None:
@@ -532,6 +536,7 @@ class _State:
                 app_pids.update(int(p) for p in pids)
         if package:
             app_pids.update(p for p, name in procs.items() if belongs_to(name, package))
+            app_pids.update(p for p, host in self.hosts.items() if host == package)
 
         for c in self.crashes:
             if c.process is None and c.pid is not None:
@@ -542,8 +547,11 @@ class _State:
             return any(f.startswith(prefix) for f in frames)
 
         def own_violation(v: Violation) -> bool:
-            return (package is None or (v.pid is not None and v.pid in app_pids)
-                    or runs_package(v.frames))
+            if package is None or (v.pid is not None and v.pid in app_pids):
+                return True
+            if v.pid is not None and v.pid in procs:
+                return False        # a pid known to be another app's
+            return runs_package(v.frames)
 
         def own_crash(c: Crash) -> bool:
             return (package is None or (c.pid is not None and c.pid in app_pids)

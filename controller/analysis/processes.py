@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["belongs_to", "parse_death", "parse_start"]
+__all__ = ["belongs_to", "parse_death", "parse_start", "start_host"]
 
 _START = re.compile(r"Start proc (\d+):([^\s/{]+)")
+_HOST = re.compile(r" for [\w-]+(?: [\w-]+)?\s+\{?([\w.]+)(?:[/}\s:]|$)")
 _START_OLD = re.compile(r"Start proc ([^\s/{]+) for .*?pid=(\d+)")
 _AM_PROC_START = re.compile(r"\[\s*\d+\s*,\s*(\d+)\s*,\s*\d+\s*,\s*([^,\]\s]+)")
 _STUDIO_SEP = re.compile(r"PROCESS (STARTED|ENDED) \((\d+)\) for package (\S+)")
@@ -69,6 +70,14 @@ def parse_death(msg: str, pid: int | None) -> tuple[int | None, str | None, str]
     if _VM_DEATH in msg:
         return pid, None, "StrictMode VmPolicy penaltyDeath"
     return None
+
+
+def start_host(msg: str) -> str | None:
+    """The package whose component a ``Start proc`` line starts the process for
+    (``… for activity {com.pkg/.Main}``, ``… for added application com.pkg``): a process with
+    a custom name (``android:process="a3e.process"``) still belongs to that package."""
+    m = _HOST.search(msg)
+    return m[1] if m else None
 
 
 def belongs_to(process: str | None, package: str) -> bool:

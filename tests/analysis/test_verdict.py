@@ -99,7 +99,8 @@ def test_crash_before_timing_is_pending():
     r = analyze(START + timing(5) + crash, package="org.demo.app")
     assert r.verification_status == "REFUTED"
     # Another app's crash is not ours.
-    other = crash.replace(" 2000 ", " 3000 ").replace("org.demo.app", "com.other")
+    other = (crash.replace(" 2000 ", " 3000 ").replace("PID: 2000", "PID: 3000")
+             .replace("org.demo.app", "com.other"))
     assert analyze(START + OTHER_START + other, package="org.demo.app").verification_status == "REFUTED"
 
 
@@ -167,3 +168,18 @@ def test_slow_launch_and_process_death_issues():
     assert "Slow launch: org.demo.app/.Main took 6012 ms" in titles
     assert not any("com.other" in t for t in titles)
     assert "Process org.demo.app died 1 time(s): died: fg TOP" in titles
+
+
+def test_attribution_by_the_started_component_and_known_other_pids():
+    start = line(1000, "ActivityManager", "Start proc 2500:a3e.process/u0a10 for activity "
+                 "{org.demo.app/org.demo.app.Vibra}", "I", 1010)
+    violation = (line(2500, "StrictMode", "StrictMode policy violation; ~duration=50 ms: "
+                                          "android.os.strictmode.DiskReadViolation")
+                 + line(2500, "StrictMode", "\tat libcore.io.BlockGuardOs.open(B.java:1)"))
+    r = analyze(start + violation, package="org.demo.app")
+    assert r.app_pids == [2500] and len(r.violations) == 1
+    # A pid known to be another app's does not count even if its stack runs our classes.
+    other = OTHER_START + VIOLATION_OTHER.replace("com.other.Thing", "org.demo.app.Thing")
+    assert analyze(other, package="org.demo.app").violations == []
+    # An unknown pid whose stack runs the package's code counts.
+    assert len(analyze(VIOLATION_APP, package="org.demo.app").violations) == 1
