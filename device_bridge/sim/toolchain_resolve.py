@@ -91,6 +91,7 @@ class Scope:
     open_star: bool = False
     declared: set[str] = field(default_factory=set)
     activity_names: set[str] = field(default_factory=set)  # vals/params typed MainActivity
+    activity_lambdas: set[int] = field(default_factory=set)  # lambdas given the activity
     activity_rules: set[str] = field(default_factory=set)  # ActivityTestRule properties
     scenario_rules: set[str] = field(default_factory=set)  # ActivityScenarioRule properties
     string_consts: dict[str, str] = field(default_factory=dict)
@@ -259,7 +260,7 @@ def is_activity_expr(node: Node, scope: Scope) -> bool:
         while anc is not None:
             if anc.type == "lambda_literal":
                 params = _lambda_param_names(anc)
-                call = lambda_call_name(anc)
+                call = "onActivity" if anc.id in scope.activity_lambdas else lambda_call_name(anc)
                 if params and params[0] == name:
                     return call in _ACTIVITY_LAMBDAS
                 if not params and name == "it" and call not in _NO_PARAM_LAMBDAS:

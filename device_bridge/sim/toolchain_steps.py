@@ -110,6 +110,8 @@ class _TestWalk:
     mark_units: dict[str, str] = field(default_factory=dict)  # mark id → clock unit
     values: dict[str, _Value] = field(default_factory=dict)  # variable → elapsed value
     returned: _Value | None = None  # the timing value an inlined helper returned
+    # function-typed parameters of the helpers being inlined → the lambdas passed for them
+    lambda_args: list[dict[str, Node]] = field(default_factory=list)
     counter: int = 0
     dispatches: int = 0
     lambdas: int = 0
@@ -323,6 +325,16 @@ class _Extractor:
         lam = _trailing_lambda(node)
         recv_text = text(receiver) if receiver is not None else ""
 
+        # a function-typed parameter of an inlined helper, called: run the lambda passed for it
+        bound = self.bound_lambda(name) if receiver is None else None
+        if bound is not None:
+            for arg in args:
+                self.visit(arg, ctx)
+            if args and is_activity_expr(args[0], self.scope):
+                self.scope.activity_lambdas.add(bound.id)
+            self.visit_lambda(bound, ctx)
+            return
+
         # a call of a demo-app method
         if name in self.app.methods and (
             (receiver is not None and is_activity_expr(receiver, self.scope))
@@ -338,7 +350,12 @@ class _Extractor:
         if name == "onActivity":
             if receiver is not None:
                 self.visit(receiver, ctx)
-            self.visit_lambda(lam or (args[0] if args else None), self.main_ctx(ctx, "onActivity"))
+            target = lam
+            if target is None and args and args[0].named_children:
+                target = self.bound_lambda(text(args[0].named_children[0])) or args[0]
+                if target is not args[0]:
+                    self.scope.activity_lambdas.add(target.id)
+            self.visit_lambda(target, self.main_ctx(ctx, "onActivity"))
             return
         if name in _MAIN_RUNNERS and lam is not None:
             if receiver is not None and name != "post":
@@ -397,7 +414,9 @@ class _Extractor:
                                    "parts": ["elapsed=", value.as_part(), "ms"]}}, ctx, node)
             return
         if name == "setThreadPolicy" and recv_text == "StrictMode" and args:
-            self.emit({"policy": self.policy_of(args[0])}, ctx, node)
+            policy = self.policy_of(args[0])
+            if policy is not None:  # an unknown value (a saved policy being restored): skip
+                self.emit({"policy": policy}, ctx, node)
             return
         if name == "enableDefaults" and recv_text == "StrictMode":
             self.emit({"policy": dict(DEFAULT_RULE_POLICY)}, ctx, node)
@@ -422,6 +441,7 @@ class _Extractor:
             if not _is_test_function(fn) and (receiver is None or on_activity):
                 for arg in args:
                     self.visit(arg, ctx)
+                self.w.lambda_args.append(_lambda_bindings(fn, node))
                 body = next((c for c in fn.children if c.type == "function_body"), None)
                 helper_ctx = replace(ctx, depth=ctx.depth + 1, activity_receiver=on_activity)
                 expr = body.named_children[0] if body is not None and body.named_children \
@@ -433,6 +453,7 @@ class _Extractor:
                     self.w.returned = value
                 elif body is not None:
                     self.visit(body, helper_ctx)
+                self.w.lambda_args.pop()
                 return
         # anything else: evaluate receiver, arguments, trailing lambdas in order
         for child in node.named_children:
@@ -440,6 +461,12 @@ class _Extractor:
                 self.visit_lambda(child, ctx)
             else:
                 self.visit(child, ctx)
+
+    def bound_lambda(self, name: str) -> Node | None:
+        for frame in reversed(self.w.lambda_args):
+            if name in frame:
+                return frame[name]
+        return None
 
     def _on_value_argument(self, node: Node, ctx: Ctx) -> None:
         for child in node.named_children:
@@ -483,8 +510,8 @@ class _Extractor:
         if node is None:
             return None
         t = node.type
-        if t == "parenthesized_expression" and node.named_children:
-            return self.value_of(node.named_children[0], ctx)
+        if t in ("parenthesized_expression", "value_argument") and node.named_children:
+            return self.value_of(node.named_children[-1], ctx)
         if t == "identifier":
             return self.w.values.get(text(node))
         if t == "navigation_expression" and len(node.children) >= 3:
@@ -736,7 +763,7 @@ class _Extractor:
             return "".join(parts)
         return parts  # rendered by the player, with the elapsed values it measured
 
-    def policy_of(self, node: Node) -> dict[str, Any]:
+    def policy_of(self, node: Node) -> dict[str, Any] | None:
         inner = node.named_children[0] if node.type == "value_argument" and node.named_children \
             else node
         chain = text(inner)
@@ -751,6 +778,8 @@ class _Extractor:
                 return dict(DEFAULT_RULE_POLICY)
         elif "StrictModeRule.defaultPolicy" in chain:
             return dict(DEFAULT_RULE_POLICY)
+        if not re.search(r"\b(Builder|LAX|permitAll|detect\w+|penalty\w+)\b", chain):
+            return None
         detect: set[str] = set()
         for switch, kinds in _POLICY_KINDS.items():
             if re.search(rf"\b{switch}\s*\(", chain):
@@ -819,6 +848,21 @@ def _trailing_lambda(call: Node) -> Node | None:
     if args and args[-1].named_children and args[-1].named_children[0].type == "lambda_literal":
         return args[-1].named_children[0]
     return None
+
+
+def _lambda_bindings(fn: Node, call: Node) -> dict[str, Node]:
+    """Parameter name → lambda literal, for the lambdas a call passes to a helper function."""
+    params_node = next((c for c in fn.children if c.type == "function_value_parameters"), None)
+    names = [text(p.children[0]) for p in (params_node.children if params_node else [])
+             if p.type == "parameter" and p.children]
+    values: list[Node | None] = []
+    for arg in _args(call):
+        inner = arg.named_children[-1] if arg.named_children else None
+        values.append(inner if inner is not None and inner.type == "lambda_literal" else None)
+    trailing = next((c for c in call.children if c.type == "annotated_lambda"), None)
+    if trailing is not None:
+        values.append(next((c for c in trailing.children if c.type == "lambda_literal"), None))
+    return {n: v for n, v in zip(names, values, strict=False) if v is not None}
 
 
 def _clock_unit(node: Node) -> str | None:
