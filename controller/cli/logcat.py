@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.analysis import AnalysisResult, analyze
+from controller.analysis import AnalysisResult, Thresholds, analyze
 from controller.analysis.lines import decode
 
 __all__ = ["app", "read_input"]
 
 EXIT_UNREADABLE = 2
 MAX_INPUT_BYTES = 256 * 1024 * 1024
+MAX_ROWS = 50               # rows per table in the human report; --json has everything
 
 app = typer.Typer(help="Logcat analysis, offline.", no_args_is_help=True, add_completion=False)
 
@@ -73,11 +74,14 @@ def render(result: AnalysisResult, console: Console) -> None:
         table = Table(title="StrictMode violations", title_justify="left")
         for col in ("line", "kind", "ms", "pid/tid", "app frame", "test"):
             table.add_column(col)
-        for v in result.violations:
+        for v in result.violations[:MAX_ROWS]:
             pidtid = f"{v.pid if v.pid is not None else '?'}/{v.tid if v.tid is not None else '?'}"
             table.add_row(_t(v.line_no), _t(v.kind, "bold red"), _t(v.duration_ms), _t(pidtid),
                           _t(v.app_frame or "—"), _t(v.test or ""))
         console.print(table)
+        if len(result.violations) > MAX_ROWS:
+            console.print(_t(f"… and {len(result.violations) - MAX_ROWS} more (see --json)",
+                             "dim"))
     if result.timings:
         console.print(_t(f"Blocking time: {result.blocking_time_ms} ms (largest of "
                          f"{len(result.timings)} DroidUnblocker reading(s))", "bold"))
@@ -85,7 +89,7 @@ def render(result: AnalysisResult, console: Console) -> None:
         table = Table(title="ANRs", title_justify="left")
         for col in ("line", "package", "component", "pid", "reason"):
             table.add_column(col)
-        for a in result.anrs:
+        for a in result.anrs[:MAX_ROWS]:
             table.add_row(_t(a.line_no), _t(a.package, "bold red"), _t(a.component), _t(a.pid),
                           _t((a.reason or "")[:160]))
         console.print(table)
@@ -93,7 +97,7 @@ def render(result: AnalysisResult, console: Console) -> None:
         table = Table(title="Crashes", title_justify="left")
         for col in ("line", "process", "pid", "thread", "exception", "app frame"):
             table.add_column(col)
-        for c in result.crashes:
+        for c in result.crashes[:MAX_ROWS]:
             exc = c.exception + (f": {c.message}" if c.message else "")
             table.add_row(_t(c.line_no), _t(c.process), _t(c.pid), _t(c.thread),
                           _t(exc[:200], "bold red"), _t(c.app_frame or "—"))
@@ -102,14 +106,14 @@ def render(result: AnalysisResult, console: Console) -> None:
         table = Table(title="Activity launches", title_justify="left")
         table.add_column("component")
         table.add_column("ms", justify="right")
-        for d in result.displayed:
+        for d in result.displayed[:MAX_ROWS]:
             table.add_row(_t(d.component), _t(d.ms))
         console.print(table)
     if result.tests:
         table = Table(title="Tests (TestRunner)", title_justify="left")
         for col in ("test", "status", "blocking ms", "violations"):
             table.add_column(col)
-        for t in result.tests:
+        for t in result.tests[:MAX_ROWS]:
             table.add_row(_t(t.id), _t(t.status), _t(t.blocking_time_ms),
                           _t(", ".join(t.violations), "red"))
         console.print(table)
@@ -127,10 +131,16 @@ def analyze_cmd(
     package: Annotated[str | None, typer.Option("--package", "-p",
                                                 help="count only this app's processes")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON shape")] = False,
+    blocking_ms: Annotated[int, typer.Option(
+        "--blocking-ms", min=0, help="blocking above this confirms")] = Thresholds().blocking_ms,
+    noise_floor_ms: Annotated[int, typer.Option(
+        "--noise-floor-ms", min=0, help="blocking at or below this is no blocking",
+    )] = Thresholds().noise_floor_ms,
 ) -> None:
     """Analyse a log: StrictMode violations, timing, ANRs, crashes, launches, and a verdict."""
     text = read_input(source)
-    result = analyze(text, package=package or None)
+    result = analyze(text, package=package or None,
+                     thresholds=Thresholds(blocking_ms, noise_floor_ms))
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return

@@ -81,3 +81,18 @@ def test_instrumentation_parse_json():
         2, 1, 1, "crashed")
     human = runner.invoke(app, ["instrumentation", "parse", "-"], input=text)
     assert human.exit_code == 0 and "crashed" in human.output
+
+
+def test_thresholds_options_and_long_reports():
+    timing = "11-02 09:15:01.300  4321  4321 I DroidUnblocker: elapsed=120ms\n"
+    res = runner.invoke(app, ["logcat", "analyze", "-", "--json", "--blocking-ms", "100"],
+                        input=timing)
+    assert json.loads(res.output)["verification_status"] == "CONFIRMED"
+    res = runner.invoke(app, ["logcat", "analyze", "-", "--json", "--noise-floor-ms", "200"],
+                        input=timing)
+    assert json.loads(res.output)["verification_status"] == "REFUTED"
+    assert runner.invoke(app, ["logcat", "analyze", "-", "--blocking-ms", "-1"],
+                         input=timing).exit_code == 2
+    many = "".join(LOG.splitlines(keepends=True)[:2]) * 80
+    res = runner.invoke(app, ["logcat", "analyze", "-"], input=many)
+    assert res.exit_code == 0 and "and 30 more" in res.output
