@@ -38,6 +38,7 @@ logger = logging.getLogger("droidwire.sim.adbd")
 _IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging it
 _OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
 _V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
+MAX_STREAMS = 512  # open streams per connection; more OPENs are refused
 
 Handler = Callable[["Stream"], Awaitable[None]]
 
@@ -298,7 +299,7 @@ class Connection:
 
     def _open(self, remote_id: int, service: str) -> None:
         handler = self.device.service_for(service)
-        if handler is None or remote_id == 0:
+        if handler is None or remote_id == 0 or len(self.streams) >= MAX_STREAMS:
             logger.debug("device %s: refusing service %r", self.device.serial, service[:80])
             self.send(Command.CLSE, 0, remote_id)
             return

@@ -189,3 +189,15 @@ async def test_bad_magic_closes_only_that_connection(device):
     assert (await good.handshake()).command == Command.CNXN
     good.close()
     bad.close()
+
+
+async def test_open_streams_are_bounded(device, monkeypatch):
+    from device_bridge.sim import adbd
+
+    monkeypatch.setattr(adbd, "MAX_STREAMS", 2)
+    host = await Host.connect(device.port)
+    await host.handshake()
+    await host.open(1, "shell:sleep 30")
+    await host.open(2, "shell:sleep 30")
+    host.send(Command.OPEN, 3, 0, b"shell:echo third\0")
+    assert await host.recv() == Message(Command.CLSE, 0, 3)
