@@ -21,9 +21,16 @@ from typing import Annotated
 
 import typer
 
+from protocol.settings import DEFAULTS as _D
+
 __all__ = ["bridge"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _secs(default: float | None, *, off: bool = False) -> str:
+    """Help text for a timing flag; the default is read from the one settings object."""
+    return f"Seconds{', 0: off' if off else ''} (default {default:g})."
 
 
 def bridge(
@@ -89,28 +96,35 @@ def bridge(
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(envvar="DROIDWIRE_CONCURRENCY", help="RPC handlers at once (default 16)."),
+        typer.Option(
+            envvar="DROIDWIRE_CONCURRENCY",
+            help=f"RPC handlers at once (default {_D.handler_concurrency}).",
+        ),
     ] = None,
     reconnect_budget: Annotated[
         float | None,
         typer.Option(
             envvar="DROIDWIRE_RECONNECT_BUDGET",
-            help="Seconds to keep retrying after the first failure (default 1800).",
+            help=f"Seconds to keep retrying after the first failure (default {_D.reconnect_budget_s:g}).",
         ),
     ] = None,
-    backoff_first_max: Annotated[float | None, typer.Option(help="Seconds (default 0.5).")] = None,
-    backoff_base: Annotated[float | None, typer.Option(help="Seconds (default 1).")] = None,
-    backoff_cap: Annotated[float | None, typer.Option(help="Seconds (default 60).")] = None,
+    backoff_first_max: Annotated[
+        float | None, typer.Option(help=_secs(_D.backoff_first_max_s))
+    ] = None,
+    backoff_base: Annotated[float | None, typer.Option(help=_secs(_D.backoff_base_s))] = None,
+    backoff_cap: Annotated[float | None, typer.Option(help=_secs(_D.backoff_cap_s))] = None,
     ping_interval: Annotated[
         float | None,
-        typer.Option(envvar="DROIDWIRE_PING_INTERVAL", help="Seconds, 0: off (default 10)."),
+        typer.Option(envvar="DROIDWIRE_PING_INTERVAL", help=_secs(_D.ping_interval_s, off=True)),
     ] = None,
     ping_timeout: Annotated[
         float | None,
-        typer.Option(envvar="DROIDWIRE_PING_TIMEOUT", help="Seconds, 0: off (default 10)."),
+        typer.Option(envvar="DROIDWIRE_PING_TIMEOUT", help=_secs(_D.ping_timeout_s, off=True)),
     ] = None,
-    close_timeout: Annotated[float | None, typer.Option(help="Seconds (default 2).")] = None,
-    handshake_timeout: Annotated[float | None, typer.Option(help="Seconds (default 10).")] = None,
+    close_timeout: Annotated[float | None, typer.Option(help=_secs(_D.close_timeout_s))] = None,
+    handshake_timeout: Annotated[
+        float | None, typer.Option(help=_secs(_D.handshake_timeout_s))
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run a device bridge: dial out to the controller, serve this host's adb devices."""
