@@ -321,7 +321,8 @@ def _thread_key(step: dict[str, Any]) -> str:
 
 def _play_steps(run: _Run, test: SimTest, state: _TestState, steps: list[dict[str, Any]]) -> None:
     for step in steps:
-        thread = step.get("thread", "test")
+        # a background step the main thread waits for belongs to the main thread's message
+        thread = "main" if step.get("waiter") == "main" else step.get("thread", "test")
         if thread != "main" or (state.dispatch is not None
                                 and state.dispatch.id != step.get("dispatch")):
             _end_dispatch(run, state)

@@ -144,9 +144,12 @@ def _package(file: KotlinFile) -> str | None:
     return None
 
 
-def _type_names(node: Node) -> set[str]:
-    return {text(c) for c in walk(node) if c.type == "identifier" and c.parent is not None
-            and c.parent.type == "user_type"}
+def _declared_type(node: Node) -> str | None:
+    """The declared type of a variable or parameter, ``?`` removed: ``MainActivity``."""
+    for child in node.children:
+        if child.type in ("user_type", "nullable_type"):
+            return text(child).rstrip("?").strip()
+    return None
 
 
 def build_scope(file: KotlinFile, app: DemoApp) -> Scope:
@@ -165,7 +168,7 @@ def build_scope(file: KotlinFile, app: DemoApp) -> Scope:
                 if ident is None:
                     continue
                 var_name = text(ident)
-                if activity_simple in _type_names(node):
+                if _declared_type(node) in (activity_simple, f"{app.activity}"):
                     scope.activity_names.add(var_name)
                 init = _initializer(node)
                 if init is not None:

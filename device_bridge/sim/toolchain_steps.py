@@ -166,7 +166,9 @@ class _Extractor:
         self.w.threads += 1
         self.w.lambdas += 1
         base = ctx.frame.split("$", 1)[0]
-        return replace(ctx, thread="background", via=None, dispatch=None,
+        waits_on_main = joined and ctx.thread == "main"
+        return replace(ctx, thread="background", via=None,
+                       dispatch=ctx.dispatch if waits_on_main else None,
                        thread_name=name.format(n=self.w.threads),
                        waiter=ctx.thread if joined else None,
                        frame=f"{base}$lambda${self.w.lambdas - 1}")
@@ -364,7 +366,7 @@ class _Extractor:
             return
         if name in ("withContext", "launch", "async", "runBlocking", "runTest") and lam is not None:
             dispatcher = " ".join(text(a) for a in args)
-            joined = name in ("withContext", "runBlocking", "runTest")
+            joined = name in ("withContext", "runBlocking", "runTest") or _awaited(node)
             if "Dispatchers.Main" in dispatcher:
                 self.visit_lambda(lam, self.main_ctx(ctx, "coroutine"))
             elif "Dispatchers.IO" in dispatcher or "Dispatchers.Default" in dispatcher \
@@ -377,7 +379,7 @@ class _Extractor:
                 self.visit_lambda(lam, ctx)
             return
         if name in _BACKGROUND_RUNNERS and lam is not None:
-            joined = ".join()" in text(node.parent) if node.parent is not None else False
+            joined = _awaited(node)
             label = "pool-1-thread-{n}" if name in ("execute", "submit") else "Thread-{n}"
             self.visit_lambda(lam, self.background_ctx(ctx, label, joined=joined))
             return
@@ -848,6 +850,14 @@ def _trailing_lambda(call: Node) -> Node | None:
     if args and args[-1].named_children and args[-1].named_children[0].type == "lambda_literal":
         return args[-1].named_children[0]
     return None
+
+
+def _awaited(call: Node) -> bool:
+    """``launch { … }.join()`` / ``async { … }.await()`` / ``submit { … }.get()``."""
+    parent = call.parent
+    return (parent is not None and parent.type == "navigation_expression"
+            and parent.children[0].id == call.id
+            and text(parent.children[-1]) in ("join", "await", "get"))
 
 
 def _lambda_bindings(fn: Node, call: Node) -> dict[str, Node]:

@@ -550,3 +550,18 @@ class ExtensionTest {
     played = compile_and_play(source)
     assert played.compiled.ok
     assert 800 <= played.device.elapsed()[0] <= 900
+
+
+def test_main_thread_waiting_for_background_work_is_blocked_without_violation():
+    body = ("runBlocking { withContext(Dispatchers.IO) { activity.loadSettingsFromDisk() } }")
+    source = llm_test("loadSettingsFromDisk", body=body).replace(
+        "import org.junit.Test\n",
+        "import org.junit.Test\nimport kotlinx.coroutines.Dispatchers\n"
+        "import kotlinx.coroutines.runBlocking\nimport kotlinx.coroutines.withContext\n")
+    played = compile_and_play(source)
+    assert played.device.violations() == []  # the IO thread has no StrictMode policy
+    assert 800 <= played.device.elapsed()[0] <= 900  # but the main thread waited for it
+    many = compile_and_play(source.replace("withContext(Dispatchers.IO) {",
+                                           "repeat(7) { withContext(Dispatchers.IO) {")
+                            .replace("loadSettingsFromDisk() } }", "loadSettingsFromDisk() } } }"))
+    assert any(ln.message.startswith("ANR in ") for ln in many.device.tagged("ActivityManager"))
