@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from device_bridge.sim.logbuf import (
     BUFFERS,
@@ -662,7 +662,7 @@ async def _am_instrument(p: Proc, args: list[str]) -> int:
         task = asyncio.create_task(_drain(lines))
         p.device.keep_task(task)
         return 0
-    stream_key: str | None = None
+    in_stream = False  # inside a multi-line "stream=" value
     code = 0
     async for fd, line in lines:
         if fd == 2:
@@ -674,19 +674,19 @@ async def _am_instrument(p: Proc, args: list[str]) -> int:
             continue
         # Without -r, am prints only the "stream" texts of the status and result bundles.
         if line.startswith(("INSTRUMENTATION_STATUS: stream=", "INSTRUMENTATION_RESULT: stream=")):
-            stream_key = "s"
+            in_stream = True
             await p.out(line.split("=", 1)[1])
         elif line.startswith("INSTRUMENTATION_"):
-            stream_key = None
+            in_stream = False
             if line.startswith("INSTRUMENTATION_RESULT: shortMsg="):
                 await p.out(line.replace("INSTRUMENTATION_RESULT: shortMsg=", "Error in ", 1))
-        elif stream_key:
+        elif in_stream:
             await p.out(line)
     return code
 
 
-async def _drain(lines: object) -> None:
-    async for _ in lines:  # type: ignore[attr-defined]
+async def _drain(lines: AsyncIterator[tuple[int, str]]) -> None:
+    async for _ in lines:
         pass
 
 

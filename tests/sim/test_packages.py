@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import struct
 import sys
@@ -216,3 +217,35 @@ async def test_uiautomator_dump_describes_the_focused_window():
     edit = next(n for n in app.iter("node") if n.get("class") == "android.widget.EditText")
     assert (edit.get("text"), edit.get("focused"), edit.get("bounds")[:1]) == ("hello", "true", "[")
     assert {n.get("package") for n in app.iter("node")} == {"com.example.demo"}
+
+
+async def test_instrument_without_r_prints_the_stream_texts(monkeypatch):
+    class Player:
+        def play(self, test_pkg, app_pkg, *, class_filter, device):
+            yield "INSTRUMENTATION_STATUS: class=com.example.demo.FooTest"
+            yield "INSTRUMENTATION_STATUS: stream="
+            yield "com.example.demo.FooTest:"
+            yield "INSTRUMENTATION_STATUS_CODE: 1"
+            yield "INSTRUMENTATION_STATUS: stream=."
+            yield "INSTRUMENTATION_STATUS_CODE: 0"
+            yield "INSTRUMENTATION_RESULT: stream="
+            yield ""
+            yield "OK (1 test)"
+            device.log("I", "Player", "finished", pid=1, tid=1)
+            yield "INSTRUMENTATION_CODE: -1"
+
+    fake = types.ModuleType("device_bridge.sim.player")
+    fake.default_player = Player  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "device_bridge.sim.player", fake)
+    dev = new_device()
+    await install(dev, APP)
+    await install(dev, TESTS)
+    assert (await sh(dev, f"am instrument -w {COMPONENT}")).out == (
+        "\ncom.example.demo.FooTest:\n.\n\n\nOK (1 test)\n")
+    assert (await sh(dev, f"am instrument {COMPONENT}")).out == ""  # no -w: runs detached
+
+    async def finished_twice() -> None:
+        while sum(e.tag == "Player" for e in dev.logbuf.entries()) < 2:
+            await dev.logbuf.wait_after(dev.logbuf.last_seq)
+
+    await asyncio.wait_for(finished_twice(), 5)
