@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from device_bridge.sim.device import SimDevice
 from device_bridge.sim.logbuf import LogBuffer, format_entry
 from tests.sim.helpers import new_device, sh
 
@@ -62,4 +63,6 @@ async def test_background_noise_is_low_and_plausible():
         await dev.logbuf.wait_after(dev.logbuf.last_seq + 20)
     noise = [e for e in dev.logbuf.entries() if e.tag != "SimShell"]
     assert len({e.tag for e in noise}) >= 4
-    assert all(format_entry(e).count(":") >= 3 for e in noise)
+    assert all(THREADTIME.match(format_entry(e).rstrip("\n")) for e in noise)
+    assert SimDevice(noise_interval=None).noise_interval is None  # and the default is ~1/s:
+    assert SimDevice().noise_interval == 1.0
