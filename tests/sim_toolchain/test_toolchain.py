@@ -390,3 +390,35 @@ def test_demo_methods_are_read_from_the_sources(tmp_path: Path):
     assert added.ok, added.output
     [test] = read_apk(added.test_apk).tests
     assert [s["call"] for s in test.steps if "call" in s] == ["warmCaches"]
+
+
+def test_a_scenario_typed_with_the_activity_is_not_the_activity():
+    source = IMPORTS + """
+import androidx.lifecycle.Lifecycle
+import org.junit.After
+import org.junit.Before
+
+@RunWith(AndroidJUnit4::class)
+class ScenarioFieldTest {
+    private lateinit var scenario: ActivityScenario<MainActivity>
+    private var activity: MainActivity? = null
+
+    @Before
+    fun launch() {
+        scenario = ActivityScenario.launch(MainActivity::class.java)
+        scenario.moveToState(Lifecycle.State.RESUMED)
+        scenario.onActivity { activity = it }
+    }
+
+    @After
+    fun close() = scenario.close()
+
+    @Test
+    fun draft() {
+        scenario.onActivity { it.saveDraftSync("x") }
+        activity?.missingMethod()
+    }
+}
+"""
+    errors = _errors(compile_test(source))
+    assert [e[3] for e in errors] == ["Unresolved reference 'missingMethod'."]
