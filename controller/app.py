@@ -29,10 +29,12 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.api import ops, tokens
+from controller.api import bridges, devices, ops, tokens
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
+from controller.hub import Hub
+from controller.hub import endpoint as hub_endpoint
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.store import Store, Token
 from protocol.closecodes import CloseCode
@@ -166,6 +168,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.audit = AuditLog(store)
         # Components start here, after the store, and stop in reverse order before it:
         # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
+        hub = await stack.enter_async_context(
+            Hub(store=store, audit=app.state.audit, settings=config.settings)
+        )
+        app.state.hub = hub
+        app.state.revocation_hooks.append(hub.on_token_revoked)
+        stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         log.info("controller ready (store %r)", store)
         yield
         log.info("controller shutting down")
@@ -194,4 +202,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(ops.router)
     app.include_router(tokens.router)
+    app.include_router(hub_endpoint.router)
+    app.include_router(devices.router)
+    app.include_router(bridges.router)
     return app

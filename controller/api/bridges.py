@@ -1,0 +1,69 @@
+"""``/v1/bridges``: the bridges the caller owns (all of them for an admin), with their state.
+
+``state``: ``connected``, ``reconnecting`` (dropped less than the grace period ago: calls
+wait for it), or ``disconnected``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from controller.auth import UserPrincipal
+from controller.hub import BridgeState, Hub
+from controller.store import Bridge, User
+
+__all__ = ["BridgeOut", "router"]
+
+router = APIRouter(prefix="/v1/bridges", tags=["bridges"])
+
+
+class BridgeOut(BaseModel):
+    id: str
+    name: str
+    owner: str
+    state: str
+    software: str | None = None
+    toolchain: str | None = None
+    build: bool = False
+    devices: int = 0
+    pending: int = 0
+    connections: int = 0
+    last_seen_at: datetime | None = None
+
+
+@router.get("", response_model=list[BridgeOut])
+async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
+    hub: Hub = request.app.state.hub
+    query = select(Bridge, User.name).join(User, Bridge.owner_id == User.id)
+    if not principal.is_admin:
+        query = query.where(Bridge.owner_id == principal.user_id)
+    async with hub.store.session() as session:
+        rows = (await session.execute(query.order_by(Bridge.name))).all()
+    out: list[dict[str, Any]] = []
+    for bridge, owner in rows:
+        entry = hub.entry(bridge.id)
+        item: dict[str, Any] = {
+            "id": bridge.id,
+            "name": bridge.name,
+            "owner": owner,
+            "state": BridgeState.DISCONNECTED.value,
+            "last_seen_at": bridge.last_seen_at,
+        }
+        if entry is not None:
+            item.update(
+                state=entry.state.value,
+                software=entry.software,
+                toolchain=entry.caps.toolchain if entry.caps else None,
+                build=bool(entry.caps and entry.caps.build),
+                devices=len(entry.live_devices()),
+                pending=entry.session.pending_count,
+                connections=entry.connections,
+                last_seen_at=entry.last_seen_at or bridge.last_seen_at,
+            )
+        out.append(item)
+    return out

@@ -1,0 +1,173 @@
+"""``/v1/devices``: list devices, run shell commands, read and stream logcat (DESIGN.md §9).
+
+``{device}`` is ``BRIDGE~SERIAL`` (a device's ``id``) or its bare serial when unambiguous
+(see :mod:`controller.hub.devices`). Every call on a device goes through
+:meth:`controller.hub.Hub.device_call`: authorization, the RPC, an audit entry. Errors are
+:class:`protocol.errors.RpcError`, turned into HTTP problems by the app; a policy refusal on
+the bridge arrives as ``forbidden`` with its ``rule`` and becomes 403
+``{"error": {"code": "forbidden", "message", "rule"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, WebSocket
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.websockets import WebSocketDisconnect
+
+from controller.auth import UserPrincipal
+from controller.hub import Hub, list_devices, resolve_device
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import LogcatDumpResult, ShellResult, validate_result
+
+__all__ = ["DeviceOut", "ShellIn", "ShellOut", "router"]
+
+log = logging.getLogger("droidwire.controller.api.devices")
+
+router = APIRouter(prefix="/v1/devices", tags=["devices"])
+
+MAX_DUMP_LINES = 5000
+
+
+class DeviceOut(BaseModel):
+    id: str = Field(description="BRIDGE~SERIAL: usable wherever {device} is")
+    serial: str
+    bridge: str
+    state: str = Field(description="adb's state, or 'disconnected' while the bridge is away")
+    model: str | None = None
+    release: str | None = None
+    sdk: int | None = None
+    abi: str | None = None
+    battery: int | None = None
+    profile: str = "standard"
+
+
+class ShellIn(BaseModel):
+    """Exactly one of ``argv`` (no shell parsing on the device) or ``command``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(default=None, min_length=1, max_length=8192)
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=256
+    )
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class ShellOut(BaseModel):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class LogcatOut(BaseModel):
+    lines: list[str]
+
+
+def _hub(app_state: Any) -> Hub:
+    hub: Hub | None = getattr(app_state, "hub", None)
+    if hub is None:
+        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
+    return hub
+
+
+@router.get("", response_model=list[DeviceOut])
+async def get_devices(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
+    """Every device the caller may see, from connected bridges and from the store."""
+    return [r.to_json() for r in await list_devices(_hub(request.app.state), principal)]
+
+
+@router.post("/{device}/shell", response_model=ShellOut)
+async def shell(device: str, body: ShellIn, principal: UserPrincipal, request: Request) -> ShellOut:
+    """Run a command under the device's profile (allow-list); 403 with the rule if refused."""
+    hub = _hub(request.app.state)
+    record = await resolve_device(hub, principal, device)
+    params = body.model_dump(exclude_none=True)
+    result = await hub.device_call(
+        principal,
+        record.ref,
+        "device.shell",
+        params,
+        timeout_s=_rpc_timeout(hub, body.timeout_s),
+    )
+    out = validate_result("device.shell", result)
+    assert isinstance(out, ShellResult)
+    return ShellOut(exit_code=out.exit_code, stdout=out.stdout, stderr=out.stderr)
+
+
+@router.get("/{device}/logcat", response_model=LogcatOut)
+async def logcat(
+    device: str,
+    principal: UserPrincipal,
+    request: Request,
+    lines: Annotated[int | None, Query(ge=1, le=MAX_DUMP_LINES)] = None,
+) -> LogcatOut:
+    """The device's log (``logcat -d``), the last ``lines`` lines if given."""
+    hub = _hub(request.app.state)
+    record = await resolve_device(hub, principal, device)
+    params: dict[str, Any] = {} if lines is None else {"lines": lines}
+    result = await hub.device_call(principal, record.ref, "device.logcat.dump", params)
+    out = validate_result("device.logcat.dump", result)
+    assert isinstance(out, LogcatDumpResult)
+    return LogcatOut(lines=out.lines)
+
+
+@router.websocket("/{device}/logcat/stream")
+async def logcat_stream(
+    websocket: WebSocket,
+    device: str,
+    principal: UserPrincipal,
+    tail: Annotated[int | None, Query(ge=0, le=MAX_DUMP_LINES)] = None,
+) -> None:
+    """Live logcat as JSON text messages ``{"lines": [...], "dropped": N, "lost_batches"?}``;
+    the last one has ``"eof": true`` and a ``reason``. ``dropped`` lines (and
+    ``lost_batches``) were lost just before the lines of that message: a consumer too slow,
+    or the link down for a while. Authenticated by the ``Authorization`` header of the
+    handshake; refusals are HTTP statuses before the socket opens."""
+    hub = _hub(websocket.app.state)
+    record = await resolve_device(hub, principal, device)
+    params: dict[str, Any] = {} if tail is None else {"tail": tail}
+    stream = await hub.device_stream(principal, record.ref, params)
+    try:
+        await websocket.accept()
+        # The client sends nothing; its close (or vanishing) ends the stream.
+        closed = asyncio.create_task(_until_closed(websocket))
+        try:
+            while True:
+                getter = asyncio.ensure_future(stream.get())
+                done, _ = await asyncio.wait({getter, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if closed in done:
+                    getter.cancel()
+                    return
+                chunk = getter.result()
+                await websocket.send_text(json.dumps(chunk.to_json()))
+                if chunk.eof:
+                    await websocket.close(1000, (chunk.reason or "eof")[:120])
+                    return
+        finally:
+            closed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await closed
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass  # the client went away mid-send
+    finally:
+        await hub.unsubscribe(stream)
+
+
+async def _until_closed(websocket: WebSocket) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+
+
+def _rpc_timeout(hub: Hub, command_timeout_s: float | None) -> float | None:
+    """A shell command's own timeout plus the usual RPC allowance on top of it."""
+    if command_timeout_s is None:
+        return None
+    return command_timeout_s + hub.settings.rpc_timeout_s

@@ -1,0 +1,662 @@
+"""The bridge hub: one live WebSocket per bridge, the registry, and ``call()``.
+
+DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
+:class:`protocol.session.ControllerSession` (sans I/O); this module is the I/O around it:
+
+* one :class:`BridgeEntry` per bridge, created at its first connection and kept while the
+  controller runs. Its session outlives connections, so requests in flight survive a
+  reconnect: ``hello.held`` says what the bridge has, the rest is re-sent, ``welcome.waiting``
+  lists what we still wait for;
+* one live connection per bridge: a new one replaces the old, which is closed with 4409
+  (terminal for the bridge, so two copies of one bridge do not evict each other forever);
+* per connection, a reader (frames → session → outcomes) and a writer that alone drains
+  :meth:`~protocol.session.ControllerSession.frames_to_send`, so frames leave in the order
+  the session produced them and a stalled socket holds up nobody but its writer;
+* :meth:`Hub.call` registers a call in the session (sent now, or on resume), then waits for
+  its one completion, its deadline, or its caller's cancellation (→ a ``cancel`` frame);
+* grace (§4.7): a bridge that dropped is *reconnecting* for ``grace_period_s``: calls made
+  meanwhile are queued and go out when it is back; after that it is *disconnected*, its calls
+  fail with ``unavailable`` and new ones fail at once. After a controller restart, every
+  bridge in the store gets the same grace from the start;
+* liveness (§4.6): an application-level ping to an idle, silent bridge every
+  ``liveness_interval_s``, skipped while it has calls pending; ``liveness_missed_max`` misses
+  in a row close the connection (1011; the bridge reconnects if it is alive at all).
+
+Device calls from users go through :meth:`Hub.device_call`: THE authorization check
+(:func:`controller.auth.authorize`), the call, and an audit entry, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.websockets import WebSocket
+
+from controller.audit import AuditLog
+from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.hub.streams import LogStream
+from controller.store import Store, Token, bridge_seen, devices_seen, utcnow
+from protocol.closecodes import CloseCode
+from protocol.codec import Codec
+from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo, Evt, Req, is_channel
+from protocol.errors import (
+    DecodeError,
+    EncodeError,
+    ErrorCode,
+    HandshakeRefused,
+    InvalidState,
+    RpcError,
+    UnexpectedFrame,
+)
+from protocol.methods import DevicesChanged, LogBatch
+from protocol.session import Completion, ControllerSession, Duplicate, Liveness, Resume
+from protocol.settings import Settings
+
+__all__ = ["BridgeEntry", "BridgeState", "Connection", "Hub"]
+
+log = logging.getLogger("droidwire.controller.hub")
+
+# Liveness is checked this many times per interval, so a ping goes out close to on time.
+_LIVENESS_TICKS = 4
+
+
+class BridgeState(StrEnum):
+    CONNECTED = "connected"  # a connection is up (handshake or open)
+    RECONNECTING = "reconnecting"  # dropped less than grace_period_s ago: calls wait for it
+    DISCONNECTED = "disconnected"  # away for longer: calls fail at once
+
+
+class Connection:
+    """One WebSocket of one bridge: what the reader and writer share."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.ws = websocket
+        self.wake = asyncio.Event()  # the session has frames to send
+        self.kicked = asyncio.Event()  # someone decided to close this connection
+        self.close_code: int | None = None
+        self.close_reason = ""
+
+    def kick(self, code: int, reason: str) -> None:
+        """Close this connection with ``code`` (first decision wins)."""
+        if self.close_code is None:
+            self.close_code = code
+            self.close_reason = reason
+        self.kicked.set()
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[Completion]
+    # Runs in the reader, before the caller resumes: e.g. a stream must exist before its
+    # first ``evt`` (which the bridge sends right after the result) is read.
+    on_result: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass(eq=False)
+class BridgeEntry:
+    """What the hub knows about one bridge, across its connections."""
+
+    id: str
+    name: str
+    owner_id: str
+    session: ControllerSession
+    token_id: str | None = None
+    conn: Connection | None = None
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    caps: Capabilities | None = None
+    software: str | None = None
+    connected_at: datetime | None = None
+    last_seen_at: datetime | None = None
+    away_since: float | None = None  # loop time of the drop
+    gone: bool = False  # away for longer than the grace period
+    connections: int = 0
+    waiters: dict[str, _Waiter] = field(default_factory=dict)
+    streams: dict[str, LogStream] = field(default_factory=dict)
+    grace_task: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> BridgeState:
+        if self.conn is not None:
+            return BridgeState.CONNECTED
+        return BridgeState.DISCONNECTED if self.gone else BridgeState.RECONNECTING
+
+    @property
+    def is_open(self) -> bool:
+        return self.conn is not None and self.session.is_open
+
+    def live_devices(self) -> dict[str, DeviceInfo]:
+        """The inventory while the session is open, else nothing."""
+        return dict(self.devices) if self.is_open else {}
+
+
+class Hub:
+    """The registry of bridges and the one way to call them. Use as an async context."""
+
+    def __init__(self, *, store: Store, audit: AuditLog, settings: Settings) -> None:
+        self.store = store
+        self.audit = audit
+        self.settings = settings
+        self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
+        self._entries: dict[str, BridgeEntry] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._liveness: asyncio.Task[None] | None = None
+        self._started = 0.0
+        self._closing = False
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> Hub:
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        self._liveness = loop.create_task(self._liveness_loop(), name="hub-liveness")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Staged shutdown: close every bridge (1001), fail what waits, stop the timers."""
+        self._closing = True
+        error = RpcError(
+            ErrorCode.UNAVAILABLE, "the controller is shutting down", {"reason": "shutdown"}
+        )
+        for entry in self._entries.values():
+            if entry.conn is not None:
+                entry.conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
+            for completion in entry.session.fail_all(error):
+                self._complete(entry, completion)
+            self._end_streams(entry, "shutdown")
+            if entry.grace_task is not None:
+                entry.grace_task.cancel()
+        tasks = [t for t in (self._liveness, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- registry
+
+    def entries(self) -> list[BridgeEntry]:
+        return list(self._entries.values())
+
+    def entry(self, bridge_id: str) -> BridgeEntry | None:
+        return self._entries.get(bridge_id)
+
+    def _entry_for(self, bridge_id: str, name: str, owner_id: str) -> BridgeEntry:
+        entry = self._entries.get(bridge_id)
+        if entry is None:
+            entry = BridgeEntry(
+                id=bridge_id,
+                name=name,
+                owner_id=owner_id,
+                session=ControllerSession(bridge_id=name, settings=self.settings),
+            )
+            self._entries[bridge_id] = entry
+        return entry
+
+    def _startup_entry(self, device: DeviceRef) -> BridgeEntry | None:
+        """A bridge known from the store but not (yet) back since this controller started:
+        it gets the grace period counted from the start, like any reconnecting bridge."""
+        loop = asyncio.get_running_loop()
+        remaining = self._started + self.settings.grace_period_s - loop.time()
+        if remaining <= 0 or self._closing:
+            return None
+        entry = self._entry_for(device.bridge_id, device.bridge_name or device.bridge_id,
+                                device.owner_id)
+        entry.away_since = self._started
+        entry.grace_task = self._spawn(self._grace(entry, remaining))
+        return entry
+
+    # -- calls
+
+    async def call(
+        self,
+        target: DeviceRef | str,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        on_result: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
+
+        Returns the result, or raises :class:`RpcError`: ``bad_request`` (unknown method, bad
+        params), ``unavailable`` (bridge away past its grace period, or restarted while a
+        non-idempotent call was in flight), ``timeout``, or the bridge's own typed error.
+        A call made while the bridge is reconnecting waits for it.
+        """
+        p = dict(params or {})
+        if isinstance(target, DeviceRef):
+            p["serial"] = target.serial
+            entry = self._entries.get(target.bridge_id) or self._startup_entry(target)
+            label = str(target)
+        else:
+            entry = self._entries.get(target)
+            label = entry.name if entry is not None else target
+        if entry is None or entry.gone or self._closing:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"bridge of {label} is not connected",
+                {"reason": "bridge_disconnected"},
+            )
+        caps = entry.caps
+        if caps is not None and caps.methods and not caps.supports(method):
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                f"bridge {entry.name} does not implement {method[:128]}",
+                {"reason": "unsupported_method"},
+            )
+        loop = asyncio.get_running_loop()
+        pending = entry.session.register(method, p, now=loop.time(), timeout_s=timeout_s)
+        waiter = _Waiter(loop.create_future(), on_result)
+        entry.waiters[pending.id] = waiter
+        self._wake(entry)
+        log.debug("call %s %s on %s", pending.id, method, label)
+        try:
+            async with asyncio.timeout_at(pending.deadline):
+                completion = await waiter.future
+        except TimeoutError:
+            entry.waiters.pop(pending.id, None)
+            entry.session.fail(pending.id, RpcError(ErrorCode.TIMEOUT, "timed out"))
+            self._wake(entry)
+            raise RpcError(
+                ErrorCode.TIMEOUT, f"{method} on {label} timed out", {"request": pending.id}
+            ) from None
+        except asyncio.CancelledError:
+            entry.waiters.pop(pending.id, None)
+            entry.session.cancel(pending.id)
+            self._wake(entry)
+            raise
+        return completion.unwrap()
+
+    async def device_call(
+        self,
+        principal: Principal,
+        device: DeviceRef,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        action: str | None = None,
+    ) -> dict[str, Any]:
+        """A user's call on a device: authorize, call, audit (refusals and failures too)."""
+        name = action or method
+        try:
+            await authorize(principal, device, Action.USE, store=self.store)
+        except RpcError as exc:
+            await self.audit_device(principal, name, device, exc)
+            raise
+        try:
+            result = await self.call(device, method, params, timeout_s=timeout_s)
+        except RpcError as exc:
+            await self.audit_device(principal, name, device, exc)
+            raise
+        await self.audit_device(principal, name, device, None)
+        return result
+
+    async def audit_device(
+        self, principal: Principal, action: str, device: DeviceRef, error: RpcError | None
+    ) -> None:
+        detail: dict[str, Any] = {}
+        if error is not None and error.data and "rule" in error.data:
+            detail["rule"] = str(error.data["rule"])[:128]
+        try:
+            await self.audit.record(
+                principal,
+                action,
+                device=str(device),
+                outcome="ok" if error is None else error.code.value,
+                detail=detail,
+            )
+        except Exception:  # a failing audit write is logged; it never hides the call's outcome
+            log.exception("audit write failed for %s on %s", action, device)
+
+    async def device_stream(
+        self, principal: Principal, device: DeviceRef, params: dict[str, Any] | None = None
+    ) -> LogStream:
+        """A user's logcat stream on a device: authorize, subscribe, audit."""
+        action = "device.logcat.stream"
+        try:
+            await authorize(principal, device, Action.USE, store=self.store)
+            stream = await self.subscribe_logcat(device, params)
+        except RpcError as exc:
+            await self.audit_device(principal, action, device, exc)
+            raise
+        await self.audit_device(principal, action, device, None)
+        return stream
+
+    # -- logcat streams
+
+    async def subscribe_logcat(
+        self, device: DeviceRef, params: dict[str, Any] | None = None
+    ) -> LogStream:
+        """Start a logcat stream on ``device`` (caller authorized already); see LogStream."""
+        made: list[LogStream] = []
+
+        def register(result: dict[str, Any]) -> None:
+            channel = result.get("channel")
+            entry = self._entries.get(device.bridge_id)
+            if entry is None or not is_channel(channel) or channel == DEVICES_CHANNEL:
+                return
+            stream = LogStream(
+                channel=channel,
+                bridge_id=device.bridge_id,
+                serial=device.serial,
+                max_batches=self.settings.stream_queue_batches,
+            )
+            entry.streams[channel] = stream
+            made.append(stream)
+
+        await self.call(device, "device.logcat.subscribe", params, on_result=register)
+        if not made:
+            raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a valid channel")
+        return made[0]
+
+    async def unsubscribe(self, stream: LogStream) -> None:
+        """Stop a stream (best effort on the bridge's side: it may be gone already)."""
+        stream.end("unsubscribed")
+        entry = self._entries.get(stream.bridge_id)
+        if entry is None or entry.streams.pop(stream.channel, None) is None:
+            return
+        if not entry.is_open:
+            return
+        with contextlib.suppress(RpcError):
+            await self.call(
+                entry.id,
+                "device.logcat.unsubscribe",
+                {"channel": stream.channel},
+                timeout_s=self.settings.rpc_timeout_s,
+            )
+
+    def _end_streams(self, entry: BridgeEntry, reason: str) -> None:
+        for stream in entry.streams.values():
+            stream.end(reason)
+        entry.streams.clear()
+
+    # -- the bridge endpoint
+
+    async def serve(self, websocket: WebSocket, principal: Principal) -> None:
+        """Run one accepted bridge WebSocket until it ends (the ``/v1/bridge`` handler)."""
+        assert principal.bridge_id is not None
+        entry = self._entry_for(principal.bridge_id, principal.name, principal.user_id)
+        entry.token_id = principal.token_id
+        conn = Connection(websocket)
+        old = entry.conn
+        if old is not None:
+            log.info("bridge %s: a new connection replaces the current one (4409)", entry.name)
+            old.kick(CloseCode.REPLACED, "replaced by a newer session of this bridge")
+            entry.session.connection_lost()
+        entry.conn = conn
+        entry.gone = False
+        entry.away_since = None
+        entry.connections += 1
+        if entry.grace_task is not None:
+            entry.grace_task.cancel()
+            entry.grace_task = None
+        entry.session.connection_made()
+        if self._closing:
+            conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
+        tasks = [
+            asyncio.create_task(self._read(entry, conn), name=f"hub-read-{entry.name}"),
+            asyncio.create_task(self._write(entry, conn), name=f"hub-write-{entry.name}"),
+            asyncio.create_task(conn.kicked.wait(), name=f"hub-kick-{entry.name}"),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for result in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(result, Exception) and not _is_disconnect(result):
+                    log.warning("bridge %s: connection task failed: %r", entry.name, result)
+            if conn.close_code is not None:
+                log.info("bridge %s: closing with %s (%s)", entry.name, conn.close_code,
+                         conn.close_reason)
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self.settings.close_timeout_s):
+                        await websocket.close(conn.close_code, conn.close_reason[:120])
+            await self._detach(entry, conn)
+
+    async def _detach(self, entry: BridgeEntry, conn: Connection) -> None:
+        if entry.conn is not conn:
+            return  # replaced: the new connection owns the session now
+        entry.conn = None
+        entry.session.connection_lost()
+        entry.away_since = asyncio.get_running_loop().time()
+        log.info("bridge %s disconnected; %d calls pending, grace %.3gs", entry.name,
+                 entry.session.pending_count, self.settings.grace_period_s)
+        if not self._closing:
+            entry.grace_task = self._spawn(self._grace(entry, self.settings.grace_period_s))
+        entry.last_seen_at = utcnow()
+        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+
+    async def _grace(self, entry: BridgeEntry, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if entry.conn is not None:
+            return
+        entry.gone = True
+        entry.grace_task = None
+        error = RpcError(
+            ErrorCode.UNAVAILABLE,
+            f"bridge {entry.name} did not come back within {self.settings.grace_period_s:g}s",
+            {"reason": "bridge_disconnected"},
+        )
+        failed = entry.session.fail_all(error)
+        for completion in failed:
+            self._complete(entry, completion)
+        self._end_streams(entry, "bridge_disconnected")
+        log.info("bridge %s is disconnected (grace over, %d calls failed)", entry.name,
+                 len(failed))
+
+    async def _read(self, entry: BridgeEntry, conn: Connection) -> None:
+        """Frames in until the peer goes or a rule is broken (``conn.kick`` says how to close)."""
+        session = entry.session
+        loop = asyncio.get_running_loop()
+        first = True
+        while True:
+            if first:
+                try:
+                    async with asyncio.timeout(self.settings.handshake_timeout_s):
+                        message = await conn.ws.receive()
+                except TimeoutError:
+                    conn.kick(CloseCode.TRY_AGAIN_LATER, "no hello in time")
+                    return
+            else:
+                message = await conn.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            if data is None:
+                conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
+                return
+            try:
+                frame = self.codec.decode(data)
+            except DecodeError as exc:
+                if not self._bad_frame(entry, conn, exc, first):
+                    return
+                continue
+            previous_session = session.session_id
+            try:
+                outcome = session.receive(frame, loop.time())
+            except HandshakeRefused as exc:
+                conn.kick(exc.close_code, str(exc))
+                return
+            except (UnexpectedFrame, InvalidState) as exc:
+                conn.kick(CloseCode.BAD_REQUEST, str(exc))
+                return
+            first = False
+            if isinstance(outcome, Completion):
+                self._complete(entry, outcome)
+                if entry.conn is conn:
+                    conn.wake.set()  # the ack
+            elif isinstance(outcome, Duplicate):
+                log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
+                conn.wake.set()
+            elif isinstance(outcome, Evt):
+                await self._on_event(entry, outcome)
+            elif isinstance(outcome, Resume):
+                conn.wake.set()  # welcome and re-sent requests go first
+                await self._on_resume(entry, outcome, previous_session)
+            else:
+                conn.wake.set()  # a pong to the bridge's ping
+
+    def _bad_frame(
+        self, entry: BridgeEntry, conn: Connection, exc: DecodeError, first: bool
+    ) -> bool:
+        """A frame that did not decode: close 4400 if we cannot tell what it was (or it was
+        the first), else fail the one call it answers. True: keep reading."""
+        if first or exc.kind is None:
+            conn.kick(CloseCode.BAD_REQUEST, str(exc)[:120])
+            return False
+        log.warning("bridge %s: malformed %s frame: %s", entry.name, exc.kind, exc)
+        if exc.kind == "res" and exc.frame_id is not None:
+            completion = entry.session.fail(
+                exc.frame_id,
+                RpcError(ErrorCode.INTERNAL, "the bridge sent a malformed result"),
+            )
+            if completion is not None:
+                self._complete(entry, completion)
+                conn.wake.set()
+        return True
+
+    async def _write(self, entry: BridgeEntry, conn: Connection) -> None:
+        """The only drain of the session's outgoing frames while ``conn`` is current."""
+        while True:
+            await conn.wake.wait()
+            conn.wake.clear()
+            if entry.conn is not conn:
+                return
+            for frame in entry.session.frames_to_send():
+                try:
+                    data = self.codec.encode(frame)
+                except (EncodeError, DecodeError) as exc:  # FrameTooLarge is a DecodeError
+                    self._unsendable(entry, frame, exc)
+                    continue
+                await conn.ws.send_bytes(data)
+
+    def _unsendable(self, entry: BridgeEntry, frame: Any, exc: Exception) -> None:
+        log.warning("bridge %s: cannot send %s frame: %s", entry.name, frame.t, exc)
+        if isinstance(frame, Req):
+            completion = entry.session.fail(
+                frame.id, RpcError(ErrorCode.BAD_REQUEST, f"request cannot be sent: {exc}")
+            )
+            if completion is not None:
+                self._complete(entry, completion)
+
+    def _complete(self, entry: BridgeEntry, completion: Completion) -> None:
+        waiter = entry.waiters.pop(completion.id, None)
+        if waiter is None or waiter.future.done():
+            return
+        if waiter.on_result is not None and completion.error is None:
+            waiter.on_result(completion.result or {})
+        waiter.future.set_result(completion)
+
+    async def _on_resume(
+        self, entry: BridgeEntry, resume: Resume, previous_session: str | None
+    ) -> None:
+        hello = entry.session.hello
+        assert hello is not None
+        restarted = previous_session is not None and not resume.resumed
+        if restarted:
+            self._end_streams(entry, "bridge_restarted")
+        for completion in resume.failed:
+            self._complete(entry, completion)
+        entry.caps = hello.caps
+        entry.software = hello.software
+        entry.devices = {d.serial: d for d in hello.devices}
+        entry.connected_at = entry.last_seen_at = utcnow()
+        log.info(
+            "bridge %s connected (session %s, %s, %d devices, %d re-sent, %d failed)",
+            entry.name, resume.welcome.session, "resumed" if resume.resumed else "new",
+            len(entry.devices), len(resume.resent), len(resume.failed),
+        )
+        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        await self._persist_devices(entry)
+
+    async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
+        if evt.ch == DEVICES_CHANNEL:
+            try:
+                changed = DevicesChanged.model_validate(evt.d)
+            except ValidationError as exc:
+                log.warning("bridge %s: malformed inventory event: %s", entry.name,
+                            exc.error_count())
+                return
+            entry.devices = {d.serial: d for d in changed.devices}
+            log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
+            await self._persist_devices(entry)
+            return
+        stream = entry.streams.get(evt.ch)
+        if stream is None:
+            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.ch)
+            return
+        try:
+            batch = LogBatch.from_event(evt)
+        except RpcError as exc:
+            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.ch, exc)
+            return
+        stream.feed(batch)
+        if stream.ended:
+            entry.streams.pop(evt.ch, None)
+
+    async def _persist_devices(self, entry: BridgeEntry) -> None:
+        inventory = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}
+        if inventory:
+            await self._persist(devices_seen(self.store, entry.id, inventory))
+
+    async def _persist(self, work: Any) -> None:
+        try:
+            await work
+        except Exception:  # the store being down must not take the link down
+            log.exception("store write failed")
+
+    # -- liveness and revocation
+
+    async def _liveness_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        tick = self.settings.liveness_interval_s / _LIVENESS_TICKS
+        while True:
+            await asyncio.sleep(tick)
+            now = loop.time()
+            for entry in list(self._entries.values()):
+                conn = entry.conn
+                if conn is None or not entry.session.is_open:
+                    continue
+                verdict = entry.session.liveness(now)
+                if verdict is Liveness.PING:
+                    conn.wake.set()
+                elif verdict is Liveness.DEAD:
+                    log.warning("bridge %s missed %d liveness pings: dropping it", entry.name,
+                                self.settings.liveness_missed_max)
+                    conn.kick(CloseCode.INTERNAL_ERROR, "liveness pings unanswered")
+
+    async def on_token_revoked(self, token: Token) -> None:
+        """Revocation hook: a bridge connected with a revoked token is closed with 4401."""
+        for entry in self._entries.values():
+            if entry.token_id == token.id and entry.conn is not None:
+                entry.conn.kick(CloseCode.UNAUTHORIZED, "bridge token revoked")
+
+    # -- helpers
+
+    def _wake(self, entry: BridgeEntry) -> None:
+        if entry.conn is not None:
+            entry.conn.wake.set()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A send or receive on a socket that is already gone: the normal end, not a failure."""
+    from starlette.websockets import WebSocketDisconnect
+
+    return isinstance(exc, WebSocketDisconnect | RuntimeError | OSError)

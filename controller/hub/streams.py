@@ -1,0 +1,111 @@
+"""Logcat streams on the controller: the bridge's ``evt`` batches to one consumer, bounded.
+
+One :class:`LogStream` per ``device.logcat.subscribe``. The hub's reader feeds it every batch
+of its channel (synchronously, never blocking the bridge's link); the consumer (a REST
+WebSocket) awaits :meth:`LogStream.get`. Rules (issue 4 §6, docs/protocol.md "Streams"):
+
+* bounded: at most ``max_batches`` batches wait for the consumer; past that, whole batches are
+  dropped and *counted*, and the next batch handed out carries the count (``dropped``) — an
+  explicit marker, never silent loss;
+* sequence numbers: the envelope's ``seq`` counts a channel's batches from 0 and survives a
+  resumed connection (the bridge's session keeps it). A batch at or below the last seen
+  ``seq`` is a duplicate and ignored; a jump means batches were lost on the way and is
+  reported as ``lost_batches``. ``dropped`` reported by the bridge (lines it could not send
+  while the link was down or the queue full) is passed on, added to ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from dataclasses import dataclass
+
+from protocol.methods import LogBatch
+
+__all__ = ["LogChunk", "LogStream"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """What a consumer gets: ``lines`` in order, preceded by ``dropped`` lost lines and
+    ``lost_batches`` lost batches (of unknown size); ``eof`` ends the stream."""
+
+    lines: list[str]
+    dropped: int = 0
+    lost_batches: int = 0
+    eof: bool = False
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"lines": self.lines, "dropped": self.dropped}
+        if self.lost_batches:
+            out["lost_batches"] = self.lost_batches
+        if self.eof:
+            out["eof"] = True
+            out["reason"] = self.reason
+        return out
+
+
+class LogStream:
+    """One subscription's bounded buffer between the hub's reader and one consumer."""
+
+    def __init__(self, *, channel: str, bridge_id: str, serial: str, max_batches: int) -> None:
+        if max_batches < 1:
+            raise ValueError("max_batches must be >= 1")
+        self.channel = channel
+        self.bridge_id = bridge_id
+        self.serial = serial
+        self.max_batches = max_batches
+        self.next_seq = 0
+        self.duplicates = 0
+        self.dropped_total = 0
+        self._queue: collections.deque[LogChunk] = collections.deque()
+        self._dropped = 0  # lines lost since the last chunk queued
+        self._lost = 0  # batches lost since the last chunk queued
+        self._eof: str | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def ended(self) -> bool:
+        return self._eof is not None
+
+    def feed(self, batch: LogBatch) -> None:
+        """Take one batch from the bridge (never blocks, never raises)."""
+        if self._eof is not None:
+            return
+        if batch.seq < self.next_seq:
+            self.duplicates += 1
+            return
+        if batch.seq > self.next_seq:
+            self._lost += batch.seq - self.next_seq
+        self.next_seq = batch.seq + 1
+        self._dropped += batch.dropped
+        if batch.lines:
+            if len(self._queue) >= self.max_batches:
+                self._dropped += len(batch.lines)
+                self.dropped_total += len(batch.lines)
+            else:
+                self._queue.append(LogChunk(batch.lines, self._dropped, self._lost))
+                self._dropped = self._lost = 0
+        if batch.eof:
+            self._eof = batch.reason or "eof"
+        self._wake.set()
+
+    def end(self, reason: str) -> None:
+        """The stream ends here (bridge gone, restarted, unsubscribed): consumers drain, then
+        get an ``eof`` chunk with ``reason``."""
+        if self._eof is None:
+            self._eof = reason
+            self._wake.set()
+
+    async def get(self) -> LogChunk:
+        """The next chunk; after the last one, an ``eof`` chunk (again on every call)."""
+        while True:
+            if self._queue:
+                return self._queue.popleft()
+            if self._eof is not None:
+                chunk = LogChunk([], self._dropped, self._lost, eof=True, reason=self._eof)
+                self._dropped = self._lost = 0
+                return chunk
+            self._wake.clear()
+            await self._wake.wait()

@@ -1,0 +1,363 @@
+"""The hub over real loopback sockets, against a fake bridge that speaks the protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from controller.hub import BridgeState
+from protocol.closecodes import CloseCode
+from protocol.envelope import SUBPROTOCOL
+from protocol.errors import ErrorCode, RpcError
+from tests.controller.conftest import ADMIN_TOKEN, bearer
+from tests.controller.test_hub_support import (
+    WAIT_S,
+    FakeBridge,
+    InLoopController,
+    echo_handler,
+    in_loop_controller,
+)
+
+
+@pytest.fixture
+async def controller(tmp_path: Path) -> AsyncIterator[InLoopController]:
+    async with in_loop_controller(tmp_path) as c:
+        yield c
+
+
+@pytest.fixture
+async def bridge(controller: InLoopController) -> AsyncIterator[FakeBridge]:
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"))
+    await fake.connect()
+    yield fake
+    await fake.close()
+
+
+async def _shell(controller: InLoopController, device: str, command: str) -> Any:
+    return await controller.http.post(f"/v1/devices/{device}/shell", json={"command": command})
+
+
+class Gate:
+    """A handler that holds calls until released, counting how often each method ran."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "device.shell":
+            self.entered.set()
+            await self.release.wait()
+        return await echo_handler(method, params)
+
+
+# -- handshake and identity
+
+
+async def test_device_appears_and_bridge_is_listed(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    devices = (await controller.http.get("/v1/devices")).json()
+    assert devices == [
+        {
+            "id": "pi~emulator-5554", "serial": "emulator-5554", "bridge": "pi",
+            "state": "device", "model": "Pixel 7", "release": None, "sdk": 34, "abi": None,
+            "battery": None, "profile": "standard",
+        }
+    ]
+    bridges = (await controller.http.get("/v1/bridges")).json()
+    assert [(b["name"], b["state"], b["devices"]) for b in bridges] == [("pi", "connected", 1)]
+    # The identity comes from the token: welcome names the bridge "pi".
+    assert bridge.welcomes[0].bridge == "pi"
+
+
+@pytest.mark.parametrize(
+    ("which", "status"),
+    [("unknown", 401), ("user", 403), ("no-subprotocol", 400)],
+)
+async def test_refused_before_accept(
+    controller: InLoopController, which: str, status: int
+) -> None:
+    token = await controller.bridge_token("pi")
+    headers, subprotocols = bearer(token), [SUBPROTOCOL]
+    if which == "unknown":
+        headers = bearer("dw_b_unknown")
+    elif which == "user":
+        headers = bearer(ADMIN_TOKEN)
+    else:
+        subprotocols = []
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(
+            controller.ws_url + "/v1/bridge",
+            additional_headers=headers,
+            subprotocols=subprotocols,  # type: ignore[arg-type]
+            open_timeout=WAIT_S,
+        ):
+            pass
+    assert info.value.response.status_code == status
+
+
+async def test_a_new_connection_replaces_the_old_with_4409(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    second = FakeBridge(controller.url, bridge.token)
+    await second.connect()
+    await asyncio.wait_for(bridge.closed.wait(), WAIT_S)
+    assert bridge.close_code == CloseCode.REPLACED
+    response = await _shell(controller, "emulator-5554", "echo hi")
+    assert response.json()["stdout"] == "echo hi\n"
+    await second.close()
+
+
+async def test_a_revoked_token_closes_the_bridge_with_4401(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    tokens = (await controller.http.get("/v1/tokens")).json()
+    token_id = next(t["id"] for t in tokens if t["kind"] == "bridge")
+    assert (await controller.http.delete(f"/v1/tokens/{token_id}")).status_code == 204
+    await asyncio.wait_for(bridge.closed.wait(), WAIT_S)
+    assert bridge.close_code == CloseCode.UNAUTHORIZED
+
+
+@pytest.mark.parametrize("payload", [b"\xc1garbage", "text frame"])
+async def test_an_unparseable_frame_closes_with_4400(
+    controller: InLoopController, bridge: FakeBridge, payload: bytes | str
+) -> None:
+    await bridge.send_raw(payload)
+    await asyncio.wait_for(bridge.closed.wait(), WAIT_S)
+    assert bridge.close_code == CloseCode.BAD_REQUEST
+
+
+# -- REST on top of calls
+
+
+async def test_shell_and_policy_refusal(controller: InLoopController, bridge: FakeBridge) -> None:
+    ok = await _shell(controller, "emulator-5554", "echo hi")
+    assert ok.status_code == 200
+    assert ok.json() == {"exit_code": 0, "stdout": "echo hi\n", "stderr": ""}
+    refused = await _shell(controller, "pi~emulator-5554", "echo a; reboot")
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert (error["code"], error["rule"]) == ("forbidden", "metacharacter")
+    both = await controller.http.post(
+        "/v1/devices/emulator-5554/shell", json={"command": "x", "argv": ["x"]}
+    )
+    assert both.status_code == 400
+    entries = await controller.hub.audit.recent(device="pi~emulator-5554")
+    assert [(e.action, e.outcome) for e in entries] == [
+        ("device.shell", "bad_request"), ("device.shell", "forbidden"), ("device.shell", "ok")
+    ]
+    assert entries[1].detail == {"rule": "metacharacter"}
+
+
+async def test_unknown_and_ambiguous_devices(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    assert (await _shell(controller, "nope", "echo")).status_code == 404
+    other = FakeBridge(controller.url, await controller.bridge_token("farm"))
+    await other.connect()
+    try:
+        ambiguous = await _shell(controller, "emulator-5554", "echo")
+        assert ambiguous.status_code == 409
+        assert sorted(ambiguous.json()["error"]["candidates"]) == [
+            "farm~emulator-5554", "pi~emulator-5554"
+        ]
+        assert (await _shell(controller, "farm~emulator-5554", "echo")).status_code == 200
+    finally:
+        await other.close()
+
+
+async def test_another_users_device_is_not_found(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    created = await controller.http.post("/v1/tokens", json={"kind": "user", "name": "eve"})
+    eve = bearer(created.json()["token"])
+    assert (await controller.http.get("/v1/devices", headers=eve)).json() == []
+    response = await controller.http.post(
+        "/v1/devices/emulator-5554/shell", json={"command": "echo"}, headers=eve
+    )
+    assert response.status_code == 404
+
+
+# -- delivery across reconnects
+
+
+async def test_cut_mid_call_result_arrives_exactly_once(controller: InLoopController) -> None:
+    gate = Gate()
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=gate)
+    await fake.connect()
+    call = asyncio.create_task(_shell(controller, "emulator-5554", "echo once"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT_S)
+    await fake.drop()
+    gate.release.set()  # the result lands in the outbox while disconnected
+    await fake.connect()  # same session: hello.held lists the id, welcome.waiting asks for it
+    response = await asyncio.wait_for(call, WAIT_S)
+    assert response.json()["stdout"] == "echo once\n"
+    assert list(fake.runs.values()) == [1]
+    assert fake.welcomes[-1].resumed
+    # Everything was acked: the bridge holds nothing any more.
+    await _shell(controller, "emulator-5554", "echo flush")
+    assert controller.hub.entries()[0].session.pending_count == 0
+    await fake.close()
+
+
+async def test_call_made_while_reconnecting_completes_when_back(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    await bridge.drop()
+    entry = controller.hub.entries()[0]
+    await _wait_until(lambda: entry.state is BridgeState.RECONNECTING)
+    call = asyncio.create_task(_shell(controller, "emulator-5554", "echo later"))
+    await _wait_until(lambda: entry.session.pending_count == 1)
+    await bridge.connect()
+    response = await asyncio.wait_for(call, WAIT_S)
+    assert response.json()["stdout"] == "echo later\n"
+
+
+async def test_after_the_grace_period_calls_fail_unavailable(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    await bridge.drop()
+    entry = controller.hub.entries()[0]
+    call = asyncio.create_task(_shell(controller, "emulator-5554", "echo never"))
+    response = await asyncio.wait_for(call, WAIT_S)
+    assert response.status_code == 503
+    assert response.json()["error"]["reason"] == "bridge_disconnected"
+    assert entry.state is BridgeState.DISCONNECTED
+    devices = (await controller.http.get("/v1/devices")).json()
+    assert [d["state"] for d in devices] == ["disconnected"]
+    again = await _shell(controller, "emulator-5554", "echo")
+    assert again.status_code == 503
+
+
+async def test_a_restarted_bridge_gets_idempotent_calls_only(controller: InLoopController) -> None:
+    gate = Gate()
+    token = await controller.bridge_token("pi")
+    first = FakeBridge(controller.url, token, handler=gate)
+    await first.connect()
+    hub = controller.hub
+    entry = hub.entries()[0]
+    shell = asyncio.create_task(_shell(controller, "emulator-5554", "echo x"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT_S)
+    await first.drop()
+    await _wait_until(lambda: entry.state is BridgeState.RECONNECTING)
+    ping = asyncio.create_task(hub.call(entry.id, "ping", {"payload": b"abc"}))
+    await _wait_until(lambda: entry.session.pending_count == 2)
+    second = FakeBridge(controller.url, token)  # a new process: a new session id
+    await second.connect()
+    assert (await asyncio.wait_for(ping, WAIT_S)) == {"payload": b"abc"}
+    response = await asyncio.wait_for(shell, WAIT_S)
+    assert response.status_code == 503
+    assert response.json()["error"]["reason"] == "bridge_restarted"
+    await second.close()
+    await first.close()
+
+
+async def test_call_timeout_sends_cancel(controller: InLoopController) -> None:
+    gate = Gate()
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=gate)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    with pytest.raises(RpcError) as info:
+        await controller.hub.call(
+            entry.id, "device.shell", {"serial": "emulator-5554", "command": "x"},
+            timeout_s=0.2 * WAIT_S / 10,
+        )
+    assert info.value.code is ErrorCode.TIMEOUT
+    await _wait_until(lambda: not fake.session.running_ids())
+    await fake.close()
+
+
+# -- liveness
+
+
+async def test_an_idle_mute_bridge_is_dropped(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    bridge.mute = True
+    await asyncio.wait_for(bridge.closed.wait(), WAIT_S)
+    assert bridge.close_code == CloseCode.INTERNAL_ERROR
+
+
+async def test_a_long_call_is_not_dropped_by_liveness(controller: InLoopController) -> None:
+    gate = Gate()
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=gate)
+    await fake.connect()
+    fake.mute = True  # would be dropped after 3 intervals if it were idle
+    settings = controller.config.settings
+    call = asyncio.create_task(_shell(controller, "emulator-5554", "echo slow"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT_S)
+    # Several liveness intervals pass with a call pending: the bridge must stay.
+    intervals = settings.liveness_interval_s * (settings.liveness_missed_max + 3)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(fake.closed.wait()), intervals)
+    gate.release.set()
+    response = await asyncio.wait_for(call, WAIT_S)
+    assert response.json()["stdout"] == "echo slow\n"
+    await fake.close()
+
+
+# -- inventory and logcat streams
+
+
+async def test_inventory_events_update_the_devices(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    await bridge.emit("$devices", {"devices": [
+        {"serial": "emulator-5554", "state": "offline"},
+        {"serial": "10.0.0.7:5555", "state": "device", "model": "Pi phone"},
+    ]})
+    await _wait_until(lambda: len(controller.hub.entries()[0].devices) == 2)
+    states = {d["serial"]: d["state"] for d in (await controller.http.get("/v1/devices")).json()}
+    assert states == {"10.0.0.7:5555": "device", "emulator-5554": "offline"}
+
+
+async def test_logcat_stream_in_order_with_dedupe_and_gap_markers(
+    controller: InLoopController,
+) -> None:
+    channel = "log-1"
+    subscribed = asyncio.Event()
+
+    async def handler(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "device.logcat.subscribe":
+            subscribed.set()
+            return {"channel": channel}
+        return {}
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=handler)
+    await fake.connect()
+    url = controller.ws_url + "/v1/devices/emulator-5554/logcat/stream"
+    async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=WAIT_S) as ws:
+        await asyncio.wait_for(subscribed.wait(), WAIT_S)
+        lines = [f"line {i}" for i in range(1000)]
+        for start in range(0, 500, 100):
+            await fake.emit(channel, {"lines": lines[start:start + 100], "dropped": 0})
+        # A duplicate of seq 4 (as after a resume) is ignored; a lost batch is reported.
+        fake.session._seq[channel] = 4
+        await fake.emit(channel, {"lines": ["dup"], "dropped": 0})
+        fake.session._seq[channel] = 6
+        await fake.emit(channel, {"lines": lines[600:700], "dropped": 3})
+        await fake.emit(channel, {"lines": [], "dropped": 0, "eof": True, "reason": "device gone"})
+        messages = [json.loads(m) async for m in ws]
+    got = [line for m in messages for line in m["lines"]]
+    assert got == lines[:500] + lines[600:700]
+    marked = next(m for m in messages if m["lines"][:1] == ["line 600"])
+    assert (marked["dropped"], marked["lost_batches"]) == (3, 1)
+    assert messages[-1]["eof"] and messages[-1]["reason"] == "device gone"
+    await fake.close()
+
+
+async def _wait_until(predicate: Any) -> None:
+    """Wait (bounded) for a condition on the hub's state, which has no event to wait on."""
+    async with asyncio.timeout(WAIT_S):
+        while not predicate():  # noqa: ASYNC110 - polling hub state, yielding to the loop
+            await asyncio.sleep(0.001)
+
+
