@@ -1,0 +1,806 @@
+"""The sandbox executor: compile → fix → install → run → logcat → verdict (DESIGN.md §5).
+
+One request may fan out to several devices: it is *planned* first (devices chosen among those
+the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
+once) and then *run*: one compile — through the fixer's compile→fix→recompile loop, at most
+``max_fix_rounds`` fix rounds, on any bridge with ``build`` — cached by the hash of project and
+test code (:mod:`controller.executor.cache`), then on every device at once::
+
+    logcat -c → install app + test APKs → am instrument -w -r → logcat -d -v threadtime
+    → analysis attributed to the app under test → verdict → pm clear + uninstall
+
+Nothing here raises to the caller: every failure becomes a PENDING result whose
+``reason_code`` says why (``skipped``, ``compile_failed``, ``no_device``, ``adb_unavailable``,
+``bridge_unavailable``, ``timeout``, ``test_crashed``) with §5's summary. Every RPC, fixer
+round and refusal is a step of the run's log (:mod:`controller.executor.steps`), failed and
+refused ones included. Cleanup runs whatever happened before it, on its own small budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import update
+
+from controller.analysis import (
+    AnalysisResult,
+    InstrumentationResult,
+    Thresholds,
+    analyze,
+    parse_instrumentation,
+    pending,
+)
+from controller.auth import Action, Principal, authorize
+from controller.executor.cache import ApkCache, CompiledTest, cache_key
+from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
+from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
+from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
+from controller.executor.selection import select_devices
+from controller.executor.steps import ProgressListener, StepLog
+from controller.store import Run, RunStatus, Store, TestResult, new_id, utcnow
+from fixer import ChatCompleter, compile_fix_loop_async
+from fixer.prompt import declared_names, package_of
+from fixer.repair import unified_diff
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Apk, CompileResult, InstrumentResult
+
+__all__ = [
+    "ExecutorSettings",
+    "Plan",
+    "SandboxExecutor",
+    "reason_for",
+]
+
+log = logging.getLogger("droidwire.controller.executor")
+
+SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of the logcat
+DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorSettings:
+    # Rounds
+    max_fix_rounds: int = 3
+    # Timeouts
+    default_timeout_s: float = DEFAULT_TIMEOUT_S
+    compile_timeout_s: float = 900.0  # one compile, within the run's deadline
+    step_timeout_s: float = 60.0  # logcat, install, uninstall: within the run's deadline
+    cleanup_timeout_s: float = 30.0  # after the deadline too: a borrower leaves nothing behind
+    rpc_grace_s: float = 5.0  # the RPC's own deadline over the bridge-side one
+    # Verdict
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    runner: str = DEFAULT_RUNNER
+
+
+def reason_for(exc: RpcError, stage: str) -> str:
+    """The PENDING ``reason_code`` of an RPC error at ``stage`` (``build`` or ``device``)."""
+    code = exc.code
+    if code is ErrorCode.TIMEOUT:
+        return "timeout"
+    data = exc.data or {}
+    reason = str(data.get("reason", ""))
+    if stage == "build":
+        if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
+            return "compile_failed"  # the test itself was refused (package, path)
+        return "bridge_unavailable"
+    if "bridge" in reason or (code is ErrorCode.UNAVAILABLE and "bridge" in exc.message.lower()):
+        return "bridge_unavailable"
+    if code is ErrorCode.NOT_FOUND:
+        return "no_device"
+    if code in (ErrorCode.CANCELLED, ErrorCode.BUSY):
+        return "bridge_unavailable"
+    return "adb_unavailable"  # device_offline, unavailable adb, refused or failed installs
+
+
+class _Abort(Exception):
+    """Ends a run early with a PENDING verdict (internal to this module)."""
+
+    def __init__(self, reason_code: str, detail: str) -> None:
+        super().__init__(f"{reason_code}: {detail}")
+        self.reason_code = reason_code
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Plan:
+    """A request with its devices chosen and its runs created."""
+
+    request: ExecuteRequest
+    principal: Principal | None
+    run_ids: list[str]
+    devices: list[DeviceView | None]  # None: the run has no device (skipped, no_device)
+    abort: _Abort | None = None  # decided before anything ran
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _RecordingGateway:
+    """Every RPC through the gateway as a step of the log (a wrapper that records)."""
+
+    def __init__(self, gateway: Gateway, steps: StepLog) -> None:
+        self.gateway = gateway
+        self.steps = steps
+
+    async def call(
+        self,
+        target: Target,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        timeout_s: float | None,
+    ) -> dict[str, Any]:
+        shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
+        if "apk" in params:
+            shown["apk_bytes"] = len(params["apk"])
+        where = str(target) if not isinstance(target, str) else f"bridge {target}"
+        step = await self.steps.begin("rpc", method=method, target=where, params=shown)
+        started = time.monotonic()
+        try:
+            result = await self.gateway.call(target, method, params, timeout_s=timeout_s)
+        except RpcError as exc:
+            status = "refused" if exc.code is ErrorCode.FORBIDDEN else "failed"
+            await self.steps.end(
+                step,
+                status,
+                ms=_ms_since(started),
+                error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
+            )
+            raise
+        except Exception as exc:
+            await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
+            raise
+        await self.steps.end(step, "ok", ms=_ms_since(started))
+        return result
+
+
+def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (data or {}).items() if k != "output"}
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def test_class_of(code: str) -> str | None:
+    """The fully-qualified name of the test's first top-level class."""
+    names = declared_names(code, top_level_only=True)
+    if not names:
+        return None
+    package = package_of(code)
+    return f"{package}.{names[0]}" if package else names[0]
+
+
+class SandboxExecutor:
+    """Runs sandbox requests against the devices a :class:`Gateway` reaches."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        store: Store | None,
+        *,
+        settings: ExecutorSettings | None = None,
+        llm: ChatCompleter | None = None,
+        cache: ApkCache | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.settings = settings or ExecutorSettings()
+        self.llm = llm
+        self.cache = cache if cache is not None else ApkCache()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- public ------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        request: ExecuteRequest,
+        *,
+        principal: Principal | None = None,
+        listener: ProgressListener | None = None,
+    ) -> list[dict[str, Any]]:
+        """Plan and run ``request``; one result per device (at least one). Never raises."""
+        plan = await self.plan(request, principal)
+        return await self.run(plan, listener=listener)
+
+    def submit(self, plan: Plan, *, listener: ProgressListener | None = None) -> None:
+        """Run ``plan`` in the background (``?wait=false``); its runs tell how it went."""
+        task = asyncio.get_running_loop().create_task(self.run(plan, listener=listener))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Cancel background runs (their rows end ``cancelled``)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def plan(self, request: ExecuteRequest, principal: Principal | None) -> Plan:
+        """Choose the devices and create the runs. Raises ``RpcError`` only for a malformed
+        selector (``bad_request``) or an ambiguous serial (``conflict``)."""
+        abort: _Abort | None = None
+        devices: list[DeviceView | None]
+        refusals: list[dict[str, Any]] = []
+        if request.skipped:
+            devices, abort = [None], _Abort("skipped", "the test body could not be generated")
+        else:
+            usable, refusals = await self._usable_devices(principal)
+            chosen = select_devices(request.selectors, usable)
+            if chosen:
+                devices = list(chosen)
+            else:
+                devices = [None]
+                abort = self._why_none(request.selectors, usable)
+        run_ids = await self._create_runs(request, principal, devices)
+        return Plan(request, principal, run_ids, devices, abort, refusals)
+
+    async def run(self, plan: Plan, *, listener: ProgressListener | None = None) -> list[dict[str, Any]]:
+        """Run a plan to its results (one per run, in order). Never raises but cancellation."""
+        steps = StepLog(self.store, plan.run_ids, listener=listener)
+        started = time.monotonic()
+        timeout_s = plan.request.timeout_s or self.settings.default_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        await self._mark(plan.run_ids, RunStatus.RUNNING)
+        for refusal in plan.refusals:
+            await steps.record("authorize", "refused", **refusal)
+        try:
+            results = await self._run(plan, steps, deadline)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancelled(plan.run_ids))
+            raise
+        except Exception as exc:  # a bug here must still answer with a verdict
+            log.exception("sandbox run %s failed", plan.run_ids)
+            await steps.record("internal", "failed", error=repr(exc)[:500])
+            results = [
+                self._pending(run_id, device, "internal", f"controller error: {type(exc).__name__}")
+                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
+            ]
+        total = _ms_since(started)
+        for result in results:
+            result["timings"].setdefault("total_ms", total)
+        await self._finish(plan.run_ids, results)
+        steps.progress("done")
+        return results
+
+    # -- planning ----------------------------------------------------------------------------
+
+    async def _usable_devices(
+        self, principal: Principal | None
+    ) -> tuple[list[DeviceView], list[dict[str, Any]]]:
+        usable: list[DeviceView] = []
+        refusals: list[dict[str, Any]] = []
+        for device in self.gateway.devices():
+            if principal is not None and self.store is not None:
+                try:
+                    await authorize(principal, device.ref, Action.USE, store=self.store)
+                except RpcError as exc:
+                    # Not shown to the caller (a device they may not see stays unseen), but
+                    # written down: who was refused what, and by which rule.
+                    refusals.append(
+                        {"device": device.id, "code": exc.code.value, **_small(exc.data)}
+                    )
+                    continue
+            usable.append(device)
+        return usable, refusals
+
+    def _why_none(self, selectors: Sequence[str], usable: Sequence[DeviceView]) -> _Abort:
+        named = select_devices(selectors, usable, only_ready=False) if selectors else list(usable)
+        if not named:
+            what = ", ".join(selectors) or "any device"
+            return _Abort("no_device", f"no device matches {what}")
+        if all(d.state == "disconnected" for d in named):
+            return _Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
+        return _Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")
+
+    async def _create_runs(
+        self,
+        request: ExecuteRequest,
+        principal: Principal | None,
+        devices: Sequence[DeviceView | None],
+    ) -> list[str]:
+        runs = [
+            Run(
+                id=new_id(),
+                user_id=principal.user_id if principal is not None else None,
+                status=RunStatus.QUEUED.value,
+                request={**request.for_record(), "device_id": d.id if d else None},
+            )
+            for d in devices
+        ]
+        if self.store is not None:
+            async with self.store.session() as session, session.begin():
+                session.add_all(runs)
+                await session.flush()
+        return [r.id for r in runs]
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def _run(self, plan: Plan, steps: StepLog, deadline: float) -> list[dict[str, Any]]:
+        if plan.abort is not None:
+            status = "skipped" if plan.abort.reason_code == "skipped" else "refused"
+            await steps.record(plan.abort.reason_code, status, detail=plan.abort.detail)
+            return [
+                self._pending(run_id, device, plan.abort.reason_code, plan.abort.detail)
+                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
+            ]
+        compile_started = time.monotonic()
+        try:
+            compiled = await self._compiled(plan, steps, deadline)
+        except _Abort as abort:
+            return [
+                self._pending(run_id, device, abort.reason_code, abort.detail)
+                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
+            ]
+        compile_ms = _ms_since(compile_started)
+        if not compiled.ok:
+            results = []
+            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+                rounds = len(compiled.compile_rounds)
+                detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
+                if compiled.stop_reason and compiled.stop_reason != "max_rounds":
+                    detail += f" ({compiled.stop_reason})"
+                result = self._pending(run_id, device, "compile_failed", detail)
+                result.update(
+                    toolchain=compiled.toolchain,
+                    compile_rounds=compiled.compile_rounds,
+                    compile_output=compiled.output[-4000:],
+                )
+                result["timings"]["compile_ms"] = compile_ms
+                results.append(result)
+            return results
+        jobs = []
+        for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+            assert device is not None
+            jobs.append(
+                self._on_device(steps.fork(run_id, device.id), run_id, device, compiled, deadline)
+            )
+        results = list(await asyncio.gather(*jobs))
+        for result in results:
+            result["timings"]["compile_ms"] = compile_ms
+        return results
+
+    async def _compiled(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+        request = plan.request
+        if request.apks is not None:
+            app, test = request.apks.decoded()
+            await steps.record("compile", "skipped", detail="prebuilt APKs")
+            return CompiledTest(
+                ok=True,
+                toolchain=None,
+                app_apk=Apk.from_bytes("app", "app.apk", app),
+                test_apk=Apk.from_bytes("test", "test.apk", test),
+                code=request.test_code,
+                stop_reason="prebuilt",
+            )
+        key = cache_key(request.project_dir, request.test_code)
+        compiled, cached = await self.cache.get_or_build(
+            key, lambda: self._compile(request, plan.devices, steps, deadline)
+        )
+        if cached:
+            await steps.record(
+                "compile", "ok", detail="served from the controller's APK cache",
+                bridge=compiled.bridge, key=key,
+            )
+        return compiled
+
+    def _build_bridge(self, devices: Sequence[DeviceView | None]) -> BridgeView | None:
+        """A connected bridge with ``build``: the devices' own first, else any."""
+        builders = [b for b in self.gateway.bridges() if b.can_build]
+        own = {d.bridge_id for d in devices if d is not None}
+        builders.sort(key=lambda b: (b.id not in own, b.name))
+        return builders[0] if builders else None
+
+    async def _compile(
+        self,
+        request: ExecuteRequest,
+        devices: Sequence[DeviceView | None],
+        steps: StepLog,
+        deadline: float,
+    ) -> CompiledTest:
+        loop = asyncio.get_running_loop()
+        bridge = self._build_bridge(devices)
+        if bridge is None:
+            await steps.record("compile", "refused", detail="no connected bridge can build")
+            raise _Abort("bridge_unavailable", "no connected bridge can build (capability build)")
+        gw = _RecordingGateway(self.gateway, steps)
+        target: Target = bridge.id
+        index = RemoteSourceIndex(package=None)
+        max_compiles = self.settings.max_fix_rounds + 1
+        state: dict[str, Any] = {"round": 0, "last": None, "code": None, "fix_steps": []}
+        started = time.monotonic()
+
+        async def compile_fn(code: str) -> tuple[bool, str]:
+            state["round"] += 1
+            n = state["round"]
+            if n > 1:
+                fix_step = await steps.record(
+                    "fix", "ok", round=n - 1, diff=unified_diff(state["code"], code)
+                )
+                state["fix_steps"].append(fix_step)
+            state["code"] = code
+            steps.progress("compiling", round=n, max_rounds=max_compiles)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _Abort("timeout", f"the run's deadline passed before compile round {n}")
+            limit = min(self.settings.compile_timeout_s, remaining)
+            params = {"test_code": code, "timeout_s": limit}
+            if request.project_dir is not None:
+                params["project"] = request.project_dir
+            try:
+                raw = await gw.call(
+                    target, "workspace.compile", params, timeout_s=limit + self.settings.rpc_grace_s
+                )
+                result = CompileResult.model_validate(raw)
+            except RpcError as exc:
+                raise _Abort(reason_for(exc, "build"), f"compile: {exc.message}") from exc
+            except ValueError as exc:  # a malformed result from the bridge
+                raise _Abort("bridge_unavailable", f"compile: bad result ({exc})") from exc
+            state["last"] = result
+            if not result.ok and n < max_compiles:
+                await self._look_up(gw, target, request, code, result.output, index)
+            return result.ok, result.output
+
+        loop_result = await compile_fix_loop_async(
+            request.test_code,
+            compile_fn,
+            index,  # type: ignore[arg-type]  # duck-typed: lookup/find_class/methods_of
+            self.llm,
+            self.settings.max_fix_rounds,
+        )
+        rounds = loop_result.rounds
+        for fix_step, entry in zip(state["fix_steps"], rounds[1:], strict=False):
+            await steps.end(fix_step, "ok", fixer=entry.fixer, changes=entry.changes, note=entry.note)
+        if loop_result.stop_reason == "no_fix":
+            await steps.record(
+                "fix", "failed", round=len(rounds), note=rounds[-1].note or "no fix found"
+            )
+        last: CompileResult | None = state["last"]
+        app = next((a for a in (last.apks if last else []) if a.role == "app"), None)
+        test = next((a for a in (last.apks if last else []) if a.role == "test"), None)
+        ok = loop_result.ok and app is not None and test is not None
+        if loop_result.ok and not ok:
+            await steps.record("compile", "failed", detail="the build produced no APKs")
+        return CompiledTest(
+            ok=ok,
+            toolchain=last.toolchain if last else bridge.caps.toolchain,
+            app_apk=app,
+            test_apk=test,
+            code=loop_result.code,
+            compile_rounds=[
+                {"round": r.round, "ok": r.ok, "errors": [e.to_dict() for e in r.errors],
+                 "fixer": r.fixer, "diff": r.diff}
+                for r in rounds
+            ],
+            output=loop_result.output,
+            bridge=bridge.name,
+            stop_reason=loop_result.stop_reason,
+            duration_ms=_ms_since(started),
+        )
+
+    async def _look_up(
+        self,
+        gw: _RecordingGateway,
+        target: Target,
+        request: ExecuteRequest,
+        code: str,
+        output: str,
+        index: RemoteSourceIndex,
+    ) -> None:
+        """Fetch the declarations the failing test names, for the fixer (best effort)."""
+        names = names_to_look_up(code, output)
+        if not names:
+            return
+        params: dict[str, Any] = {"names": names}
+        if request.project_dir is not None:
+            params["project"] = request.project_dir
+        try:
+            raw = await gw.call(target, "source.lookup", params, timeout_s=self.settings.step_timeout_s)
+        except RpcError:
+            return  # the fixer works without the app's sources, with its rules and the LLM
+        methods = raw.get("methods") if isinstance(raw, dict) else None
+        if isinstance(methods, list):
+            index.add(m for m in methods if isinstance(m, dict))
+
+    async def _on_device(
+        self,
+        steps: StepLog,
+        run_id: str,
+        device: DeviceView,
+        compiled: CompiledTest,
+        deadline: float,
+    ) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        gw = _RecordingGateway(self.gateway, steps)
+        target: Target = device.ref
+        serial = device.serial
+        timings: dict[str, int] = {}
+        installed: list[str] = []
+        app_package: str | None = None
+        instrument: InstrumentResult | None = None
+        partial_output = ""
+        abort: _Abort | None = None
+        logcat = ""
+        logcat_ok = False
+
+        def remaining() -> float:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise _Abort("timeout", "the run's deadline passed")
+            return left
+
+        async def call(method: str, params: dict[str, Any], limit: float | None = None) -> dict[str, Any]:
+            budget = min(limit or self.settings.step_timeout_s, remaining())
+            try:
+                return await gw.call(
+                    target, method, {"serial": serial, **params},
+                    timeout_s=budget + self.settings.rpc_grace_s,
+                )
+            except RpcError as exc:
+                raise _Abort(reason_for(exc, "device"), f"{method}: {exc.message}") from exc
+
+        assert compiled.app_apk is not None and compiled.test_apk is not None
+        test_package: str | None = None
+        try:
+            t = time.monotonic()
+            await call("device.logcat.clear", {})
+            steps.progress("installing")
+            app_package = str((await call(
+                "device.install", {"apk": compiled.app_apk.data},
+                self.settings.compile_timeout_s,
+            )).get("package") or "")
+            if app_package:
+                installed.append(app_package)
+            test_package = str((await call(
+                "device.install", {"apk": compiled.test_apk.data},
+                self.settings.compile_timeout_s,
+            )).get("package") or "")
+            if test_package:
+                installed.append(test_package)
+            timings["install_ms"] = _ms_since(t)
+            if not test_package:
+                raise _Abort("adb_unavailable", "the test APK's package is unknown after install")
+            steps.progress("running")
+            t = time.monotonic()
+            args: dict[str, str] = {}
+            test_class = test_class_of(compiled.code)
+            if test_class and compiled.toolchain is not None:
+                args["class"] = test_class
+            budget = remaining()
+            try:
+                raw = await gw.call(
+                    target,
+                    "device.instrument",
+                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
+                     "args": args, "timeout_s": budget},
+                    timeout_s=budget + self.settings.rpc_grace_s,
+                )
+                instrument = InstrumentResult.model_validate(raw)
+            except RpcError as exc:
+                partial_output = str((exc.data or {}).get("output") or "")
+                abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
+            except ValueError as exc:
+                abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
+            timings["run_ms"] = _ms_since(t)
+        except _Abort as exc:
+            abort = exc
+
+        # Evidence is collected even after a failed or timed-out instrumentation: what the app
+        # logged before it is still ground truth. Its own short budget, past the deadline too.
+        steps.progress("collecting")
+        t = time.monotonic()
+        try:
+            raw = await gw.call(
+                target, "device.logcat.dump", {"serial": serial, "format": "threadtime"},
+                timeout_s=self.settings.step_timeout_s,
+            )
+            logcat = "\n".join(str(line) for line in raw.get("lines", []))
+            logcat_ok = True
+        except RpcError as exc:
+            if abort is None:
+                abort = _Abort(reason_for(exc, "device"), f"logcat: {exc.message}")
+        timings["logcat_ms"] = _ms_since(t)
+
+        steps.progress("cleaning")
+        t = time.monotonic()
+        await self._cleanup(gw, target, serial, app_package, installed)
+        timings["cleanup_ms"] = _ms_since(t)
+
+        output = instrument.output if instrument is not None else partial_output
+        parsed = parse_instrumentation(output) if output else None
+        if not logcat_ok:
+            assert abort is not None
+            result = self._pending(run_id, device, abort.reason_code, abort.detail)
+        else:
+            analysis = analyze(
+                logcat,
+                package=app_package or None,
+                thresholds=self.settings.thresholds,
+                instrumentation=parsed,
+                completed=None if abort is None else False,
+            )
+            result = self._from_analysis(run_id, device, analysis, logcat, parsed, abort)
+        result.update(
+            toolchain=compiled.toolchain,
+            compile_rounds=compiled.compile_rounds,
+            test_class=test_class_of(compiled.code),
+            package=app_package or None,
+        )
+        if parsed is not None:
+            result["tests"] = [
+                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack}
+                for x in parsed.tests
+            ]
+            result["run_status"] = parsed.run_status
+        result["timings"].update(timings)
+        return result
+
+    async def _cleanup(
+        self,
+        gw: _RecordingGateway,
+        target: Target,
+        serial: str,
+        app_package: str | None,
+        installed: Sequence[str],
+    ) -> None:
+        """Clear the app's data and uninstall what this run installed (DESIGN.md §6)."""
+        limit = self.settings.cleanup_timeout_s
+        with contextlib.suppress(RpcError):
+            if app_package:
+                await gw.call(
+                    target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
+                    timeout_s=limit,
+                )
+        for package in reversed(installed):  # the test package first: it targets the app
+            with contextlib.suppress(RpcError):
+                await gw.call(
+                    target, "device.uninstall", {"serial": serial, "package": package},
+                    timeout_s=limit,
+                )
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _base(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+        return {
+            "strict_mode_violations": [],
+            "has_violations": False,
+            "blocking_time_ms": -1,
+            "systrace": "",
+            "summary": "",
+            "verification_status": "PENDING",
+            "reason_code": "",
+            "run_id": run_id,
+            "device": device.describe() if device is not None else None,
+            "toolchain": None,
+            "compile_rounds": [],
+            "tests": [],
+            "anrs": [],
+            "crashes": [],
+            "issues": [],
+            "timings": {},
+        }
+
+    def _pending(
+        self, run_id: str, device: DeviceView | None, reason_code: str, detail: str
+    ) -> dict[str, Any]:
+        verdict = pending(reason_code, detail)
+        result = self._base(run_id, device)
+        result.update(
+            verification_status=verdict.status.value,
+            reason_code=verdict.reason_code,
+            summary=verdict.summary,
+        )
+        return result
+
+    def _from_analysis(
+        self,
+        run_id: str,
+        device: DeviceView,
+        analysis: AnalysisResult,
+        logcat: str,
+        parsed: InstrumentationResult | None,
+        abort: _Abort | None,
+    ) -> dict[str, Any]:
+        body = analysis.to_json()
+        result = self._base(run_id, device)
+        result.update(
+            strict_mode_violations=analysis.strict_mode_violations,
+            has_violations=analysis.has_violations,
+            blocking_time_ms=analysis.blocking_time_ms,
+            systrace=logcat[:SYSTRACE_CHARS],
+            summary=analysis.summary,
+            verification_status=analysis.verification_status,
+            reason_code=analysis.reason_code,
+            violations=body["violations"],
+            anrs=body["anrs"],
+            crashes=body["crashes"],
+            issues=body["issues"],
+            measurements=body["timings"],
+        )
+        status = analysis.verification_status
+        if status == "PENDING" and analysis.reason_code == "incomplete":
+            # No evidence and the run did not finish: say why it did not.
+            if abort is not None:
+                verdict = pending(abort.reason_code, abort.detail)
+            else:
+                message = (parsed.message if parsed else None) or "the instrumentation did not finish"
+                verdict = pending("test_crashed", message)
+            result.update(
+                verification_status=verdict.status.value,
+                reason_code=verdict.reason_code,
+                summary=f"{verdict.summary} | {analysis.summary}",
+            )
+        elif status == "REFUTED" and abort is not None:
+            verdict = pending(abort.reason_code, abort.detail)
+            result.update(
+                verification_status=verdict.status.value,
+                reason_code=verdict.reason_code,
+                summary=f"{verdict.summary} | {analysis.summary}",
+            )
+        elif status == "REFUTED" and parsed is not None and parsed.run_status not in ("ok",):
+            verdict = pending("test_crashed", parsed.message or f"run {parsed.run_status}")
+            result.update(
+                verification_status=verdict.status.value,
+                reason_code=verdict.reason_code,
+                summary=f"{verdict.summary} | {analysis.summary}",
+            )
+        return result
+
+    # -- the store ---------------------------------------------------------------------------
+
+    async def _mark(self, run_ids: Sequence[str], status: RunStatus) -> None:
+        if self.store is None:
+            return
+        try:
+            async with self.store.session() as session, session.begin():
+                await session.execute(
+                    update(Run).where(Run.id.in_(list(run_ids))).values(status=status.value)
+                )
+        except Exception:
+            log.exception("could not mark runs %s %s", run_ids, status.value)
+
+    async def _cancelled(self, run_ids: Sequence[str]) -> None:
+        if self.store is None:
+            return
+        with contextlib.suppress(Exception):
+            async with self.store.session() as session, session.begin():
+                await session.execute(
+                    update(Run)
+                    .where(Run.id.in_(list(run_ids)))
+                    .values(status=RunStatus.CANCELLED.value, finished_at=utcnow())
+                )
+
+    async def _finish(self, run_ids: Sequence[str], results: Sequence[dict[str, Any]]) -> None:
+        if self.store is None:
+            return
+        try:
+            async with self.store.session() as session, session.begin():
+                for run_id, result in zip(run_ids, results, strict=True):
+                    await session.execute(
+                        update(Run)
+                        .where(Run.id == run_id)
+                        .values(
+                            status=RunStatus.FINISHED.value,
+                            verdict=result["verification_status"],
+                            result=result,
+                            finished_at=utcnow(),
+                        )
+                    )
+                    for test in result.get("tests", []):
+                        session.add(
+                            TestResult(
+                                run_id=run_id,
+                                class_name=str(test.get("class") or "")[:255],
+                                name=str(test.get("name") or "")[:255],
+                                status=str(test.get("status") or "")[:32],
+                                stack=test.get("stack"),
+                            )
+                        )
+        except Exception:
+            log.exception("could not store the results of runs %s", run_ids)

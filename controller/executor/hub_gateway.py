@@ -1,0 +1,60 @@
+"""The executor's :class:`~controller.executor.gateway.Gateway` over the controller's hub.
+
+``Hub.call`` is the gateway's ``call`` as is; this adds the two views the executor needs,
+read from the hub's live registry: bridges with their capabilities, and devices with the
+state adb reports (``disconnected`` while their bridge is away).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.executor.gateway import BridgeView, DeviceView, Target
+from controller.hub import Hub
+from protocol.envelope import Capabilities
+
+__all__ = ["HubGateway"]
+
+
+class HubGateway:
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    def bridges(self) -> list[BridgeView]:
+        return [
+            BridgeView(
+                id=entry.id,
+                name=entry.name,
+                owner_id=entry.owner_id,
+                caps=entry.caps or Capabilities(),
+                connected=entry.is_open,
+            )
+            for entry in self.hub.entries()
+        ]
+
+    def devices(self) -> list[DeviceView]:
+        out = []
+        for entry in self.hub.entries():
+            for serial, info in sorted(entry.devices.items()):
+                out.append(
+                    DeviceView(
+                        bridge_id=entry.id,
+                        bridge_name=entry.name,
+                        owner_id=entry.owner_id,
+                        serial=serial,
+                        state=info.state if entry.is_open else "disconnected",
+                        info=info.model_dump(mode="json"),
+                    )
+                )
+        return out
+
+    async def call(
+        self,
+        target: Target,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        return await self.hub.call(target, method, dict(params), timeout_s=timeout_s)

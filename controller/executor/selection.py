@@ -1,0 +1,114 @@
+"""Device selectors (DESIGN.md §9, ``droidwire run --device SEL``).
+
+A selector is one of:
+
+* an id: the device's serial when it is unique, or ``BRIDGE~SERIAL``;
+* ``all``: every ready device the caller may use;
+* a count ``N`` (1–100): that many ready devices;
+* a property test ``KEY OP VALUE`` with KEY ``sdk`` (integer compare) or ``model``,
+  ``release``, ``manufacturer``, ``abi``, ``bridge`` (``=`` / ``!=`` on the text), OP one of
+  ``>= <= > < = == !=``: every ready device that matches.
+
+Several selectors are a union, in order, without duplicates. No selector at all picks one
+ready device. A selector that names nothing is not an error here: the executor reports
+``no_device``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from controller.executor.gateway import DeviceView
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["MAX_COUNT", "parse_selector", "select_devices"]
+
+MAX_COUNT = 100
+MAX_SELECTOR_CHARS = 200
+_PROPERTY = re.compile(r"^(sdk|model|release|manufacturer|abi|bridge)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "=": operator.eq,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+Matcher = Callable[[Sequence[DeviceView]], list[DeviceView]]
+
+
+def parse_selector(text: str) -> Matcher:
+    """A function picking devices from the ready ones; ``bad_request`` for a malformed one."""
+    sel = text.strip()
+    if not sel or len(sel) > MAX_SELECTOR_CHARS or not sel.isprintable():
+        raise RpcError(ErrorCode.BAD_REQUEST, "a device selector must be 1-200 printable chars")
+    if sel == "all":
+        return lambda devices: list(devices)
+    if sel.isdigit():
+        count = int(sel)
+        if not 1 <= count <= MAX_COUNT:
+            raise RpcError(ErrorCode.BAD_REQUEST, f"a device count must be 1-{MAX_COUNT}")
+        return lambda devices: list(devices)[:count]
+    match = _PROPERTY.match(sel)
+    if match:
+        key, op, raw = match.group(1), match.group(2), match.group(3).strip()
+        if key == "sdk":
+            if not raw.isdigit():
+                raise RpcError(ErrorCode.BAD_REQUEST, f"sdk compares to an integer, not {raw!r}")
+            want: Any = int(raw)
+        elif op in ("=", "==", "!="):
+            want = raw
+        else:
+            raise RpcError(ErrorCode.BAD_REQUEST, f"{key} compares with = or != only")
+        compare = _OPS[op]
+
+        def by_property(devices: Sequence[DeviceView]) -> list[DeviceView]:
+            out = []
+            for d in devices:
+                value = d.bridge_name if key == "bridge" else d.info.get(key)
+                if value is None:
+                    continue
+                if key == "sdk" and not isinstance(value, int):
+                    continue
+                if compare(value if key == "sdk" else str(value), want):
+                    out.append(d)
+            return out
+
+        return by_property
+
+    def by_id(devices: Sequence[DeviceView]) -> list[DeviceView]:
+        exact = [d for d in devices if d.id == sel]
+        if exact:
+            return exact
+        by_serial = [d for d in devices if d.serial == sel]
+        if len(by_serial) > 1:
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                f"serial {sel!r} is on several bridges: name it as BRIDGE~SERIAL",
+                {"candidates": sorted(d.id for d in by_serial)},
+            )
+        return by_serial
+
+    return by_id
+
+
+def select_devices(
+    selectors: Iterable[str], devices: Sequence[DeviceView], *, only_ready: bool = True
+) -> list[DeviceView]:
+    """The ready devices the selectors pick (union, in order); one device when none given.
+
+    ``only_ready=False`` looks at every device, to tell *why* nothing was picked.
+    """
+    matchers = [parse_selector(s) for s in selectors]
+    ready = [d for d in devices if d.ready or not only_ready]
+    if not matchers:
+        return ready[:1]
+    chosen: dict[str, DeviceView] = {}
+    for matcher in matchers:
+        for d in matcher(ready):
+            chosen.setdefault(d.id, d)
+    return list(chosen.values())
