@@ -54,15 +54,6 @@ _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
 Key = tuple[int | None, int | None]
 
 
-def _interesting(msg: str) -> bool:
-    """Could this message start or feed any evidence? (cheap substring tests)"""
-    return ("StrictMode" in msg or "iolation" in msg or "never released" in msg
-            or "eaked" in msg or "Finalizing a Cursor" in msg or "FATAL EXCEPTION" in msg
-            or "ANR in" in msg or "Displayed" in msg or "elapsed" in msg or "proc" in msg
-            or "PROCESS" in msg or "Kill" in msg or "died" in msg or "signal" in msg
-            or "POLICY_DEATH" in msg or ">>> " in msg or "DroidUnblocker" in msg)
-
-
 @dataclass
 class AnalysisResult:
     """Everything ``analyze`` found; ``to_json()`` is the DESIGN.md §9 shape plus extras."""
@@ -278,8 +269,14 @@ class _State:
     def wants(self, m: re.Match[str]) -> bool:
         """Whether a plain threadtime line (pid, tid, level, tag, msg) can matter: the fast
         path skips the others without building them."""
-        if m[4] in _TAGS or _interesting(m[5]):
-            return True
+        msg = m[5]
+        if (m[4] in _TAGS or "StrictMode" in msg or "iolation" in msg or "proc" in msg
+                or "never released" in msg or "eaked" in msg or "Finalizing a Cursor" in msg
+                or "FATAL EXCEPTION" in msg or "ANR in" in msg or "Displayed" in msg
+                or "elapsed" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
+                or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg
+                or "DroidUnblocker" in msg):
+            return True   # substring tests inlined: this runs on every line
         if self.traces or self.anr_open:
             if (None, None) in self.traces:
                 return True
