@@ -16,7 +16,7 @@ from PIL import Image
 
 from device_bridge.sim.apk import SimPackage, build_apk
 from tests.adb_support import AdbServer, connected_sim, start_adb_server
-from tests.conftest import require_or_skip
+from tests.conftest import TIME_SCALE, require_or_skip
 
 pytestmark = pytest.mark.adb
 
@@ -54,7 +54,7 @@ def test_shell_v1_and_v2_with_exit_codes(sim_device):
 def test_logcat_follow_streams_10000_lines_none_lost_in_order(sim_device):
     conn = sim_device.adb.shell("logcat -v threadtime", stream=True)
     sock = conn.conn
-    sock.settimeout(30)
+    sock.settimeout(30 * TIME_SCALE)
     burst = None
     got: list[str] = []
     pending = b""
@@ -76,7 +76,7 @@ def test_logcat_follow_streams_10000_lines_none_lost_in_order(sim_device):
     finally:
         conn.close()
     assert burst is not None
-    burst.result(10)
+    burst.result(10 * TIME_SCALE)
     assert got == [f"line {i}" for i in range(10_000)]
 
 
@@ -270,7 +270,7 @@ def test_adb_shell_without_a_command_reads_a_script_from_stdin(sim_device, adb_s
     script = "echo one\nexport X=5\necho $X\nexit 3\necho never\n"
     proc = subprocess.run(
         [adb_server.adb, "-P", str(adb_server.port), "-s", sim_device.address, "shell"],
-        input=script, capture_output=True, text=True, timeout=30, env=adb_server.env,
+        input=script, capture_output=True, text=True, timeout=30 * TIME_SCALE, env=adb_server.env,
         check=False)
     assert (proc.returncode, proc.stdout) == (3, "one\n5\n")
 
@@ -280,7 +280,7 @@ def test_interactive_pty_shell_has_a_prompt_and_line_editing(sim_device):
     try:
         c.send_command("shell:")
         c.check_okay()
-        c.conn.settimeout(10)
+        c.conn.settimeout(10 * TIME_SCALE)
         prompt = b"panther:/ $ "
         seen = b""
         while not seen.endswith(prompt):

@@ -13,6 +13,7 @@ from PIL import Image
 
 from device_bridge.sim.apk import SimPackage, SimTest, build_apk
 from device_bridge.sim.shell import BytesSource
+from tests.conftest import TIME_SCALE
 from tests.sim.helpers import new_device, sh
 
 APP = SimPackage(package="com.example.demo", kind="app", version_code=2)
@@ -248,4 +249,4 @@ async def test_instrument_without_r_prints_the_stream_texts(monkeypatch):
         while sum(e.tag == "Player" for e in dev.logbuf.entries()) < 2:
             await dev.logbuf.wait_after(dev.logbuf.last_seq)
 
-    await asyncio.wait_for(finished_twice(), 5)
+    await asyncio.wait_for(finished_twice(), 5 * TIME_SCALE)

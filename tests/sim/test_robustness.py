@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.transport import FramingError, MessageReader
+from tests.conftest import TIME_SCALE
 from tests.sim.helpers import new_device, sh
 
 # Pieces of what clients really send, plus the metacharacters the shell must survive.
@@ -29,7 +30,7 @@ PIECES = st.sampled_from([
 def test_any_command_line_ends_with_a_status(pieces):
     async def main() -> int:
         dev = new_device()
-        result = await asyncio.wait_for(sh(dev, " ".join(pieces)), 10)
+        result = await asyncio.wait_for(sh(dev, " ".join(pieces)), 10 * TIME_SCALE)
         return result.code
 
     code = asyncio.run(main())

@@ -9,9 +9,10 @@ import struct
 import pytest
 
 from device_bridge.sim.transport import Command, Message, MessageReader, encode
+from tests.conftest import TIME_SCALE
 from tests.sim.helpers import new_device
 
-TIMEOUT = 5
+TIMEOUT = 5 * TIME_SCALE
 
 
 class Host:
