@@ -361,3 +361,56 @@ async def _wait_until(predicate: Any) -> None:
             await asyncio.sleep(0.001)
 
 
+
+
+# -- the CLI
+
+
+def _cli(controller: InLoopController, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from controller.cli import app as cli
+
+    env = {"DROIDWIRE_CONTROLLER": controller.url, "DROIDWIRE_TOKEN": ADMIN_TOKEN}
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+async def test_device_cli(controller: InLoopController) -> None:
+    channel = "log-cli"
+
+    async def handler(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "device.logcat.subscribe":
+            return {"channel": channel}
+        if method == "device.logcat.dump":
+            return {"lines": ["a", "b"]}
+        if method == "device.shell":
+            return {"exit_code": 3, "stdout": "out\n", "stderr": "err\n"}
+        return {}
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=handler)
+    await fake.connect()
+    listed = await asyncio.to_thread(_cli, controller, "device", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [d["id"] for d in json.loads(listed.stdout)] == ["pi~emulator-5554"]
+    table = await asyncio.to_thread(_cli, controller, "device", "list")
+    assert "pi~emulator-5554" in table.stdout and "Pixel 7" in table.stdout
+    shell = await asyncio.to_thread(
+        _cli, controller, "device", "shell", "emulator-5554", "--", "getprop", "-x"
+    )
+    assert (shell.exit_code, shell.stdout, shell.stderr) == (3, "out\n", "err\n")
+    dumped = await asyncio.to_thread(_cli, controller, "device", "logcat", "pi~emulator-5554")
+    assert dumped.stdout == "a\nb\n"
+    missing = await asyncio.to_thread(_cli, controller, "device", "logcat", "nope", "-f")
+    assert missing.exit_code == 4
+    follow = asyncio.create_task(
+        asyncio.to_thread(_cli, controller, "device", "logcat", "emulator-5554", "-f")
+    )
+    entry = controller.hub.entries()[0]
+    await _wait_until(lambda: channel in entry.streams)
+    await fake.emit(channel, {"lines": ["x", "y"], "dropped": 2})
+    await fake.emit(channel, {"lines": [], "dropped": 0, "eof": True, "reason": "done"})
+    result = await asyncio.wait_for(follow, WAIT_S)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "x\ny\n"
+    assert "2 lines lost" in result.stderr
+    await fake.close()

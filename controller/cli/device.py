@@ -1,0 +1,168 @@
+"""``droidwire device list|shell|logcat``: devices behind any bridge (DESIGN.md §9).
+
+``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
+``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
+the device's policy exits 3 and names the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from controller.cli.client import (
+    DEFAULT_TIMEOUT_S,
+    ApiError,
+    Client,
+    ControllerOption,
+    JsonOption,
+    TokenOption,
+    cli_errors,
+    print_json,
+)
+
+__all__ = ["app"]
+
+app = typer.Typer(help="List devices, run shell commands, read logcat.", no_args_is_help=True)
+
+DeviceArg = Annotated[str, typer.Argument(metavar="DEVICE", help="BRIDGE~SERIAL, or SERIAL.")]
+
+
+def _path(device: str, *rest: str) -> str:
+    return "/".join(["/v1/devices", quote(device, safe="~:"), *rest])
+
+
+@app.command("list")
+def list_(
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List the devices you can use, on every bridge."""
+    with cli_errors(), Client(controller, token) as client:
+        devices: list[dict[str, Any]] = client.get("/v1/devices")
+    if json_out:
+        print_json(devices)
+        return
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for header in ("state", "model", "android", "sdk", "abi", "battery", "profile"):
+        table.add_column(header)
+    for d in devices:
+        table.add_row(
+            d["id"],
+            d["state"],
+            d.get("model") or "-",
+            d.get("release") or "-",
+            _dash(d.get("sdk")),
+            d.get("abi") or "-",
+            "-" if d.get("battery") is None else f"{d['battery']}%",
+            d.get("profile") or "standard",
+        )
+    Console(width=200).print(table)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def shell(
+    device: DeviceArg,
+    args: Annotated[list[str], typer.Argument(metavar="-- ARGS…", help="The command's argv.")],
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds the command may run.")
+    ] = None,
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Run a command on the device (under its profile's allow-list); exit with its code."""
+    body: dict[str, Any] = {"argv": args}
+    if timeout is not None:
+        body["timeout_s"] = timeout
+    read_timeout = DEFAULT_TIMEOUT_S + (timeout or 60.0)
+    with cli_errors(), Client(controller, token, timeout=read_timeout) as client:
+        result = client.post(_path(device, "shell"), body)
+    if json_out:
+        print_json(result)
+    else:
+        sys.stdout.write(result.get("stdout", ""))
+        sys.stderr.write(result.get("stderr", ""))
+    raise typer.Exit(int(result.get("exit_code", 1)) & 0xFF)
+
+
+@app.command()
+def logcat(
+    device: DeviceArg,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    lines: Annotated[
+        int | None, typer.Option("--lines", "-t", min=1, max=5000, help="Only the last N lines.")
+    ] = None,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Print the device's log; with -f, follow it (lost lines are reported on stderr)."""
+    if not follow:
+        with cli_errors(), Client(controller, token) as client:
+            dumped = client.get(_path(device, "logcat"), **({"lines": lines} if lines else {}))
+        for line in dumped.get("lines", []):
+            typer.echo(line)
+        return
+    with cli_errors(), Client(controller, token) as client:
+        url = _ws_url(client.base_url) + _path(device, "logcat", "stream")
+        if lines:
+            url += f"?tail={lines}"
+        _follow(url, token or "")
+
+
+def _follow(url: str, token: str) -> None:
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.sync.client import connect
+
+    try:
+        with connect(
+            url,
+            additional_headers={"Authorization": f"Bearer {token}"},
+            compression=None,
+            open_timeout=DEFAULT_TIMEOUT_S,
+        ) as ws:
+            for message in ws:
+                chunk = json.loads(message)
+                lost = chunk.get("dropped", 0)
+                if lost or chunk.get("lost_batches"):
+                    batches = chunk.get("lost_batches", 0)
+                    more = f" and {batches} batches" if batches else ""
+                    print(f"--- droidwire: {lost} lines{more} lost here ---", file=sys.stderr)
+                for line in chunk.get("lines", []):
+                    sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+                if chunk.get("eof"):
+                    print(f"--- end of stream: {chunk.get('reason')} ---", file=sys.stderr)
+                    return
+    except InvalidStatus as exc:
+        response = exc.response
+        try:
+            error = json.loads(response.body or b"{}")["error"]
+            code, message = str(error["code"]), str(error["message"])
+        except (ValueError, KeyError, TypeError):
+            code, message = "http_error", f"HTTP {response.status_code}"
+        raise ApiError(response.status_code, code, message) from exc
+    except ConnectionClosed as exc:
+        raise ApiError(0, "unavailable", f"the log stream was cut: {exc}") from exc
+    except OSError as exc:
+        raise ApiError(0, "unavailable", f"cannot reach the controller: {exc}") from exc
+    except KeyboardInterrupt:
+        return
+
+
+def _ws_url(base: str) -> str:
+    parts = urlsplit(base)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
