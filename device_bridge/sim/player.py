@@ -263,7 +263,7 @@ class SimInstrumentationPlayer:
                 run.runner_log("E", failure.stack)
                 run.runner_log("E", "----- end exception -----")
                 run.runner_log("I", f"finished: {test.method}({test.class_name})")
-                stream = _failure_stream(len(failures), test, failure.stack)
+                stream = _failure_stream(test, failure.stack)
                 yield from _bundle({**base, "stack": failure.stack, "stream": stream}, -2)
                 continue
             except _Crash as crash:
@@ -588,7 +588,7 @@ def _bundle(values: dict[str, str], code: int) -> Iterator[str]:
     yield f"INSTRUMENTATION_STATUS_CODE: {code}"
 
 
-def _failure_stream(n: int, test: SimTest, stack: str) -> str:
+def _failure_stream(test: SimTest, stack: str) -> str:
     return f"\nError in {test.method}({test.class_name}):\n{stack}\n"
 
 

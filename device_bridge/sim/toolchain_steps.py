@@ -48,6 +48,7 @@ Step = dict[str, Any]
 MAX_LOOP = 20  # constant loops are unrolled up to this many iterations
 MAX_INLINE_DEPTH = 4
 MAX_STEPS = 2_000
+MAX_VISITS = 20_000
 
 _MS_CLOCKS = {"elapsedRealtime", "uptimeMillis", "currentTimeMillis", "currentThreadTimeMillis"}
 _NS_CLOCKS = {"nanoTime", "elapsedRealtimeNanos"}
@@ -113,6 +114,7 @@ class _TestWalk:
     # function-typed parameters of the helpers being inlined → the lambdas passed for them
     lambda_args: list[dict[str, Node]] = field(default_factory=list)
     counter: int = 0
+    visits: int = 0
     dispatches: int = 0
     lambdas: int = 0
     threads: int = 0
@@ -175,6 +177,9 @@ class _Extractor:
 
     # --- statements
     def visit(self, node: Node, ctx: Ctx) -> None:
+        self.w.visits += 1
+        if self.w.visits > MAX_VISITS:
+            return  # nested constant loops can multiply: stop walking, keep what we have
         handler = getattr(self, f"_on_{node.type}", None)
         if handler is not None:
             handler(node, ctx)

@@ -56,3 +56,12 @@ def test_mutated_tests(data: st.DataObject) -> None:
 @given(st.text(max_size=400))
 def test_arbitrary_text(text: str) -> None:
     _compile_and_maybe_play("package com.droidwire.demo\n" + text)
+
+
+def test_nested_loops_are_bounded() -> None:
+    body = "repeat(50) { repeat(50) { repeat(50) { repeat(50) { activity.formatTitle() } } } }"
+    source = kotlin(llm_test("formatTitle", body=body))
+    result = TOOLCHAIN.compile(PROJECT, source)
+    assert result.ok
+    [test] = read_apk(result.test_apk).tests
+    assert 0 < len(test.steps) <= 2_000
