@@ -46,3 +46,38 @@ def test_instrumentation_never_raises(text):
     r = parse_instrumentation(text).to_json()
     assert r["run_status"] in ("ok", "crashed", "failed", "incomplete")
     assert r["total"] == len(r["tests"])
+
+
+def _slow_path(text: str, package: str | None) -> dict:
+    """The analysis with every line built and fed (no fast path)."""
+    from controller.analysis.analyzer import _State
+    from controller.analysis.lines import ParsedLog, iter_lines
+    from controller.analysis.models import Thresholds
+
+    stats = ParsedLog([])
+    state = _State(package)
+    for ln in iter_lines(text, stats):
+        state.feed(ln)
+    state.close_all()
+    return state.result(stats.entries, stats.total, stats.damaged, dict(stats.formats), None,
+                        Thresholds(), None, None).to_json()
+
+
+THREADTIME_LINES = st.lists(
+    st.tuples(st.sampled_from([100, 200, 300]), st.sampled_from([100, 101, 200]),
+              st.sampled_from(["StrictMode", "Chatty", "AndroidRuntime", "ActivityManager",
+                               "DroidUnblocker", "TestRunner"]),
+              st.sampled_from([*FRAGMENTS, "hello", "\tat org.demo.A.b(A.kt:1)",
+                                           "StrictMode policy violation; ~duration=20 ms: "
+                                           "android.os.strictmode.DiskReadViolation"]),
+              st.booleans()),
+    max_size=40,
+).map(lambda rows: "".join(
+    (f"11-02 09:15:01.250 {pid:5d} {tid:5d} D {tag}: {msg}\n" if prefixed else f"{msg}\n")
+    for pid, tid, tag, msg, prefixed in rows))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(THREADTIME_LINES, st.sampled_from([None, "org.demo"]))
+def test_fast_path_changes_nothing(text, package):
+    assert analyze(text, package=package).to_json() == _slow_path(text, package)
