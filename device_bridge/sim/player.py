@@ -28,6 +28,7 @@ What a run looks like (ADB_SIM_SPEC §8–9; AOSP ``StrictMode``, AndroidJUnitRu
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Iterator
@@ -36,16 +37,21 @@ from typing import Any
 
 from device_bridge.sim.apk import DeviceHooks, InstrumentationPlayer, SimPackage, SimTest
 from device_bridge.sim.behaviour import (
+    ACTIVITY_CLASS,
     ANR_THRESHOLD_MS,
+    APP_PACKAGE,
     DEFAULT_EFFECT,
     VIOLATIONS,
     DemoApp,
+    DemoAppError,
     MethodBehaviour,
     demo_app,
     strictmode_lines,
 )
 
 __all__ = ["SimInstrumentationPlayer", "default_player"]
+
+log = logging.getLogger("droidwire.bridge.sim.player")
 
 DEFAULT_SYSTEM_PID = 1473  # used when the device does not say (``device.system_pid``)
 _INSTR_TID_OFFSET = 26
@@ -213,7 +219,16 @@ class SimInstrumentationPlayer:
     @property
     def app(self) -> DemoApp:
         if self._app is None:
-            self._app = demo_app()
+            try:
+                self._app = demo_app()
+            except (OSError, DemoAppError) as exc:  # TemplateNotFound is an OSError
+                # without the model every call is fast and quiet; the run itself still works
+                log.warning("demo app model unavailable, calls play as no-ops: %s", exc)
+                self._app = DemoApp(
+                    package=APP_PACKAGE, activity=f"{APP_PACKAGE}.{ACTIVITY_CLASS}",
+                    methods={}, all_members=frozenset(), private_members=frozenset(),
+                    source_hash="",
+                )
         return self._app
 
     def play(

@@ -565,3 +565,20 @@ def test_main_thread_waiting_for_background_work_is_blocked_without_violation():
                                            "repeat(7) { withContext(Dispatchers.IO) {")
                             .replace("loadSettingsFromDisk() } }", "loadSettingsFromDisk() } } }"))
     assert any(ln.message.startswith("ANR in ") for ln in many.device.tagged("ActivityManager"))
+
+
+def test_player_without_the_app_model_still_plays(monkeypatch):
+    import device_bridge.sim.player as player_module
+    from device_bridge.sim.behaviour import DemoAppError
+
+    def missing(*_args, **_kwargs):
+        raise DemoAppError("no sources")
+
+    monkeypatch.setattr(player_module, "demo_app", missing)
+    pkg = SimPackage(package="com.droidwire.demo.test", kind="test",
+                     target_package="com.droidwire.demo",
+                     tests=[SimTest("com.droidwire.demo.X", "t", steps=[
+                         {"call": "loadSettingsFromDisk", "thread": "main", "dispatch": 1}])])
+    app = SimPackage(package="com.droidwire.demo", kind="app")
+    out = list(default_player().play(pkg, app, class_filter=None, device=RecordingDevice()))
+    assert out[-1] == "INSTRUMENTATION_CODE: -1"
