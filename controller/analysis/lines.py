@@ -75,7 +75,8 @@ _TAG_ONLY = re.compile(
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SEPARATOR = re.compile(r"-{5,} ?(?:beginning of|switch to|PROCESS (?:STARTED|ENDED))")
 _WRAPPER = re.compile(
-    r"(?:[\s>`,]+"                                    # indentation, markdown quote, backticks, ','
+    r"(?:[\s>`,\ufeff\u200b]+"                       # indentation, quote, backticks, ',', BOM
+    r"|\d{1,6} ?\| "                                  # a code viewer's line-number gutter
     r"|- (?=\S)"                                      # markdown list item
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"  # GitHub Actions / ISO timestamp
     r"|\[task [^\]]*\]\s"                             # Taskcluster

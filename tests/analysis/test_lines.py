@@ -199,3 +199,9 @@ def test_decode(encoding):
     text = "11-02 09:15:01.250  4321  4339 D StrictMode: é x\n"
     assert decode(text.encode(encoding)) == text
     assert isinstance(decode(b"\xff\x00ok\x00"), str)  # never raises
+
+
+@pytest.mark.parametrize("prefix", ["\ufeff", "\u200b", "  12 | ", "\xa0"])
+def test_more_wrappers(prefix):
+    ln = one(prefix + "11-02 09:15:01.250  4321  4339 D StrictMode: x")
+    assert (ln.pid, ln.tag, ln.msg) == (4321, "StrictMode", "x")
