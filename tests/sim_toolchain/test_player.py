@@ -582,3 +582,25 @@ def test_player_without_the_app_model_still_plays(monkeypatch):
     app = SimPackage(package="com.droidwire.demo", kind="app")
     out = list(default_player().play(pkg, app, class_filter=None, device=RecordingDevice()))
     assert out[-1] == "INSTRUMENTATION_CODE: -1"
+
+
+def test_the_shipped_examples_show_the_documented_evidence():
+    source = (PROJECT / "app/src/androidTestExamples/java/com/droidwire/demo/examples/"
+              "MainActivityExamplesTest.kt").read_text()
+    cls = "com.droidwire.demo.examples.MainActivityExamplesTest"
+    expected = {  # method → (violation, lowest ms, highest ms), as the README's table says
+        "loadSettingsFromDisk_readsOnMainThread": ("DiskReadViolation", 301, 5_000),
+        "saveDraftSync_writesOnMainThread": ("DiskWriteViolation", 0, 300),
+        "fetchGreetingBlocking_usesNetworkOnMainThread": ("NetworkViolation", 0, 300),
+        "computeLayoutHash_blocksWithCpuWork": (None, 301, 5_000),
+        "decodeThumbnail_takesMoreThanAFrame": (None, 17, 300),
+        "formatTitle_isFast": (None, 0, 16),
+        "loadAvatarAsync_leavesTheMainThreadFree": (None, 0, 16),
+    }
+    for method, (violation, low, high) in expected.items():
+        played = compile_and_play(source, class_filter=f"{cls}#{method}")
+        assert played.codes_by_test() == {method: [1, 0]}
+        [elapsed] = played.device.elapsed()
+        assert low <= elapsed <= high, method
+        found = [v.rsplit(".", 1)[-1] for v in played.device.violations()]
+        assert found == ([violation] if violation else []), method
