@@ -20,7 +20,10 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   bridge in the store gets the same grace from the start;
 * liveness (§4.6): an application-level ping to an idle, silent bridge every
   ``liveness_interval_s``, skipped while it has calls pending; ``liveness_missed_max`` misses
-  in a row close the connection (1011; the bridge reconnects if it is alive at all).
+  in a row close the connection (1011; the bridge reconnects if it is alive at all);
+* logcat streams (:mod:`controller.hub.streams`) outlive connections: the bridge ends its
+  readers with the link, so after a resume the hub subscribes again and the stream skips
+  what its consumer already got.
 
 Device calls from users go through :meth:`Hub.device_call`: THE authorization check
 (:func:`controller.auth.authorize`), the call, and an audit entry, in that order.
@@ -66,6 +69,9 @@ log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
 _LIVENESS_TICKS = 4
+# A resumed logcat stream asks for at most this many lines of the buffer's tail (the
+# protocol's bound on ``tail``).
+RESYNC_TAIL_MAX = 5000
 
 
 class BridgeState(StrEnum):
@@ -119,7 +125,8 @@ class BridgeEntry:
     gone: bool = False  # away for longer than the grace period
     connections: int = 0
     waiters: dict[str, _Waiter] = field(default_factory=dict)
-    streams: dict[str, LogStream] = field(default_factory=dict)
+    streams: dict[str, LogStream] = field(default_factory=dict)  # by live channel
+    subscriptions: set[LogStream] = field(default_factory=set)  # across reconnects
     grace_task: asyncio.Task[None] | None = None
 
     @property
@@ -340,6 +347,8 @@ class Hub:
         """Start a logcat stream on ``device`` (caller authorized already); see LogStream."""
         made: list[LogStream] = []
 
+        params = {k: v for k, v in (params or {}).items() if k != "serial"}
+
         def register(result: dict[str, Any]) -> None:
             channel = result.get("channel")
             entry = self._entries.get(device.bridge_id)
@@ -350,8 +359,10 @@ class Hub:
                 bridge_id=device.bridge_id,
                 serial=device.serial,
                 max_batches=self.settings.stream_queue_batches,
+                params=params,
             )
             entry.streams[channel] = stream
+            entry.subscriptions.add(stream)
             made.append(stream)
 
         await self.call(device, "device.logcat.subscribe", params, on_result=register)
@@ -359,11 +370,37 @@ class Hub:
             raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a valid channel")
         return made[0]
 
+    async def _resubscribe(self, entry: BridgeEntry, stream: LogStream) -> None:
+        """After a reconnect: the bridge ended its streams with the link; subscribe again,
+        with the buffer's tail so the stream resumes where the consumer stopped."""
+        tail = min(
+            RESYNC_TAIL_MAX, self.settings.logcat_batch_lines * self.settings.stream_queue_batches
+        )
+        params = {**stream.params, "tail": tail}
+
+        def reroute(result: dict[str, Any]) -> None:
+            channel = result.get("channel")
+            if stream.ended or not is_channel(channel) or channel == DEVICES_CHANNEL:
+                return
+            stream.resync(channel, tail)
+            entry.streams[channel] = stream
+
+        device = DeviceRef(entry.id, stream.serial, entry.owner_id, entry.name)
+        try:
+            await self.call(device, "device.logcat.subscribe", params, on_result=reroute)
+        except RpcError as exc:
+            log.info("bridge %s: logcat of %s not resumed: %s", entry.name, stream.serial, exc)
+            stream.end(f"resume_failed: {exc.code.value}")
+            entry.subscriptions.discard(stream)
+
     async def unsubscribe(self, stream: LogStream) -> None:
         """Stop a stream (best effort on the bridge's side: it may be gone already)."""
         stream.end("unsubscribed")
         entry = self._entries.get(stream.bridge_id)
-        if entry is None or entry.streams.pop(stream.channel, None) is None:
+        if entry is None:
+            return
+        entry.subscriptions.discard(stream)
+        if entry.streams.pop(stream.channel, None) is None:
             return
         if not entry.is_open:
             return
@@ -376,8 +413,9 @@ class Hub:
             )
 
     def _end_streams(self, entry: BridgeEntry, reason: str) -> None:
-        for stream in entry.streams.values():
+        for stream in entry.subscriptions:
             stream.end(reason)
+        entry.subscriptions.clear()
         entry.streams.clear()
 
     # -- the bridge endpoint
@@ -429,6 +467,7 @@ class Hub:
             return  # replaced: the new connection owns the session now
         entry.conn = None
         entry.session.connection_lost()
+        entry.streams.clear()  # the bridge ends its streams with the link; resumed on return
         entry.away_since = asyncio.get_running_loop().time()
         log.info("bridge %s disconnected; %d calls pending, grace %.3gs", entry.name,
                  entry.session.pending_count, self.settings.grace_period_s)
@@ -482,7 +521,6 @@ class Hub:
                 if not self._bad_frame(entry, conn, exc, first):
                     return
                 continue
-            previous_session = session.session_id
             try:
                 outcome = session.receive(frame, loop.time())
             except HandshakeRefused as exc:
@@ -503,7 +541,7 @@ class Hub:
                 await self._on_event(entry, outcome)
             elif isinstance(outcome, Resume):
                 conn.wake.set()  # welcome and re-sent requests go first
-                await self._on_resume(entry, outcome, previous_session)
+                await self._on_resume(entry, outcome)
             else:
                 conn.wake.set()  # a pong to the bridge's ping
 
@@ -558,16 +596,14 @@ class Hub:
             waiter.on_result(completion.result or {})
         waiter.future.set_result(completion)
 
-    async def _on_resume(
-        self, entry: BridgeEntry, resume: Resume, previous_session: str | None
-    ) -> None:
+    async def _on_resume(self, entry: BridgeEntry, resume: Resume) -> None:
         hello = entry.session.hello
         assert hello is not None
-        restarted = previous_session is not None and not resume.resumed
-        if restarted:
-            self._end_streams(entry, "bridge_restarted")
         for completion in resume.failed:
             self._complete(entry, completion)
+        entry.streams.clear()
+        for stream in list(entry.subscriptions):
+            self._spawn(self._resubscribe(entry, stream))
         entry.caps = hello.caps
         entry.software = hello.software
         entry.devices = {d.serial: d for d in hello.devices}
@@ -604,6 +640,7 @@ class Hub:
         stream.feed(batch)
         if stream.ended:
             entry.streams.pop(evt.ch, None)
+            entry.subscriptions.discard(stream)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         inventory = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}

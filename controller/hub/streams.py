@@ -12,6 +12,13 @@ WebSocket) awaits :meth:`LogStream.get`. Rules (issue 4 §6, docs/protocol.md "S
   ``seq`` is a duplicate and ignored; a jump means batches were lost on the way and is
   reported as ``lost_batches``. ``dropped`` reported by the bridge (lines it could not send
   while the link was down or the queue full) is passed on, added to ours.
+
+Across a reconnect the bridge ends its streams (its logcat readers die with the link) and the
+hub subscribes again on a new channel, asking for the last lines of the device's buffer
+(``tail``). :meth:`LogStream.resync` then holds the new lines back until it finds the last
+lines this consumer already got, and passes on only what follows them: no duplicate, and no
+gap as long as fewer than ``tail`` lines were logged while the link was down. If they are not
+found within ``tail`` lines, everything is passed on behind a ``lost_batches`` marker.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.methods import LogBatch
 
@@ -49,13 +57,29 @@ class LogChunk:
 class LogStream:
     """One subscription's bounded buffer between the hub's reader and one consumer."""
 
-    def __init__(self, *, channel: str, bridge_id: str, serial: str, max_batches: int) -> None:
+    #: How many of the last delivered lines identify the resume point.
+    ANCHOR_LINES = 3
+
+    def __init__(
+        self,
+        *,
+        channel: str,
+        bridge_id: str,
+        serial: str,
+        max_batches: int,
+        params: dict[str, Any] | None = None,
+    ) -> None:
         if max_batches < 1:
             raise ValueError("max_batches must be >= 1")
         self.channel = channel
         self.bridge_id = bridge_id
         self.serial = serial
+        self.params = dict(params or {})  # the subscribe params (without the serial)
         self.max_batches = max_batches
+        self.resubscribed = 0
+        self._anchor: collections.deque[str] = collections.deque(maxlen=self.ANCHOR_LINES)
+        self._held: list[str] | None = None  # lines held back while resyncing
+        self._held_max = 0
         self.next_seq = 0
         self.duplicates = 0
         self.dropped_total = 0
@@ -80,16 +104,46 @@ class LogStream:
             self._lost += batch.seq - self.next_seq
         self.next_seq = batch.seq + 1
         self._dropped += batch.dropped
-        if batch.lines:
+        lines = batch.lines
+        if self._held is not None:
+            lines = self._resynced(lines, final=batch.eof)
+        if lines:
             if len(self._queue) >= self.max_batches:
-                self._dropped += len(batch.lines)
-                self.dropped_total += len(batch.lines)
+                self._dropped += len(lines)
+                self.dropped_total += len(lines)
             else:
-                self._queue.append(LogChunk(batch.lines, self._dropped, self._lost))
+                self._queue.append(LogChunk(lines, self._dropped, self._lost))
                 self._dropped = self._lost = 0
+                self._anchor.extend(lines[-self.ANCHOR_LINES:])
         if batch.eof:
             self._eof = batch.reason or "eof"
         self._wake.set()
+
+    def resync(self, channel: str, tail: int) -> None:
+        """The stream continues on ``channel``, starting with the device's last ``tail``
+        lines; skip those this consumer already got."""
+        self.channel = channel
+        self.next_seq = 0
+        self.resubscribed += 1
+        if self._anchor:
+            self._held = []
+            self._held_max = tail
+
+    def _resynced(self, lines: list[str], *, final: bool) -> list[str]:
+        held = self._held
+        assert held is not None
+        held.extend(lines)
+        anchor = list(self._anchor)
+        n = len(anchor)
+        for i in range(len(held) - n, -1, -1):
+            if held[i:i + n] == anchor:
+                self._held = None
+                return held[i + n:]
+        if len(held) >= self._held_max or final:
+            self._held = None
+            self._lost += 1  # the resume point was not found: some lines are missing
+            return held
+        return []
 
     def end(self, reason: str) -> None:
         """The stream ends here (bridge gone, restarted, unsubscribed): consumers drain, then

@@ -414,3 +414,42 @@ async def test_device_cli(controller: InLoopController) -> None:
     assert result.stdout == "x\ny\n"
     assert "2 lines lost" in result.stderr
     await fake.close()
+
+
+async def test_a_stream_resumes_after_a_reconnect_without_gap_or_duplicate(
+    controller: InLoopController,
+) -> None:
+    subscribes: list[dict[str, Any]] = []
+    resubscribed = asyncio.Event()
+
+    async def handler(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "device.logcat.subscribe":
+            subscribes.append(params)
+            if len(subscribes) > 1:
+                resubscribed.set()
+            return {"channel": f"log-{len(subscribes)}"}
+        return {}
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=handler)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    lines = [f"11-30 10:00:00.{i:03d} 1 1 I T: line {i}" for i in range(400)]
+    url = controller.ws_url + "/v1/devices/emulator-5554/logcat/stream"
+    async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=WAIT_S) as ws:
+        await _wait_until(lambda: "log-1" in entry.streams)
+        await fake.emit("log-1", {"lines": lines[:150], "dropped": 0})
+        first = json.loads(await ws.recv())
+        await fake.drop()
+        await fake.connect()
+        await asyncio.wait_for(resubscribed.wait(), WAIT_S)
+        assert subscribes[1]["tail"] > 0 and "tail" not in subscribes[0]
+        await _wait_until(lambda: "log-2" in entry.streams)
+        # The bridge's new stream starts with the buffer's tail (overlapping what was sent).
+        await fake.emit("log-2", {"lines": lines[100:250], "dropped": 0})
+        await fake.emit("log-2", {"lines": lines[250:400], "dropped": 0})
+        await fake.emit("log-2", {"lines": [], "dropped": 0, "eof": True, "reason": "end"})
+        messages = [first] + [json.loads(m) async for m in ws]
+    got = [line for m in messages for line in m["lines"]]
+    assert got == lines
+    assert all(m["dropped"] == 0 and "lost_batches" not in m for m in messages)
+    await fake.close()
