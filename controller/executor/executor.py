@@ -92,7 +92,8 @@ def reason_for(exc: RpcError, stage: str) -> str:
     if "bridge" in reason or (code is ErrorCode.UNAVAILABLE and "bridge" in exc.message.lower()):
         return "bridge_unavailable"
     if code is ErrorCode.NOT_FOUND:
-        return "no_device"
+        # Hidden by the owner's config: not there for us. Otherwise adb lost it.
+        return "no_device" if data.get("rule") == "not_exposed" else "adb_unavailable"
     if code in (ErrorCode.CANCELLED, ErrorCode.BUSY):
         return "bridge_unavailable"
     return "adb_unavailable"  # device_offline, unavailable adb, refused or failed installs

@@ -67,7 +67,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 SETTINGS = ExecutorSettings(default_timeout_s=120.0 * TIME_SCALE,
                             step_timeout_s=30.0 * TIME_SCALE,
-                            cleanup_timeout_s=20.0 * TIME_SCALE)
+                            cleanup_timeout_s=20.0 * TIME_SCALE,
+                            rpc_grace_s=0.5 * TIME_SCALE)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ by the hub's own tests and by ``droidwire demo`` (tests/executor/test_demo_cli.p
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,7 @@ class LocalGateway:
         self.state: dict[str, str] = {}  # serial -> adb state override
         self.connected: dict[str, bool] = {}
         self.calls: list[tuple[str, str]] = []  # (target, method)
+        self.hang: set[str] = set()  # methods that never answer (a stuck device)
 
     def add_bridge(self, name: str, dispatcher: Any, serials: list[str]) -> None:
         self.dispatchers[name] = dispatcher
@@ -68,7 +70,13 @@ class LocalGateway:
         if not self.connected.get(name, False):
             raise RpcError(ErrorCode.UNAVAILABLE, f"bridge of {name} is not connected",
                            {"reason": "bridge_disconnected"})
-        result: dict[str, Any] = await self.dispatchers[name](method, p)
+        try:
+            async with asyncio.timeout(timeout_s):  # the hub's deadline, as Hub.call keeps it
+                if method in self.hang:
+                    await asyncio.Event().wait()
+                result: dict[str, Any] = await self.dispatchers[name](method, p)
+        except TimeoutError:
+            raise RpcError(ErrorCode.TIMEOUT, f"{method} on {target} timed out") from None
         return result
 
     def methods_called(self) -> list[str]:
