@@ -614,7 +614,9 @@ class _State:
             crash=crash_text[:300] if crash_text else None,
             crashed_before_timing=crash_text is not None and (
                 first_timing is None or (crash_line is not None and crash_line < first_timing)),
-            completed=completed, thresholds=thresholds)
+            completed=completed, thresholds=thresholds,
+            empty=entries == 0 and not (self.violations or self.anrs or self.crashes
+                                        or self.timings or self.displayed or self.deaths))
         issues = build_issues(
             violations=violations, anrs=anrs, crashes=crashes, timings=timings,
             tests=self.tests, blocking_time_ms=blocking, thresholds=thresholds,

@@ -7,7 +7,8 @@
 * REFUTED    none of the above and the run completed: ``no_evidence``.
 * PENDING    no evidence could be collected: ``test_crashed`` (the app or test crashed before any
   timing was taken; summary ``Inconclusive: <exception>``), ``incomplete`` (the caller says the
-  run did not finish and nothing was found), and the executor's own ``skipped``,
+  run did not finish and nothing was found), ``no_log`` (not one log entry in the input: an
+  empty or foreign text refutes nothing), and the executor's own ``skipped``,
   ``compile_failed``, ``no_device``, ``adb_unavailable``, ``bridge_unavailable``, ``timeout``
   through :func:`pending`.
 
@@ -58,9 +59,11 @@ def decide(
     crash: str | None = None,
     crashed_before_timing: bool = False,
     completed: bool | None = None,
+    empty: bool = False,
     thresholds: Thresholds = Thresholds(),
 ) -> Verdict:
-    """Decide from the app's own evidence. ``crash`` is the first own crash's exception text."""
+    """Decide from the app's own evidence. ``crash`` is the first own crash's exception text;
+    ``empty`` says the input held no log entry at all (nothing to refute with)."""
     base = seed_summary(kinds, blocking_time_ms)
     if kinds:
         return Verdict(Status.CONFIRMED, "strict_mode_violation", base)
@@ -72,6 +75,8 @@ def decide(
         return Verdict(Status.PARTIAL, "blocking_below_threshold", base)
     if crash is not None and crashed_before_timing:
         return Verdict(Status.PENDING, "test_crashed", f"Inconclusive: {crash} | {base}")
+    if empty:
+        return Verdict(Status.PENDING, "no_log", f"Inconclusive: no log entries | {base}")
     if completed is False:
         return Verdict(Status.PENDING, "incomplete", f"Inconclusive: the run did not finish | {base}")
     return Verdict(Status.REFUTED, "no_evidence", base)

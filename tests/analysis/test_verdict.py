@@ -183,3 +183,10 @@ def test_attribution_by_the_started_component_and_known_other_pids():
     assert analyze(other, package="org.demo.app").violations == []
     # An unknown pid whose stack runs the package's code counts.
     assert len(analyze(VIOLATION_APP, package="org.demo.app").violations) == 1
+
+
+def test_no_log_is_pending_not_refuted():
+    for text in ("", "e: file:///a.kt:1:2 Unresolved reference: x\nBUILD FAILED in 3s\n"):
+        r = analyze(text, package="org.demo.app")
+        assert (r.verification_status, r.reason_code) == ("PENDING", "no_log")
+        assert r.summary.startswith("Inconclusive: no log entries")
