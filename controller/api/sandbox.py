@@ -1,0 +1,160 @@
+"""The sandbox executor's REST surface (DESIGN.md §9): execute, runs, tools.
+
+* ``POST /v1/sandbox/execute`` — body :class:`~controller.executor.ExecuteRequest`. Waits for
+  the verdict and answers with the result (the seed's fields plus ours); when the selector
+  picks several devices, ``{"results": [result, …]}``, one per device. ``?wait=false``
+  answers at once, 202 ``{"run_id", "run_ids", "status": "queued"}``: follow the runs with
+  ``GET /v1/runs/{id}``.
+* ``GET /v1/runs`` — the caller's runs, newest first (an admin sees everyone's);
+  ``?limit=N`` (≤ 200), ``?status=queued|running|finished|cancelled``.
+* ``GET /v1/runs/{id}`` — one run: status, verdict, request, result, and its step log.
+* ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the seed's
+  ``sandbox_executor``.
+
+The executor is built on first use from the app's hub and store (the LLM client from the
+environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); a test may set
+``app.state.executor`` itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import select
+
+from controller.auth import UserPrincipal
+from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
+from controller.store import Run, RunStatus, RunStep
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["executor_of", "router"]
+
+log = logging.getLogger("droidwire.controller.api.sandbox")
+
+router = APIRouter(prefix="/v1", tags=["sandbox"])
+
+MAX_RUNS = 200
+
+
+def executor_of(request: Request) -> SandboxExecutor:
+    """The app's executor, created on first use over its hub."""
+    state = request.app.state
+    executor: SandboxExecutor | None = getattr(state, "executor", None)
+    if executor is None:
+        hub = getattr(state, "hub", None)
+        if hub is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
+        from controller.executor.hub_gateway import HubGateway
+        from fixer import LlmClient
+
+        executor = SandboxExecutor(HubGateway(hub), state.store, llm=LlmClient.from_env())
+        state.executor = executor
+    return executor
+
+
+async def _audit(request: Request, principal: Any, results: list[dict[str, Any]]) -> None:
+    audit = getattr(request.app.state, "audit", None)
+    if audit is None:
+        return
+    for result in results:
+        device = result.get("device") or {}
+        try:
+            await audit.record(
+                principal,
+                "sandbox.execute",
+                device=device.get("id"),
+                outcome=str(result.get("verification_status", "")).lower() or "ok",
+                detail={"run_id": result.get("run_id"), "reason_code": result.get("reason_code")},
+            )
+        except Exception:  # the audit write never hides the verdict
+            log.exception("audit write failed for run %s", result.get("run_id"))
+
+
+@router.post("/sandbox/execute")
+async def execute(
+    body: ExecuteRequest,
+    request: Request,
+    principal: UserPrincipal,
+    wait: Annotated[bool, Query(description="Wait for the verdict (false: run ids at once).")] = True,
+) -> Any:
+    executor = executor_of(request)
+    plan = await executor.plan(body, principal)
+    if not wait:
+        executor.submit(plan)
+        return JSONResponse(
+            {"run_id": plan.run_ids[0], "run_ids": plan.run_ids, "status": RunStatus.QUEUED.value},
+            status_code=202,
+        )
+    results = await executor.run(plan)
+    await _audit(request, principal, results)
+    return results[0] if len(results) == 1 else {"results": results}
+
+
+def _summary(run: Run) -> dict[str, Any]:
+    result = run.result or {}
+    return {
+        "id": run.id,
+        "status": run.status,
+        "verdict": run.verdict,
+        "device": (run.request or {}).get("device_id"),
+        "summary": result.get("summary"),
+        "reason_code": result.get("reason_code"),
+        "created_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+@router.get("/runs")
+async def list_runs(
+    request: Request,
+    principal: UserPrincipal,
+    limit: Annotated[int, Query(ge=1, le=MAX_RUNS)] = 50,
+    status: Annotated[RunStatus | None, Query()] = None,
+) -> dict[str, Any]:
+    query = select(Run).order_by(Run.created_at.desc()).limit(limit)
+    if not principal.is_admin:
+        query = query.where(Run.user_id == principal.user_id)
+    if status is not None:
+        query = query.where(Run.status == status.value)
+    async with request.app.state.store.session() as session:
+        runs = (await session.execute(query)).scalars().all()
+    return {"runs": [_summary(r) for r in runs]}
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: str, request: Request, principal: UserPrincipal) -> dict[str, Any]:
+    if not run_id.isalnum() or len(run_id) > 64:
+        raise RpcError(ErrorCode.NOT_FOUND, "no such run")
+    async with request.app.state.store.session() as session:
+        run = (await session.execute(select(Run).where(Run.id == run_id))).scalar_one_or_none()
+        if run is None or not (principal.is_admin or run.user_id == principal.user_id):
+            raise RpcError(ErrorCode.NOT_FOUND, "no such run")  # others' runs are not disclosed
+        steps = (
+            await session.execute(
+                select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)
+            )
+        ).scalars().all()
+    out = _summary(run)
+    out["request"] = run.request
+    out["result"] = run.result
+    out["steps"] = [
+        {
+            "seq": s.seq,
+            "kind": s.kind,
+            "status": s.status,
+            "detail": s.detail,
+            "at": s.created_at.isoformat(),
+            "finished_at": s.finished_at.isoformat() if s.finished_at else None,
+        }
+        for s in steps
+    ]
+    return out
+
+
+@router.get("/tools")
+async def tools(principal: UserPrincipal) -> list[dict[str, Any]]:
+    del principal  # authenticated like every /v1 call
+    return [tool_schema()]
