@@ -7,6 +7,19 @@ Pure functions, no I/O (the CLI and the executor read the bytes). Entry points:
 * :func:`parse_instrumentation` — ``am instrument -r`` output → :class:`InstrumentationResult`
   (``instrumentation parse --json``).
 * :func:`decide` / :func:`pending` / :func:`seed_summary` — the verdict rules of DESIGN.md §5.
+* :func:`decode` — log file bytes to text (UTF-8, or the UTF-16 Windows shells write).
+
+The sandbox executor's call::
+
+    inst = parse_instrumentation(am_instrument_output)
+    result = analyze(logcat_text, package=app_package, pids=known_pids, instrumentation=inst)
+    result.to_json()   # violations, blocking_time_ms, tests, anrs, crashes, issues, summary,
+                       # verification_status, reason_code, …
+
+Decisions where the spec was silent: the summary reads ``Blocking time: n/a`` when no
+``DroidUnblocker`` reading was logged; ``reason_code`` values are listed in ``verdict``; a
+``DroidUnblocker`` reading from an unknown pid counts (it is our own helper), one from a pid
+known to be another app's does not.
 """
 
 from controller.analysis.analyzer import AnalysisResult, analyze
@@ -15,6 +28,7 @@ from controller.analysis.instrumentation import (
     TestResult,
     parse_instrumentation,
 )
+from controller.analysis.lines import decode
 from controller.analysis.models import (
     Anr,
     Crash,
@@ -45,6 +59,7 @@ __all__ = [
     "Violation",
     "analyze",
     "decide",
+    "decode",
     "parse_instrumentation",
     "pending",
     "seed_summary",
