@@ -63,7 +63,7 @@ _STUDIO_NOTIME = re.compile(rf"([\w.$:/-]+)\s{{2,}}(\S+)\s{{2,}}({_L})\s{{2,}}(.
 _STUDIO_COMPACT = re.compile(rf"{_TIME}\s+({_L})\s\s+(.*)$")
 # pid, tid, level, tag
 _LONG = re.compile(
-    rf"\[\s*{_DATE}{_TIME}\s+(\d+)\s*:\s*(0x[0-9a-fA-F]+|\d+)\s+({_L})/(.*?)\s*\]$"
+    rf"\[\s*{_DATE}{_TIME}\s+(?:\w+\s*:\s*)??(\d+)\s*:\s*(0x[0-9a-fA-F]+|\d+)\s+({_L})/(.*?)\s*\]$"
 )
 _STUDIO_4X = re.compile(rf"([\w.$:/-]+)\s{{2,}}({_L})\s{{2,}}(.*)$")
 _LEVEL_ONLY = re.compile(rf"({_L})\s{{2,}}(.*)$")
@@ -286,6 +286,11 @@ def iter_lines(
                 prev = long_ctx = None
                 yield LogLine(idx, raw, s, fmt="separator")
                 continue
+            if long_ctx is not None and not s.startswith("["):
+                # Inside a -v long record every line is message, whatever it looks like.
+                yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
+                              long_ctx.level, long_ctx.tag, None, "long", False, True)
+                continue
             r = _match(s) if len(s) <= _HEAD else _match_long(s)
             if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
                 # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
@@ -306,10 +311,6 @@ def iter_lines(
                 formats[fmt] += 1
                 prev = ln
                 yield ln
-                continue
-            if long_ctx is not None:
-                yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
-                              long_ctx.level, long_ctx.tag, None, "long", False, True)
                 continue
             if prev is not None and prev.fmt == "studio_4x":
                 m4 = _LEVEL_ONLY.match(s)

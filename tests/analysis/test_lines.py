@@ -205,3 +205,13 @@ def test_decode(encoding):
 def test_more_wrappers(prefix):
     ln = one(prefix + "11-02 09:15:01.250  4321  4339 D StrictMode: x")
     assert (ln.pid, ln.tag, ln.msg) == (4321, "StrictMode", "x")
+
+
+def test_long_format_message_that_looks_like_a_prefix_and_uid():
+    parsed = parse_lines("[ 11-02 09:15:01.250 u0_a77: 4321: 4339 I/MyApp ]\n"
+                         "I think: this is the message\n"
+                         "E/Other: still the message\n")
+    head, first, second = parsed.lines
+    assert (head.pid, head.tid, head.tag) == (4321, 4339, "MyApp")
+    assert first.tag == second.tag == "MyApp"
+    assert second.msg == "E/Other: still the message"
