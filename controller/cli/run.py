@@ -1,0 +1,260 @@
+"""``droidwire run TEST.kt``: the sandbox executor from the command line (DESIGN.md §9).
+
+Submits the test (``POST /v1/sandbox/execute?wait=false``), follows each run's step log
+(``GET /v1/runs/{id}``) with a live view on stderr — compiling, fix round n/3, installing,
+running, collecting logcat — and prints a verdict table, or ``{"results": [...]}`` with
+``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device). Exit codes are
+the client's (:class:`~controller.cli.client.ExitCode`); findings never fail the command
+unless ``--fail-on`` names their status (exit 1).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from controller.cli.client import (
+    ApiError,
+    Client,
+    ControllerOption,
+    ExitCode,
+    JsonOption,
+    TokenOption,
+    cli_errors,
+    print_json,
+)
+
+__all__ = ["STATUSES", "render_results", "run", "stage_of", "write_junit"]
+
+STATUSES = ("CONFIRMED", "PARTIAL", "REFUTED", "PENDING")
+POLL_S = 0.25  # between two looks at a run's progress (a human is watching)
+MAX_FIX_ROUNDS = 3
+MAX_TEST_BYTES = 1 << 20
+
+_STAGES = {
+    "device.logcat.clear": "clearing logcat",
+    "device.install": "installing",
+    "device.instrument": "running",
+    "device.logcat.dump": "collecting logcat",
+    "device.shell": "cleaning up",
+    "device.uninstall": "cleaning up",
+    "source.lookup": "fixing",
+}
+
+
+def stage_of(run: dict[str, Any]) -> str:
+    """A short text for where a run is, from its status and step log."""
+    if run.get("status") in ("finished", "cancelled"):
+        return str(run.get("verdict") or run["status"])
+    steps = run.get("steps") or []
+    if not steps:
+        return "queued"
+    compiles = sum(
+        1 for s in steps if s["kind"] == "rpc" and s["detail"].get("method") == "workspace.compile"
+    )
+    last = steps[-1]
+    method = last["detail"].get("method") if last["kind"] == "rpc" else None
+    if method == "workspace.compile" or last["kind"] == "fix":
+        if compiles <= 1 and last["kind"] != "fix":
+            return "compiling"
+        return f"fix round {max(compiles - 1, 1)}/{MAX_FIX_ROUNDS}, compiling"
+    if method is not None:
+        return _STAGES.get(method, method)
+    return last["kind"]
+
+
+def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
+    """The verdict table: device, verdict, blocking ms, violations, compile rounds, summary."""
+    table = Table(title="droidwire sandbox", show_lines=False)
+    for column in ("device", "verdict", "blocking", "violations", "compile rounds", "summary"):
+        table.add_column(column, overflow="fold")
+    colours = {"CONFIRMED": "red", "PARTIAL": "yellow", "REFUTED": "green", "PENDING": "blue"}
+    for r in results:
+        device = r.get("device") or {}
+        status = str(r.get("verification_status", "?"))
+        blocking = r.get("blocking_time_ms", -1)
+        rounds = r.get("compile_rounds") or []
+        fixers = [x.get("fixer") for x in rounds if x.get("fixer")]
+        round_text = str(len(rounds)) + (f" ({', '.join(fixers)})" if fixers else "")
+        kinds = sorted({v.get("kind", "") for v in r.get("violations", []) if v.get("kind")})
+        table.add_row(
+            str(device.get("id") or device.get("serial") or "-"),
+            f"[{colours.get(status, 'white')}]{status}[/]",
+            f"{blocking} ms" if isinstance(blocking, int) and blocking >= 0 else "-",
+            ", ".join(kinds) or str(len(r.get("strict_mode_violations") or [])),
+            round_text,
+            str(r.get("summary", "")),
+        )
+    console.print(table)
+
+
+def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
+    """A JUnit XML report: a suite per result (device), its tests, and the verdict."""
+    root = ET.Element("testsuites", name="droidwire")
+    for r in results:
+        device = (r.get("device") or {}).get("id") or "no-device"
+        tests = r.get("tests") or []
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"droidwire.{device}",
+            tests=str(len(tests)),
+            failures=str(sum(1 for t in tests if t.get("status") == "failed")),
+            errors=str(sum(1 for t in tests if t.get("status") == "error")),
+            skipped=str(sum(1 for t in tests if t.get("status") in ("ignored", "assumption_failure"))),
+        )
+        props = ET.SubElement(suite, "properties")
+        for key in ("verification_status", "reason_code", "blocking_time_ms", "summary", "run_id"):
+            ET.SubElement(props, "property", name=key, value=str(r.get(key, "")))
+        for t in tests:
+            case = ET.SubElement(
+                suite, "testcase", classname=str(t.get("class", "")), name=str(t.get("name", ""))
+            )
+            status = t.get("status")
+            if status in ("failed", "error"):
+                element = ET.SubElement(case, "failure" if status == "failed" else "error")
+                element.text = str(t.get("stack") or "")
+            elif status in ("ignored", "assumption_failure"):
+                ET.SubElement(case, "skipped")
+        ET.SubElement(suite, "system-out").text = str(r.get("summary", ""))
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _parse_fail_on(values: Sequence[str]) -> set[str]:
+    wanted: set[str] = set()
+    for value in values:
+        for part in value.split(","):
+            status = part.strip().upper()
+            if not status:
+                continue
+            if status not in STATUSES:
+                raise typer.BadParameter(
+                    f"{part!r} is not one of {', '.join(STATUSES)}", param_hint="--fail-on"
+                )
+            wanted.add(status)
+    return wanted
+
+
+def _read_test(test: str) -> str:
+    try:
+        data = sys.stdin.buffer.read(MAX_TEST_BYTES + 1) if test == "-" else Path(test).read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {test}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TEST_BYTES:
+        raise typer.BadParameter(f"{test} is larger than {MAX_TEST_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{test} is not UTF-8 text") from None
+    if not text.strip():
+        raise typer.BadParameter(f"{test} is empty")
+    return text
+
+
+def follow(
+    client: Client,
+    run_ids: Sequence[str],
+    *,
+    deadline_s: float,
+    on_update: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Poll the runs until each has finished; their results, in order."""
+    runs: dict[str, dict[str, Any]] = {}
+    end = time.monotonic() + deadline_s
+    while True:
+        for run_id in run_ids:
+            if runs.get(run_id, {}).get("status") not in ("finished", "cancelled"):
+                runs[run_id] = client.get(f"/v1/runs/{run_id}")
+        if on_update is not None:
+            on_update(runs)
+        if all(runs[r].get("status") in ("finished", "cancelled") for r in run_ids):
+            break
+        if time.monotonic() > end:
+            raise ApiError(0, "timeout", f"the runs did not finish within {deadline_s:g} s")
+        time.sleep(POLL_S)
+    results = []
+    for run_id in run_ids:
+        result = runs[run_id].get("result")
+        if result is None:  # cancelled before it finished
+            result = {"run_id": run_id, "verification_status": "PENDING",
+                      "reason_code": "cancelled", "summary": "Inconclusive: the run was cancelled"}
+        results.append(result)
+    return results
+
+
+def run(
+    test: Annotated[str, typer.Argument(help="The Kotlin instrumented test file ('-': stdin).")],
+    device: Annotated[
+        list[str] | None,
+        typer.Option("--device", "-d", help="Device selector: an id, 'all', a count, or e.g. "
+                     "'sdk>=30'. Repeatable. Default: one device."),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", help="Project a build bridge serves (project_dir).")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=1, max=3600, help="Deadline of a run, seconds.")
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write a JUnit XML report to FILE.")
+    ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option("--fail-on", help="Exit 1 when a result has this status "
+                     "(CONFIRMED, PARTIAL, REFUTED, PENDING; repeatable or comma-separated)."),
+    ] = None,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Compile, fix, run and judge a generated test on devices (the sandbox executor)."""
+    failing = _parse_fail_on(fail_on or [])
+    code = _read_test(test)
+    body: dict[str, Any] = {"test_code": code}
+    if device:
+        body["device"] = list(device)
+    if project:
+        body["project_dir"] = project
+    if timeout:
+        body["timeout_s"] = timeout
+    err = Console(stderr=True)
+    with cli_errors(), Client(controller, token, timeout=60.0) as client:
+        accepted = client.request("POST", "/v1/sandbox/execute", json_body=body,
+                                  params={"wait": "false"})
+        run_ids = list(accepted["run_ids"])
+        deadline = (timeout or 600.0) + 120.0
+        if err.is_terminal:
+            with Live(console=err, transient=True, refresh_per_second=8) as live:
+
+                def show(runs: dict[str, dict[str, Any]]) -> None:
+                    table = Table.grid(padding=(0, 2))
+                    for run_id in run_ids:
+                        r = runs.get(run_id, {})
+                        where = (r.get("device") or "no device")
+                        table.add_row(f"[bold]{where}[/]", stage_of(r) if r else "queued")
+                    live.update(table)
+
+                results = follow(client, run_ids, deadline_s=deadline, on_update=show)
+        else:
+            results = follow(client, run_ids, deadline_s=deadline)
+    if junit is not None:
+        try:
+            write_junit(junit, results)
+        except OSError as exc:
+            typer.echo(f"error: cannot write {junit}: {exc.strerror or exc}", err=True)
+            raise typer.Exit(int(ExitCode.ERROR)) from None
+    if json_out:
+        print_json({"results": results})
+    else:
+        render_results(Console(), results)
+    if failing and any(r.get("verification_status") in failing for r in results):
+        raise typer.Exit(int(ExitCode.ERROR))
