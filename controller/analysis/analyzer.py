@@ -216,6 +216,8 @@ def _dedupe(violations: list[Violation]) -> list[Violation]:
 
 
 def _strip_ide(s: str) -> str:
+    """Drop what tools append to a thread name: IDE link text, Xposed's dagger."""
+    s = s.rstrip(" †‡")
     for suffix in _IDE_SUFFIXES:
         if s.endswith(suffix):
             return s[: -len(suffix)]

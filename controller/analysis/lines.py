@@ -294,11 +294,13 @@ def iter_lines(
             r = _match(s) if len(s) <= _HEAD else _match_long(s)
             if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
                 # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
-                joined = s + clean(raw_lines[i].rstrip()).lstrip() if s[-1:].isdigit() else ""
-                r2 = _match(joined) if joined else None
-                if r2 is not None:
-                    r, s, raw = r2, joined, raw + raw_lines[i]
-                    i += 1
+                tail = clean(raw_lines[i].rstrip()).lstrip()
+                for joined in (s + tail, s + " " + tail):   # cut inside a token, or at a space
+                    r2 = _match(joined) if len(joined) <= _HEAD else None
+                    if r2 is not None:
+                        r, s, raw = r2, joined, raw + raw_lines[i]
+                        i += 1
+                        break
             if r is not None:
                 fmt, pid, tid, level, tag, proc, msg = r
                 if fmt == "long":

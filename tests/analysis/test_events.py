@@ -233,3 +233,8 @@ def test_app_chatter_is_not_evidence():
     r = analyze(text)
     assert (r.anrs, r.crashes, r.displayed, r.violations) == ([], [], [], [])
     assert r.verification_status == "REFUTED"
+
+
+def test_xposed_dagger_on_the_thread_name():
+    text = tt("FATAL EXCEPTION: main †", "java.lang.Error: x") + tt("Application terminated.")
+    assert analyze(text).crashes[0].thread == "main"

@@ -215,3 +215,11 @@ def test_long_format_message_that_looks_like_a_prefix_and_uid():
     assert (head.pid, head.tid, head.tag) == (4321, 4339, "MyApp")
     assert first.tag == second.tag == "MyApp"
     assert second.msg == "E/Other: still the message"
+
+
+@pytest.mark.parametrize("cut", [4, 9, 6])
+def test_console_wrap_anywhere_in_the_prefix(cut):
+    line = "06-28 21:39:59.649  4321  4339 D StrictMode: x"
+    head, tail = line[:cut], line[cut:]
+    parsed = parse_lines(f"C:\\logs\\a.txt:7:{head}\n{tail}\n")
+    assert len(parsed.lines) == 1 and parsed.lines[0].pid == 4321
