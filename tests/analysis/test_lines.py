@@ -223,3 +223,10 @@ def test_console_wrap_anywhere_in_the_prefix(cut):
     head, tail = line[:cut], line[cut:]
     parsed = parse_lines(f"C:\\logs\\a.txt:7:{head}\n{tail}\n")
     assert len(parsed.lines) == 1 and parsed.lines[0].pid == 4321
+
+
+def test_studio_single_column_is_the_tag():
+    ln = one("2025-01-09 08:00:00.100  7001-7001  System.out  I  hello")
+    assert (ln.tag, ln.process) == ("System.out", None)
+    ln = one("2025-01-09 08:00:00.100  7001-7001  pid-7001  I  hello")
+    assert (ln.tag, ln.process) == (None, None)
