@@ -10,8 +10,27 @@ parameter is refused outright, so the mistake surfaces at once instead of leakin
 secret into access logs that happen to work.
 
 :func:`authorize` is THE authorization check: every device call, from REST, MCP, the web
-dashboard and the executor, goes through it. Today: admins may do anything, a bridge's owner
-anything with its devices. Lending (grants) extends it, here and nowhere else.
+dashboard and the executor, goes through it. Its rules, in order (DESIGN.md §6):
+
+1. A bridge token only connects a bridge: ``forbidden`` for anything else.
+2. Who may see the device at all: an admin, the owner of its bridge, or a user holding a
+   *live* grant on it (not revoked, ``until`` still ahead of :func:`now`). Anyone else gets
+   ``not_found``: a stranger cannot even learn that the serial exists.
+3. What they may do with it: admins and the owner anything; a borrower ``view`` and ``use``
+   but never ``lend`` (``forbidden``, rule ``borrower_cannot_lend``): a borrower cannot
+   re-lend, nor revoke the owner's loans.
+4. The token's scopes (:class:`Scope`) on top: ``view`` needs ``devices:read``, ``use``
+   ``devices:use``, ``lend`` ``devices:lend`` (``forbidden``, rule ``missing_scope``).
+
+Grants are read from the store at every call, against :func:`now` at that moment: nothing is
+cached, so a grant revoked or expired stops working at once. The clock is injectable
+(:func:`use_clock`) so tests move time instead of sleeping. :func:`visible_devices` filters a
+list in one query with the same rules; :func:`may` is :func:`authorize` as a boolean.
+
+Scopes: a token with no scopes is unrestricted (every token made before scopes existed, and
+the bootstrap token). A scoped token may do only what its scopes name; ``admin`` implies every
+other scope, and an admin user's token acts as an admin only if it is unrestricted or holds
+``admin``. A token can never mint, rotate or revoke a token with powers it does not hold.
 
 Exception tree::
 
@@ -26,18 +45,19 @@ import hashlib
 import logging
 import re
 import secrets
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends
 from fastapi.requests import HTTPConnection
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controller.store import Bridge, Store, Token, TokenKind, User, utcnow
+from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, User, utcnow
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -49,9 +69,11 @@ __all__ = [
     "Admin",
     "Authenticated",
     "BridgePrincipal",
+    "Clock",
     "DeviceRef",
     "IssuedToken",
     "Principal",
+    "Scope",
     "TokenRecord",
     "Unauthenticated",
     "UserPrincipal",
@@ -66,8 +88,15 @@ __all__ = [
     "generate_token",
     "hash_token",
     "list_tokens",
+    "live_grant_filter",
+    "may",
+    "now",
     "parse_bearer",
+    "require_scope",
     "revoke_token",
+    "rotate_token",
+    "use_clock",
+    "visible_devices",
 ]
 
 log = logging.getLogger("droidwire.controller.auth")
@@ -105,6 +134,68 @@ class Action(StrEnum):
     LEND = "lend"  # grant it to someone else (owner and admin only, never a borrower)
 
 
+class Scope(StrEnum):
+    """What a token may do, on top of what its user may do (never more)."""
+
+    DEVICES_READ = "devices:read"  # list devices, read their state
+    DEVICES_USE = "devices:use"  # shell, logcat, screenshots, input (implies devices:read)
+    DEVICES_LEND = "devices:lend"  # grant and revoke loans (implies devices:read)
+    RUNS_READ = "runs:read"  # read runs and their results
+    RUNS_WRITE = "runs:write"  # start and cancel runs (implies runs:read)
+    ADMIN = "admin"  # an admin's powers, if the user is an admin (implies every scope)
+
+
+# Each scope with the scopes it implies (itself included).
+_IMPLIED: dict[Scope, frozenset[Scope]] = {
+    Scope.DEVICES_READ: frozenset({Scope.DEVICES_READ}),
+    Scope.DEVICES_USE: frozenset({Scope.DEVICES_USE, Scope.DEVICES_READ}),
+    Scope.DEVICES_LEND: frozenset({Scope.DEVICES_LEND, Scope.DEVICES_READ}),
+    Scope.RUNS_READ: frozenset({Scope.RUNS_READ}),
+    Scope.RUNS_WRITE: frozenset({Scope.RUNS_WRITE, Scope.RUNS_READ}),
+    Scope.ADMIN: frozenset(Scope),
+}
+ALL_SCOPES: frozenset[Scope] = frozenset(Scope)
+# The scope each device action needs.
+ACTION_SCOPE: dict[Action, Scope] = {
+    Action.VIEW: Scope.DEVICES_READ,
+    Action.USE: Scope.DEVICES_USE,
+    Action.LEND: Scope.DEVICES_LEND,
+}
+
+
+def effective_scopes(scopes: Iterable[str]) -> frozenset[Scope]:
+    """What a token's stored scopes allow: none stored means all; unknown names allow nothing."""
+    names = list(scopes)
+    if not names:
+        return ALL_SCOPES
+    out: set[Scope] = set()
+    for name in names:
+        try:
+            out |= _IMPLIED[Scope(name)]
+        except ValueError:
+            continue  # a scope this version does not know grants nothing
+    return frozenset(out)
+
+
+# --- time -------------------------------------------------------------------------------
+
+Clock = Callable[[], datetime]
+_clock: Clock = utcnow
+
+
+def now() -> datetime:
+    """The current time as authorization sees it (timezone-aware UTC)."""
+    return _clock()
+
+
+def use_clock(clock: Clock | None) -> Clock:
+    """Make ``clock`` the time every grant is checked against (None: the real clock);
+    returns the clock it replaces, so a test can put it back."""
+    global _clock
+    previous, _clock = _clock, clock or utcnow
+    return previous
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The authenticated caller: a token, and the user it acts for."""
@@ -116,12 +207,19 @@ class Principal:
     user_name: str
     is_admin: bool
     bridge_id: str | None = None
-    scopes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()  # as stored on the token; empty means unrestricted
 
     @property
     def actor(self) -> str:
         """How the audit log names this caller."""
         return f"bridge:{self.name}" if self.kind is TokenKind.BRIDGE else self.user_name
+
+    @property
+    def allowed(self) -> frozenset[Scope]:
+        return effective_scopes(self.scopes)
+
+    def allows(self, scope: Scope) -> bool:
+        return scope in self.allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +250,8 @@ class IssuedToken:
     kind: TokenKind
     name: str
     secret: str = ""
+    scopes: tuple[str, ...] = ()
+    replaces: str | None = None  # rotation: the id of the token this one replaced
 
     def __repr__(self) -> str:
         return f"IssuedToken(id={self.id!r}, kind={self.kind.value!r}, name={self.name!r})"
@@ -196,21 +296,23 @@ async def authenticate(store: Store, header: str | None) -> Principal:
         if row is None or row.Token.revoked_at is not None:
             raise Unauthenticated("invalid or revoked token")
         token, user = row.Token, row.User
-        now = utcnow()
-        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        at = utcnow()
+        if token.last_used_at is None or at - token.last_used_at >= LAST_USED_RESOLUTION:
             await session.execute(
-                update(Token).where(Token.id == token.id).values(last_used_at=now)
+                update(Token).where(Token.id == token.id).values(last_used_at=at)
             )
             await session.commit()
+    scopes = tuple(token.scopes or ())
     return Principal(
         token_id=token.id,
         kind=TokenKind(token.kind),
         name=token.name,
         user_id=user.id,
         user_name=user.name,
-        is_admin=user.is_admin,
+        # A scoped token of an admin acts as an admin only if it holds the admin scope.
+        is_admin=user.is_admin and Scope.ADMIN in effective_scopes(scopes),
         bridge_id=token.bridge_id,
-        scopes=tuple(token.scopes or ()),
+        scopes=scopes,
     )
 
 
@@ -265,40 +367,205 @@ async def ensure_bootstrap_admin(store: Store, secret: str) -> None:
 
 
 async def authorize(
-    principal: Principal, device: DeviceRef, action: Action, *, store: Store
+    principal: Principal,
+    device: DeviceRef,
+    action: Action,
+    *,
+    store: Store,
+    at: datetime | None = None,
 ) -> None:
     """THE authorization check for every device call; raises :class:`RpcError` on refusal.
 
     A caller who may not even see the device gets ``not_found`` (its existence is not
-    disclosed); one who sees it but may not do this gets ``forbidden``. ``store`` is where
-    grants will be looked up when lending lands.
+    disclosed); one who sees it but may not do this gets ``forbidden`` with a ``rule``.
+    Grants are looked up in ``store`` now, at every call (``at``: the time to judge them
+    at, :func:`now` by default).
     """
-    del store  # grants: next step (issue 8)
     if principal.kind is TokenKind.BRIDGE:
         raise RpcError(
             ErrorCode.FORBIDDEN,
             "a bridge token only connects a bridge",
             {"rule": "bridge_token"},
         )
-    if principal.is_admin or principal.user_id == device.owner_id:
-        return
-    raise RpcError(ErrorCode.NOT_FOUND, f"no device {device.serial!r}")
+    if not (principal.is_admin or principal.user_id == device.owner_id):
+        if not await _holds_live_grant(store, principal.user_id, device, at or now()):
+            raise RpcError(ErrorCode.NOT_FOUND, f"no device {device.serial!r}")
+        if action is Action.LEND:
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                "a borrowed device cannot be lent or its loans changed: ask its owner",
+                {"rule": "borrower_cannot_lend"},
+            )
+    _check_scope(principal, ACTION_SCOPE[action])
+
+
+async def may(
+    principal: Principal,
+    device: DeviceRef,
+    action: Action,
+    *,
+    store: Store,
+    at: datetime | None = None,
+) -> bool:
+    """:func:`authorize` as a yes or no (for filtering; never for a refusal's message)."""
+    try:
+        await authorize(principal, device, action, store=store, at=at)
+    except RpcError:
+        return False
+    return True
+
+
+_D = TypeVar("_D")
+
+
+async def visible_devices(
+    principal: Principal,
+    devices: Sequence[_D],
+    *,
+    store: Store,
+    ref: Callable[[_D], DeviceRef],
+    at: datetime | None = None,
+) -> list[_D]:
+    """The ``devices`` that ``principal`` may view, in their order: the rules of
+    :func:`authorize` for ``view``, with the caller's live grants read in one query.
+
+    ``ref`` maps an item to its :class:`DeviceRef` (e.g. ``lambda r: r.ref``).
+    """
+    if principal.kind is TokenKind.BRIDGE or not principal.allows(Scope.DEVICES_READ):
+        return []
+    if principal.is_admin:
+        return list(devices)
+    refs = [ref(d) for d in devices]
+    if all(r.owner_id == principal.user_id for r in refs):
+        return list(devices)
+    lent = await _live_grant_keys(store, principal.user_id, at or now())
+    return [
+        d
+        for d, r in zip(devices, refs, strict=True)
+        if r.owner_id == principal.user_id or (r.bridge_id, r.serial) in lent
+    ]
+
+
+def _check_scope(principal: Principal, scope: Scope) -> None:
+    if not principal.allows(scope):
+        raise RpcError(
+            ErrorCode.FORBIDDEN,
+            f"this token lacks the {scope.value!r} scope",
+            {"rule": "missing_scope", "scope": scope.value},
+        )
+
+
+def live_grant_filter(at: datetime) -> Any:
+    """The SQL condition on :class:`Grant` for "in force at ``at``"."""
+    return (Grant.revoked_at.is_(None)) & (or_(Grant.until.is_(None), Grant.until > at))
+
+
+async def _holds_live_grant(store: Store, user_id: str, device: DeviceRef, at: datetime) -> bool:
+    query = (
+        select(Grant.id)
+        .join(Device, Grant.device_id == Device.id)
+        .join(Bridge, Device.bridge_id == Bridge.id)
+        .where(
+            Grant.user_id == user_id,
+            Device.bridge_id == device.bridge_id,
+            Device.serial == device.serial,
+            # A grant only holds while its lender still owns the bridge.
+            Grant.owner_id == Bridge.owner_id,
+            live_grant_filter(at),
+        )
+        .limit(1)
+    )
+    async with store.session() as session:
+        return (await session.execute(query)).first() is not None
+
+
+async def _live_grant_keys(store: Store, user_id: str, at: datetime) -> set[tuple[str, str]]:
+    query = (
+        select(Device.bridge_id, Device.serial)
+        .join(Grant, Grant.device_id == Device.id)
+        .join(Bridge, Device.bridge_id == Bridge.id)
+        .where(Grant.user_id == user_id, Grant.owner_id == Bridge.owner_id, live_grant_filter(at))
+    )
+    async with store.session() as session:
+        return {(b, s) for b, s in (await session.execute(query)).all()}
+
+
+def require_scope(scope: Scope) -> Callable[..., Any]:
+    """A FastAPI dependency: the caller (a user or admin token) holding ``scope``.
+
+    ``principal: Annotated[Principal, Depends(require_scope(Scope.RUNS_WRITE))]``
+    """
+
+    async def dependency(principal: UserPrincipal) -> Principal:
+        _check_scope(principal, scope)
+        return principal
+
+    return dependency
 
 
 # --- token management --------------------------------------------------------------------
 
 
+def _no_escalation(principal: Principal, scopes: Iterable[str], what: str) -> None:
+    """A token may only mint, rotate or revoke tokens whose powers it holds itself."""
+    if not effective_scopes(scopes) <= principal.allowed:
+        raise RpcError(
+            ErrorCode.FORBIDDEN,
+            f"this token cannot {what} a token with more scopes than its own",
+            {"rule": "scope_escalation"},
+        )
+
+
+def _normalize_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
+    out: set[str] = set()
+    for name in scopes:
+        try:
+            out.add(Scope(name).value)
+        except ValueError as exc:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                f"unknown scope {str(name)[:64]!r}; known: {', '.join(s.value for s in Scope)}",
+                {"field": "scopes"},
+            ) from exc
+    return tuple(sorted(out))
+
+
 async def create_token(
-    store: Store, principal: Principal, kind: TokenKind, name: str
+    store: Store,
+    principal: Principal,
+    kind: TokenKind,
+    name: str,
+    *,
+    scopes: Sequence[str] | None = None,
 ) -> IssuedToken:
     """Issue a ``user`` or ``bridge`` token named ``name`` on behalf of ``principal``.
 
     user: an admin may name anyone (a new name creates that user); a user may only add
     tokens for themselves. bridge: a new name creates a bridge owned by the caller; an
     existing bridge gets an extra token (rotation) if the caller owns it or is an admin.
+
+    scopes (user tokens only): None gives the caller's own (unrestricted for an unrestricted
+    caller); never more than the caller holds. A bridge token counts as unrestricted.
     """
     if kind not in (TokenKind.USER, TokenKind.BRIDGE):
         raise RpcError(ErrorCode.BAD_REQUEST, "kind must be 'bridge' or 'user'")
+    if kind is TokenKind.BRIDGE:
+        if scopes:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                "a bridge token has no scopes: it only connects a bridge",
+                {"field": "scopes"},
+            )
+        stored: tuple[str, ...] = ()
+    else:
+        stored = _normalize_scopes(principal.scopes if scopes is None else scopes)
+        if scopes is not None and not stored:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                "an empty scope list would be unrestricted: omit scopes for that",
+                {"field": "scopes"},
+            )
+    _no_escalation(principal, stored, "create")
     if not _NAME_RE.match(name):
         raise RpcError(
             ErrorCode.BAD_REQUEST,
@@ -343,6 +610,7 @@ async def create_token(
                 hash=hash_token(secret),
                 owner_id=owner_id,
                 bridge_id=bridge_id,
+                scopes=list(stored),
             )
             session.add(token)
             await session.flush()
@@ -352,7 +620,60 @@ async def create_token(
         raise RpcError(
             ErrorCode.CONFLICT, f"{kind.value} {name!r} was just created; retry"
         ) from exc
-    return IssuedToken(id=token_id, kind=kind, name=name, secret=secret)
+    return IssuedToken(id=token_id, kind=kind, name=name, secret=secret, scopes=stored)
+
+
+async def rotate_token(store: Store, principal: Principal, token_id: str) -> tuple[IssuedToken, Token]:
+    """Replace a live token by a new secret with the same kind, name, owner and scopes.
+
+    The old token is revoked in the same transaction: from the commit on, the old secret
+    authenticates nothing. Returns the new token (secret included, shown once) and the old
+    one as revoked (for the revocation hooks, e.g. dropping a bridge connected with it).
+    A token the caller cannot see is ``not_found``; a revoked one ``conflict``; the
+    bootstrap token is the operator's configuration and is changed there (``conflict``).
+    """
+    async with store.session() as session, session.begin():
+        old = await session.get(Token, token_id)
+        if old is None or not (principal.is_admin or old.owner_id == principal.user_id):
+            raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id!r}")
+        kind = TokenKind(old.kind)
+        if kind is TokenKind.ADMIN and old.name == BOOTSTRAP_TOKEN_NAME:
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                "the bootstrap token comes from the controller's configuration: change it there",
+                {"rule": "bootstrap_token"},
+            )
+        _no_escalation(principal, () if kind is not TokenKind.USER else old.scopes, "rotate")
+        # Conditional, so two rotations racing on one token cannot both succeed.
+        revoked = await session.execute(
+            update(Token)
+            .where(Token.id == old.id, Token.revoked_at.is_(None))
+            .values(revoked_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if revoked.rowcount != 1:  # type: ignore[attr-defined]
+            raise RpcError(ErrorCode.CONFLICT, f"token {token_id!r} is revoked: create a new one")
+        secret = generate_token(kind)
+        new = Token(
+            kind=old.kind,
+            name=old.name,
+            hash=hash_token(secret),
+            owner_id=old.owner_id,
+            bridge_id=old.bridge_id,
+            scopes=list(old.scopes or ()),
+        )
+        session.add(new)
+        await session.flush()
+        await session.refresh(old)
+        issued = IssuedToken(
+            id=new.id,
+            kind=kind,
+            name=new.name,
+            secret=secret,
+            scopes=tuple(new.scopes),
+            replaces=old.id,
+        )
+    return issued, old
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +686,7 @@ class TokenRecord:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    scopes: tuple[str, ...] = ()
 
 
 async def list_tokens(store: Store, principal: Principal) -> list[TokenRecord]:
@@ -384,6 +706,7 @@ async def list_tokens(store: Store, principal: Principal) -> list[TokenRecord]:
             created_at=t.created_at,
             last_used_at=t.last_used_at,
             revoked_at=t.revoked_at,
+            scopes=tuple(t.scopes or ()),
         )
         for t, owner in rows
     ]
@@ -395,6 +718,9 @@ async def revoke_token(store: Store, principal: Principal, token_id: str) -> Tok
         token = await session.get(Token, token_id)
         if token is None or not (principal.is_admin or token.owner_id == principal.user_id):
             raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id!r}")
+        _no_escalation(
+            principal, token.scopes or () if token.kind == TokenKind.USER.value else (), "revoke"
+        )
         if token.revoked_at is None:
             token.revoked_at = utcnow()
         return token
