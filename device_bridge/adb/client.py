@@ -24,6 +24,7 @@ import re
 import shlex
 import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -152,7 +153,15 @@ class _Client(AdbClient):  # type: ignore[misc]
         limit = timeout or self._timeout
         if limit:
             conn.conn.settimeout(limit)
+        # Every connection adbutils opens inside one of our calls (sync, list, connect…) is
+        # registered with that call, so giving up on the call shuts all of them.
+        abort: _Abort | None = getattr(_current, "abort", None)
+        if abort is not None:
+            abort.register(conn)
         return conn
+
+
+_current = threading.local()  # the _Abort of the call running in this worker thread
 
 
 class _Abort:
@@ -224,15 +233,18 @@ class AdbDevices:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="droidwire-adb")
         self._streams = threading.BoundedSemaphore(max_streams)
         self._features: dict[str, frozenset[str]] = {}
+        self._running: set[_Abort] = set()
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop the thread pool (running calls finish; their sockets have deadlines)."""
+        """Abandon running calls (their sockets are shut) and stop the thread pool."""
         if self._closed:
             return
         self._closed = True
+        for abort in list(self._running):
+            abort.abort()
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: self._pool.shutdown(wait=True, cancel_futures=True)
         )
@@ -259,15 +271,21 @@ class AdbDevices:
         abort = _Abort()
 
         def run() -> T:
+            _current.abort = abort
             try:
                 return fn(abort)
             except RpcError:
                 raise
             except Exception as exc:
+                if abort.aborted:
+                    raise RpcError(ErrorCode.CANCELLED, f"{what} was abandoned") from exc
                 raise translate(exc, serial) from exc
+            finally:
+                _current.abort = None
 
         limit = self.call_timeout_s if timeout_s is None else timeout_s
         future = asyncio.get_running_loop().run_in_executor(self._pool, run)
+        self._running.add(abort)
         try:
             async with asyncio.timeout(limit):
                 return await future
@@ -279,10 +297,16 @@ class AdbDevices:
             ) from exc
         except asyncio.CancelledError:
             abort.abort()
+            task = asyncio.current_task()
+            if self._closed and task is not None and task.cancelling() == 0:
+                # Not our caller's cancellation: aclose() dropped the queued call.
+                raise RpcError(ErrorCode.CANCELLED, f"{what}: the device layer closed") from None
             raise
+        finally:
+            self._running.discard(abort)
 
     def _connect(self, abort: _Abort, timeout: float | None) -> AdbConnection:
-        return abort.register(self._client.make_connection(timeout=timeout))
+        return self._client.make_connection(timeout=timeout)  # registered with ``abort``
 
     def _open(
         self, abort: _Abort, serial: str, service: str, timeout: float | None
@@ -312,17 +336,22 @@ class AdbDevices:
         env = {**os.environ, "ANDROID_ADB_SERVER_PORT": str(self.port)}
 
         def run(_: _Abort) -> None:
-            done = subprocess.run(
-                [adb_path(), "start-server"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
-            )
-            if done.returncode != 0:
-                text = (done.stderr or done.stdout).decode(errors="replace").strip()
-                raise RpcError(ErrorCode.UNAVAILABLE, f"adb start-server failed: {text[:300]}")
+            # The server daemon inherits our stdio: a pipe would stay open until it exits, so
+            # its messages go to a file instead.
+            with tempfile.TemporaryFile() as errors:
+                done = subprocess.run(
+                    [adb_path(), "start-server"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    timeout=timeout_s,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    errors.seek(0)
+                    text = errors.read(4096).decode(errors="replace").strip()
+                    raise RpcError(ErrorCode.UNAVAILABLE, f"adb start-server failed: {text[:300]}")
 
         await self._call(run, timeout_s=timeout_s + 1.0, what="adb start-server")
 

@@ -64,6 +64,11 @@ def translate(exc: BaseException, serial: str | None = None) -> RpcError:
             return RpcError(ErrorCode.NOT_FOUND, f"no such file{where}: {text}", data)
         if "permission denied" in lower or "read-only file system" in lower:
             return RpcError(ErrorCode.FORBIDDEN, f"the device refused{where}: {text}", data)
+        if lower.startswith("unknown data: b''"):
+            # check_okay() read nothing: the adb server hung up mid-request.
+            return RpcError(
+                ErrorCode.UNAVAILABLE, f"the adb server closed the connection{where}", data
+            )
         if lower in ("closed", "connection closed"):
             # The device closed the service: it refused it, or it went away under us.
             return RpcError(ErrorCode.DEVICE_OFFLINE, f"the device closed the stream{where}", data)

@@ -247,3 +247,18 @@ async def test_offline_detection_and_reconnect(
             with pytest.raises(asyncio.CancelledError):
                 await keeper_task
     assert (await devices.shell(address, ["echo", "back"])).stdout == "back\n"
+
+
+async def test_start_and_kill_a_server_on_a_private_port() -> None:
+    from tests.adb_support import free_port
+
+    layer = AdbDevices(port=free_port())
+    try:
+        await layer.start_server()
+        assert await layer.devices() == []
+        await layer.kill_server()
+        with pytest.raises(RpcError) as info:
+            await layer.devices()
+        assert info.value.code is ErrorCode.UNAVAILABLE
+    finally:
+        await layer.aclose()

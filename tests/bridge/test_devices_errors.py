@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 
@@ -28,6 +29,7 @@ from protocol.errors import ErrorCode, RpcError
         (AdbError("open failed: Permission denied", "/x"), ErrorCode.FORBIDDEN),
         (AdbError("closed"), ErrorCode.DEVICE_OFFLINE),
         (AdbError("something new"), ErrorCode.INTERNAL),
+        (AdbError("Unknown data: b''"), ErrorCode.UNAVAILABLE),
         (AdbTimeout("adb read timeout"), ErrorCode.TIMEOUT),
         (TimeoutError(), ErrorCode.TIMEOUT),
         (AdbConnectionError("connect to adb server failed"), ErrorCode.UNAVAILABLE),
@@ -82,6 +84,7 @@ class SilentServer:
         self.port = self.sock.getsockname()[1]
         self.clients: list[socket.socket] = []
         self.closed = threading.Event()
+        self.accepted = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -92,6 +95,7 @@ class SilentServer:
             except OSError:
                 return
             self.clients.append(conn)
+            self.accepted.set()
             threading.Thread(target=self._watch, args=(conn,), daemon=True).start()
 
     def _watch(self, conn: socket.socket) -> None:
@@ -134,3 +138,37 @@ async def test_bad_serials_are_bad_requests(serial: str) -> None:
         assert info.value.code is ErrorCode.BAD_REQUEST
     finally:
         await devices.aclose()
+
+
+async def test_aclose_abandons_running_calls() -> None:
+    server = SilentServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=600)
+    try:
+        call = asyncio.create_task(devices.devices())
+        assert await asyncio.to_thread(server.accepted.wait, 10)  # the call is in a worker
+        async with asyncio.timeout(10):
+            await devices.aclose()  # would wait for the 600 s socket timeout otherwise
+            with pytest.raises(RpcError) as info:
+                await call
+            assert info.value.code is ErrorCode.CANCELLED
+        assert server.closed.wait(10)
+    finally:
+        server.close()
+
+
+async def test_aclose_fails_queued_calls_as_cancelled() -> None:
+    server = SilentServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=600, max_workers=1)
+    try:
+        first = asyncio.create_task(devices.devices())
+        assert await asyncio.to_thread(server.accepted.wait, 10)  # the only worker is busy
+        queued = asyncio.create_task(devices.devices())
+        await asyncio.sleep(0)  # let it reach the pool's queue
+        async with asyncio.timeout(10):
+            await devices.aclose()
+            for call in (first, queued):
+                with pytest.raises(RpcError) as info:
+                    await call
+                assert info.value.code is ErrorCode.CANCELLED
+    finally:
+        server.close()
