@@ -179,10 +179,10 @@ def _match(s: str) -> _Match | None:
         m = _STUDIO.match(s)
         if m:
             tag, proc = m[3], m[4]
-            # One column of the two: it is the tag (a process column is only trusted beside a
-            # tag column, since a dotted tag looks like a package), unless it reads "pid-N".
-            if proc is None and tag is not None and tag.startswith("pid-"):
-                tag = None
+            if tag is None and proc is not None:
+                # One column of the two: it is the tag (a process column is only trusted beside
+                # a tag column, since a dotted tag looks like a package), unless it is "pid-N".
+                tag, proc = (None if proc.startswith("pid-") else proc), None
             if proc is not None and proc.startswith("pid-"):
                 proc = None
             return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6])
