@@ -387,7 +387,9 @@ _LOGCAT_FORMATS = frozenset(
     {"brief", "long", "process", "raw", "tag", "thread", "threadtime", "time", "epoch",
      "monotonic", "uid", "usec", "printable", "year", "zone", "color", "descriptive", "nsec"}
 )  # fmt: skip
-_LOGCAT_BUFFERS = frozenset({"main", "system", "crash", "events"})
+_LOGCAT_BUFFERS = frozenset({"main", "system", "crash", "events"})  # the shell allow-list's
+# The logcat RPC reads every buffer (§6: "all buffers"); instrument-only filters by process.
+_LOGCAT_RPC_BUFFERS = _LOGCAT_BUFFERS | {"radio", "kernel", "default", "all"}
 _DUMPSYS_SERVICES = frozenset({"window", "activity", "battery", "meminfo", "gfxinfo", "package"})
 # dumpsys arguments that change state rather than read it.
 _DUMPSYS_WRITES = frozenset(
@@ -757,7 +759,7 @@ class Policy:
     ) -> LogcatScope:
         """Which lines a logcat read (dump or follow) may return."""
         profile = self.check_exposed(serial)
-        unknown = set(buffers) - _LOGCAT_BUFFERS
+        unknown = set(buffers) - _LOGCAT_RPC_BUFFERS
         if unknown:
             _refuse(Rule.ARGUMENT, f"unknown logcat buffer(s) {sorted(unknown)}")
         if profile is not Profile.INSTRUMENT_ONLY:

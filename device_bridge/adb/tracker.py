@@ -21,7 +21,7 @@ from adbutils._adb import AdbConnection
 from adbutils.errors import AdbError
 
 from device_bridge.adb.client import AdbDevices
-from protocol.errors import RpcError
+from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["ABSENT", "DeviceChange", "DeviceWatcher", "NetworkKeeper"]
 
@@ -79,6 +79,7 @@ class DeviceWatcher:
 
     async def aclose(self) -> None:
         self._stop.set()
+        self._wake.set()  # a consumer waiting in __anext__ ends its iteration
         conn = self._conn
         if conn is not None:
             with contextlib.suppress(OSError, AdbError):
@@ -165,6 +166,7 @@ class DeviceWatcher:
             async for _change in self:
                 if self._snapshot is not None and self.state_of(serial) == state:
                     return
+        raise RpcError(ErrorCode.UNAVAILABLE, "the device watcher was closed")
 
 
 class NetworkKeeper:

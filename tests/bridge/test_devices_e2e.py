@@ -262,3 +262,25 @@ async def test_start_and_kill_a_server_on_a_private_port() -> None:
         assert info.value.code is ErrorCode.UNAVAILABLE
     finally:
         await layer.aclose()
+
+
+async def test_watcher_sees_a_device_come_and_go(
+    devices: AdbDevices, adb_server: AdbServer
+) -> None:
+    from tests.adb_support import connected_sim
+
+    async with devices.watch() as watcher:
+        attached = connected_sim(adb_server)
+        sim = await asyncio.to_thread(attached.__enter__)
+        try:
+            await watcher.wait_for(sim.address, "device", timeout_s=WAIT_S)
+            assert watcher.devices[sim.address] == "device"
+        finally:
+            await asyncio.to_thread(attached.__exit__, None, None, None)
+        await watcher.wait_for(sim.address, ABSENT, timeout_s=WAIT_S)
+        waiter = asyncio.create_task(watcher.wait_for("never:1", "device", timeout_s=WAIT_S))
+        await asyncio.sleep(0)
+        await watcher.aclose()
+        with pytest.raises(RpcError) as info:
+            await waiter
+        assert info.value.code is ErrorCode.UNAVAILABLE

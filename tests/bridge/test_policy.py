@@ -484,7 +484,8 @@ def test_logcat_scope_by_profile() -> None:
     assert not scope.unrestricted
     err = refused(policy(Profile.INSTRUMENT_ONLY).check_logcat, SERIAL, CommandContext())
     assert err.data is not None and err.data["rule"] == Rule.LOGCAT_SCOPE.value
-    err = refused(policy().check_logcat, SERIAL, buffers=["radio"])
+    assert policy().check_logcat(SERIAL, buffers=["radio", "kernel", "all"]).unrestricted
+    err = refused(policy().check_logcat, SERIAL, buffers=["bogus"])
     assert err.data is not None and err.data["rule"] == Rule.ARGUMENT.value
 
 
