@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.api import bridges, devices, ops, sandbox, tokens
+from controller.api import bridges, devices, grants, ops, sandbox, tokens
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
@@ -202,6 +202,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(ops.router)
     app.include_router(tokens.router)
+    app.include_router(grants.router)
     app.include_router(hub_endpoint.router)
     app.include_router(devices.router)
     app.include_router(bridges.router)
