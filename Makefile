@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.droidwire-installed
 
-.PHONY: setup test lint bench clean
+.PHONY: setup demo test lint bench clean
 
 ## setup: create .venv with the project and its dev tools (idempotent, no root)
 setup: $(STAMP)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+## demo: controller + bridge + simulated device + three sample runs (no phone, no SDK)
+demo: setup
+	$(BIN)/droidwire demo
 
 ## test: setup, then run the whole suite
 test: setup

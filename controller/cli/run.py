@@ -73,12 +73,13 @@ def stage_of(run: dict[str, Any]) -> str:
 
 
 def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
-    """The verdict table: device, verdict, blocking ms, violations, compile rounds, summary."""
-    table = Table(title="droidwire sandbox", show_lines=False)
-    for column in ("device", "verdict", "blocking", "violations", "compile rounds", "summary"):
+    """The verdict table (test, device, verdict, blocking ms, violations, compile rounds),
+    then each result's summary line."""
+    table = Table(title="droidwire sandbox")
+    for column in ("#", "test", "device", "verdict", "blocking", "violations", "compile rounds"):
         table.add_column(column, overflow="fold")
     colours = {"CONFIRMED": "red", "PARTIAL": "yellow", "REFUTED": "green", "PENDING": "blue"}
-    for r in results:
+    for n, r in enumerate(results, 1):
         device = r.get("device") or {}
         status = str(r.get("verification_status", "?"))
         blocking = r.get("blocking_time_ms", -1)
@@ -86,15 +87,20 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
         fixers = [x.get("fixer") for x in rounds if x.get("fixer")]
         round_text = str(len(rounds)) + (f" ({', '.join(fixers)})" if fixers else "")
         kinds = sorted({v.get("kind", "") for v in r.get("violations", []) if v.get("kind")})
+        test_class = str(r.get("test_class") or "-").rsplit(".", 1)[-1]
         table.add_row(
-            str(device.get("id") or device.get("serial") or "-"),
+            str(n),
+            test_class,
+            str(device.get("serial") or "-"),
             f"[{colours.get(status, 'white')}]{status}[/]",
             f"{blocking} ms" if isinstance(blocking, int) and blocking >= 0 else "-",
-            ", ".join(kinds) or str(len(r.get("strict_mode_violations") or [])),
-            round_text,
-            str(r.get("summary", "")),
+            ", ".join(kinds) or ("-" if not r.get("strict_mode_violations") else "yes"),
+            round_text or "-",
         )
     console.print(table)
+    for n, r in enumerate(results, 1):
+        reason = r.get("reason_code")
+        console.print(f"{n}. {r.get('summary', '')}" + (f"  [dim]({reason})[/]" if reason else ""))
 
 
 def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
