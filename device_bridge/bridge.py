@@ -113,6 +113,7 @@ class Bridge:
             batch_lines=self.settings.logcat_batch_lines,
             flush_s=self.settings.logcat_flush_s,
             stream_max_lines=self.settings.logcat_batch_lines * self.settings.stream_queue_batches,
+            queue_batches=self.settings.stream_queue_batches,
         )
         self.link: Link | None = None
         self.opened = asyncio.Event()
@@ -165,7 +166,8 @@ class Bridge:
         if state == "device" and self.devices is not None:
             try:
                 facts = await self.devices.info(serial)
-                return facts.to_device_info(profile)
+                info: DeviceInfo = facts.to_device_info(profile)
+                return info
             except (RpcError, ValueError) as exc:
                 log.info("device %s: facts unavailable: %s", serial, exc)
         return DeviceInfo(serial=serial, state=state[:32] or "unknown", profile=profile)

@@ -270,7 +270,8 @@ class LinkConfig:
         return cls(values=values)
 
     def settings(self, base: Settings = DEFAULTS) -> Settings:
-        return dataclasses.replace(base, **self.values)
+        changes: dict[str, Any] = dict(self.values)
+        return dataclasses.replace(base, **changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import random as _random
 import ssl as _ssl
@@ -397,7 +398,12 @@ class Link:
         writer = asyncio.create_task(self._write(ws), name="droidwire-link-writer")
         stopping = asyncio.create_task(stop.wait())
         try:
-            caps, devices = await self._describe()
+            try:
+                caps, devices = await self._describe()
+            except Exception as exc:  # a broken inventory must not take the bridge down
+                log.exception("cannot describe this bridge for hello")
+                self.drop(f"cannot build hello: {type(exc).__name__}")
+                return False, self._failure or Failure("cannot build hello")
             self.session.make_hello(software=self.software, caps=caps, devices=devices)
             self._flush()
             lost = asyncio.create_task(self._lost.wait())
@@ -580,7 +586,10 @@ class Link:
             return
         task = asyncio.create_task(self._handle(req), name=f"droidwire-rpc-{req.m}")
         self._tasks[req.id] = task
-        task.add_done_callback(lambda _t, rid=req.id: self._tasks.pop(rid, None))
+        task.add_done_callback(functools.partial(self._forget_task, req.id))
+
+    def _forget_task(self, request_id: str, _task: asyncio.Task[None]) -> None:
+        self._tasks.pop(request_id, None)
 
     async def _handle(self, req: Req) -> None:
         outcome: dict[str, Any] | RpcError

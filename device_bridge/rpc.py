@@ -26,6 +26,7 @@ link drops (:meth:`Dispatcher.end_streams`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -61,12 +62,13 @@ from protocol.methods import (
     dump,
     validate_params,
 )
+from protocol.settings import DEFAULTS
 
 if TYPE_CHECKING:
     from device_bridge.adb import AdbDevices, LineStream
     from device_bridge.build import BuildService
 
-__all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink"]
+__all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink", "StreamStats"]
 
 log = logging.getLogger("droidwire.bridge.rpc")
 
@@ -86,12 +88,23 @@ class EventSink(Protocol):
 
 
 @dataclass(eq=False)
+class StreamStats:
+    """Counters of one subscription (logs, metrics, tests). ``overflowed`` is set the first
+    time the link was too slow and batches were dropped."""
+
+    sent_batches: int = 0
+    dropped_lines: int = 0
+    overflowed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(eq=False)
 class _Subscription:
     channel: str
     serial: str
     stream: LineStream
     pids: frozenset[int] | None = None  # instrument-only scope: keep only these processes
     unsubscribed: bool = False
+    stats: StreamStats = field(default_factory=StreamStats)
     task: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -120,6 +133,7 @@ class Dispatcher:
         batch_lines: int | None = None,
         flush_s: float | None = None,
         stream_max_lines: int | None = None,
+        queue_batches: int = DEFAULTS.stream_queue_batches,
     ) -> None:
         self.policy = policy
         self.devices = devices
@@ -130,6 +144,7 @@ class Dispatcher:
         self.batch_lines = batch_lines
         self.flush_s = flush_s
         self.stream_max_lines = stream_max_lines
+        self.queue_batches = queue_batches
         self.installed: dict[str, set[str]] = {}  # serial -> packages installed through us
         self._screens: dict[str, tuple[int, int] | None] = {}
         self._subs: dict[str, _Subscription] = {}
@@ -333,23 +348,65 @@ class Dispatcher:
         return {"channel": sub.channel}
 
     async def _pump(self, sub: _Subscription, sink: EventSink) -> None:
-        await asyncio.sleep(0)  # let the subscribe result go out first
+        """Read the device's stream as fast as it comes; send batches as the link allows.
+
+        Between the two, at most ``queue_batches`` batches wait. When the link is slower than
+        the device, whole batches are dropped here and counted: the next batch sent carries
+        ``dropped`` = every line lost before it (plus what the device layer dropped), so the
+        consumer sees an explicit gap, never silent loss, and the device is never held back.
+        """
+        queue: collections.deque[LogBatch] = collections.deque()
+        ready = asyncio.Event()
+        finished = False
+
+        async def read() -> None:
+            nonlocal finished
+            gap = 0
+            try:
+                async for batch in sub.stream:
+                    lines = _only(batch.lines, sub.pids)
+                    reason = "unsubscribed" if batch.eof and sub.unsubscribed else batch.reason
+                    if len(queue) >= self.queue_batches and not batch.eof:
+                        gap += len(lines) + batch.dropped
+                        sub.stats.dropped_lines += len(lines)
+                        sub.stats.overflowed.set()
+                        continue
+                    if not lines and not batch.dropped and not gap and not batch.eof:
+                        continue
+                    queue.append(
+                        LogBatch(
+                            lines=lines, dropped=batch.dropped + gap, eof=batch.eof, reason=reason
+                        )
+                    )
+                    gap = 0
+                    ready.set()
+                    if batch.eof:
+                        break
+            finally:
+                finished = True
+                ready.set()
+
+        reader = asyncio.create_task(read(), name=f"droidwire-logcat-read-{sub.serial}")
         try:
-            async for batch in sub.stream:
-                lines = _only(batch.lines, sub.pids)
-                reason = batch.reason
-                if batch.eof and sub.unsubscribed:
-                    reason = "unsubscribed"
-                out = LogBatch(lines=lines, dropped=batch.dropped, eof=batch.eof, reason=reason)
-                if not lines and not out.dropped and not out.eof:
-                    continue
+            await asyncio.sleep(0)  # let the subscribe result go out first
+            while True:
+                while not queue:
+                    if finished:
+                        return
+                    ready.clear()
+                    await ready.wait()
+                out = queue.popleft()
                 if not await sink.emit(sub.channel, out.to_wire()):
-                    break  # the link is down: the subscription ends with it
-                if batch.eof:
-                    break
+                    return  # the link is down: the subscription ends with it
+                sub.stats.sent_batches += 1
+                if out.eof:
+                    return
         except Exception:
             log.exception("logcat stream %s failed", sub.channel)
         finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
             with contextlib.suppress(Exception):
                 await sub.stream.aclose()
             self._subs.pop(sub.channel, None)
@@ -386,6 +443,10 @@ class Dispatcher:
     @property
     def subscriptions(self) -> list[str]:
         return list(self._subs)
+
+    def stream_stats(self, channel: str) -> StreamStats | None:
+        sub = self._subs.get(channel)
+        return sub.stats if sub is not None else None
 
     # -- screen, files -------------------------------------------------------------------------
 

@@ -226,3 +226,68 @@ async def test_inventory_methods_and_capabilities(devices: AdbDevices) -> None:
     err = await refused(d, "workspace.compile", {"test_code": "class T"})
     assert err.code is ErrorCode.UNAVAILABLE
     assert set(METHODS) - methods == {"workspace.compile", "source.lookup"}
+
+
+class SlowSink(Sink):
+    """A consumer that, once ``block()``-ed, stays away until ``release`` is set (a link whose
+    send queue is full)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.release.set()
+
+    def block(self) -> None:
+        self.release.clear()
+
+    async def emit(self, ch: str, d: Any) -> bool:
+        await self.release.wait()
+        return await super().emit(ch, d)
+
+
+def has_line(tag: str) -> Any:
+    return lambda bs: any(f" {tag}" in ln for b in bs for ln in parse_log_batch(b).lines)
+
+
+async def test_a_slow_consumer_gets_a_dropped_marker_not_silent_loss(
+    adb_server: AdbServer, sim_device: ConnectedSim
+) -> None:
+    layer = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE)
+    try:
+        sink = SlowSink()
+        d = make(layer, sink=sink, batch_lines=50, stream_max_lines=100, queue_batches=4)
+        serial = sim_device.address
+        await d("device.logcat.clear", {"serial": serial})
+        ch = (await d("device.logcat.subscribe", {"serial": serial}))["channel"]
+        # the stream is flowing end to end before the consumer goes away
+        await asyncio.to_thread(sim_device.run, lambda: sim_device.device.log_burst(1, tag="Start"))
+        await sink.wait_for(ch, has_line("Start"))
+        sink.block()
+        stats = d.stream_stats(ch)
+        assert stats is not None
+        count = 3000
+        burst = asyncio.create_task(
+            asyncio.to_thread(
+                sim_device.run, lambda: sim_device.device.log_burst(count, tag="Burst")
+            )
+        )
+        async with asyncio.timeout(WAIT):
+            await stats.overflowed.wait()  # the device ran ahead of the stalled link
+        sink.release.set()
+        await burst
+        # one more line after the burst: a gap at the very end is reported with it
+        await asyncio.to_thread(sim_device.run, lambda: sim_device.device.log_burst(1, tag="End"))
+        batches = await sink.wait_for(ch, has_line("End"))
+        parsed = [parse_log_batch(b) for b in batches]
+        got = [
+            int(ln.split("line ")[1].split()[0]) for p in parsed for ln in p.lines if " Burst" in ln
+        ]
+        dropped = sum(p.dropped for p in parsed)
+        assert dropped > 0  # the queue is bounded: lines were dropped …
+        assert len(got) + dropped == count  # … and every one of them was counted
+        assert 0 < stats.dropped_lines <= dropped  # whole batches dropped at the link's side
+        assert got == sorted(got) and len(set(got)) == len(got)  # in order, no duplicate
+        assert all(len(p.lines) <= 50 for p in parsed)
+        await d.end_streams()
+    finally:
+        await layer.aclose()
