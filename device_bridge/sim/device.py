@@ -50,7 +50,7 @@ from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.logbuf import LogBuffer
 from device_bridge.sim.profiles import DeviceProfile, get_profile
-from device_bridge.sim.screen import render_png, render_raw, render_ui_xml
+from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
 
@@ -118,7 +118,8 @@ class SimDevice:
         self.packages: dict[str, InstalledPackage] = {}
         self.processes: dict[str, _Process] = {}
         self.input_log: deque[tuple[str, dict[str, Any]]] = deque(maxlen=1000)
-        self.typed_text = ""
+        self.typed_text = ""  # the focused app's text field
+        self.keyboard_shown = False
         self._rng = random.Random(seed)
         self._clock_offset = 0.0
         self._next_pid = 4000 + self._rng.randrange(3000)
@@ -503,6 +504,9 @@ class SimDevice:
         return True, total
 
     def _set_focus(self, comp: str) -> None:
+        if comp != self.focus:
+            self.typed_text = ""
+            self.keyboard_shown = False
         self.focus = comp
         if comp in self.recent:
             self.recent.remove(comp)
@@ -605,31 +609,49 @@ class SimDevice:
 
     # -- window, input, screen --------------------------------------------------------
 
-    def input_event(self, kind: str, args: dict[str, Any]) -> None:
-        self.input_log.append((kind, args))
-        if kind == "text":
-            self.typed_text += str(args["text"])
-        elif kind == "keyevent" and args["code"] == 3:  # HOME
-            self._set_focus(self.launcher)
-        elif kind == "keyevent" and args["code"] == 4:  # BACK
-            if self.focus != self.launcher and len(self.recent) > 1:
-                self.recent.pop(0)
-                self._set_focus(self.recent[0])
-        elif kind == "keyevent" and args["code"] == 67:  # DEL
-            self.typed_text = self.typed_text[:-1]
-
-    def screenshot(self, *, png: bool) -> bytes:
-        p = self.profile
-        if png:
-            return render_png(p.width, p.height, self.focus)
-        return render_raw(p.width, p.height, self.focus, sdk=p.sdk)
-
-    def ui_xml(self) -> str:
+    def screen(self) -> Screen:
+        """What is on the display now (the layout taps, screenshots and dumps share)."""
         p = self.profile
         apps = sorted(n for n, i in self.packages.items() if i.pkg.kind == "app")
-        apps += ["com.android.chrome", "com.android.settings"]
-        return render_ui_xml(p.width, p.height, self.focus, apps=apps, typed=self.typed_text,
-                             launcher=self.focus == self.launcher)
+        return Screen(p.width, p.height, self.focus, launcher=self.focus == self.launcher,
+                      apps=(*apps, "com.android.chrome", "com.android.settings"),
+                      typed=self.typed_text, keyboard=self.keyboard_shown)
+
+    def input_event(self, kind: str, args: dict[str, Any]) -> None:
+        """An ``input`` event: taps hit the on-screen layout, keys move focus, text is typed."""
+        self.input_log.append((kind, args))
+        on_launcher = self.focus == self.launcher
+        if kind == "tap":
+            node = hit(self.screen(), float(args["x"]), float(args["y"]))
+            if node is None:
+                return
+            if on_launcher and node.desc:
+                activity = ".Settings" if node.desc == "com.android.settings" else ".MainActivity"
+                self.start_activity(node.desc, activity)
+            elif node.cls == "android.widget.EditText":
+                self.keyboard_shown = True
+        elif kind == "text" and not on_launcher:
+            self.typed_text += str(args["text"])
+        elif kind == "keyevent":
+            code = args["code"]
+            if code == 3:  # HOME
+                self._set_focus(self.launcher)
+            elif code == 4:  # BACK: first the keyboard, then the activity
+                if self.keyboard_shown:
+                    self.keyboard_shown = False
+                elif not on_launcher and len(self.recent) > 1:
+                    self.recent.pop(0)
+                    self._set_focus(self.recent[0])
+            elif code == 67 and not on_launcher:  # DEL
+                self.typed_text = self.typed_text[:-1]
+
+    def screenshot(self, *, png: bool) -> bytes:
+        if png:
+            return render_png(self.screen())
+        return render_raw(self.screen(), sdk=self.profile.sdk)
+
+    def ui_xml(self) -> str:
+        return render_ui_xml(self.screen())
 
     def dumpsys(self, service: str, args: list[str]) -> str | None:
         return dumpsys(self, service, args)

@@ -35,8 +35,9 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             f"{p.height}x{p.height}\n"
             f"  mCurrentFocus=Window{{{window_hash(focus)} u0 {focus}}}\n"
             f"  mFocusedApp=ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
-            "  mInputMethodWindow=null\n"
-            f"  mHasSurface=true isReadyForDisplay()=true\n"
+            + (f"  mInputMethodWindow=Window{{{window_hash('ime')} u0 InputMethod}}\n"
+               if dev.keyboard_shown else "  mInputMethodWindow=null\n")
+            + "  mHasSurface=true isReadyForDisplay()=true\n"
         )
     if service == "activity":
         records = "\n".join(
@@ -71,6 +72,10 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             f"{p.width} x {p.height}, density {p.density}, orientation=0}}\n"
             "  mCurrentOrientation=0\n"
         )
+    if service == "input_method":
+        shown = str(dev.keyboard_shown).lower()
+        return (f"  mCurFocusedWindowClient=Window{{{window_hash(focus)} u0 {focus}}}\n"
+                f"  mInputShown={shown}\n  mShowRequested={shown}\n")
     if service == "package":
         return _package(dev, args[0] if args else "")
     if service in ("meminfo", "gfxinfo"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import struct
 import sys
 import types
+from xml.etree import ElementTree
 
 import pytest
 from PIL import Image
@@ -201,23 +203,58 @@ async def test_dumpsys_package_meminfo_and_gfxinfo():
     assert "Janky frames:" in (await sh(dev, "dumpsys gfxinfo com.example.demo")).out
 
 
-async def test_uiautomator_dump_describes_the_focused_window():
-    from xml.etree import ElementTree
+def _center(node) -> tuple[int, int]:
+    left, top, right, bottom = map(int, re.findall(r"\d+", node.get("bounds")))
+    return (left + right) // 2, (top + bottom) // 2
 
-    dev = new_device()
-    await install(dev, APP)
+
+async def _dump(dev) -> ElementTree.Element:
     out = (await sh(dev, "uiautomator dump /dev/tty")).out
     xml, _, trailer = out.rpartition("</hierarchy>")
     assert trailer == "UI hierchary dumped to: /dev/tty\n"
-    launcher = ElementTree.fromstring(xml + "</hierarchy>")
-    assert "com.example.demo" in [n.get("content-desc") for n in launcher.iter("node")]
-    await sh(dev, "am start -n com.example.demo/.MainActivity; input text hello")
+    return ElementTree.fromstring(xml + "</hierarchy>")
+
+
+async def test_what_uiautomator_shows_is_what_input_touches():
+    dev = new_device()
+    await install(dev, APP)
+    launcher = await _dump(dev)
+    icon = next(n for n in launcher.iter("node") if n.get("content-desc") == "com.example.demo")
+    assert icon.get("clickable") == "true"
+    x, y = _center(icon)
+    await sh(dev, f"input tap {x} {y}")
+    assert "u0 com.example.demo/.MainActivity}" in (await sh(dev, "dumpsys window")).out
+
+    app = await _dump(dev)
+    assert {n.get("package") for n in app.iter("node")} == {"com.example.demo"}
+    edit = next(n for n in app.iter("node") if n.get("class") == "android.widget.EditText")
+    assert edit.get("focused") == "false"
+    assert "mInputShown=false" in (await sh(dev, "dumpsys input_method")).out
+    x, y = _center(edit)
+    await sh(dev, f"input tap {x} {y}; input text hello%sthere; input keyevent DEL")
+    edit = next(n for n in (await _dump(dev)).iter("node")
+                if n.get("class") == "android.widget.EditText")
+    assert (edit.get("text"), edit.get("focused")) == ("hello ther", "true")
+    assert "mInputMethodWindow=Window{" in (await sh(dev, "dumpsys window")).out
+
+    await sh(dev, "input keyevent BACK")  # closes the keyboard first
+    assert "mInputShown=false" in (await sh(dev, "dumpsys input_method")).out
+    assert "com.example.demo/.MainActivity}" in (await sh(dev, "dumpsys window")).out
+    await sh(dev, "input keyevent BACK")  # then leaves the activity
+    assert "NexusLauncherActivity}" in (await sh(dev, "dumpsys window")).out
     assert (await sh(dev, "uiautomator dump")).out == (
         "UI hierchary dumped to: /sdcard/window_dump.xml\n")
-    app = ElementTree.fromstring(dev.files.read("/sdcard/window_dump.xml"))
-    edit = next(n for n in app.iter("node") if n.get("class") == "android.widget.EditText")
-    assert (edit.get("text"), edit.get("focused"), edit.get("bounds")[:1]) == ("hello", "true", "[")
-    assert {n.get("package") for n in app.iter("node")} == {"com.example.demo"}
+    assert dev.files.read("/sdcard/window_dump.xml").startswith(b"<?xml")
+
+
+async def test_screenshots_follow_the_screen():
+    dev = new_device()
+    await install(dev, APP)
+    home = dev.screenshot(png=True)
+    await sh(dev, "am start -n com.example.demo/.MainActivity")
+    app = dev.screenshot(png=True)
+    await sh(dev, "input text typed")
+    assert len({home, app, dev.screenshot(png=True)}) == 3
 
 
 async def test_instrument_without_r_prints_the_stream_texts(monkeypatch):
