@@ -234,17 +234,20 @@ class AdbDevices:
         self._streams = threading.BoundedSemaphore(max_streams)
         self._features: dict[str, frozenset[str]] = {}
         self._running: set[_Abort] = set()
+        self._live: set[LineStream] = set()  # open streams, ended by aclose() too
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Abandon running calls (their sockets are shut) and stop the thread pool."""
+        """Abandon running calls and open streams (their sockets are shut); stop the pool."""
         if self._closed:
             return
         self._closed = True
         for abort in list(self._running):
             abort.abort()
+        for stream in list(self._live):
+            stream.stop()
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: self._pool.shutdown(wait=True, cancel_futures=True)
         )
@@ -708,7 +711,12 @@ class AdbDevices:
         sock = conn.conn
         sock.settimeout(None)  # the reader blocks; aclose() shuts the socket to stop it
         decoder: RawDecoder | ShellV2Decoder = ShellV2Decoder() if use_v2 else RawDecoder()
-        return LineStream(
+
+        def done() -> None:
+            self._live.discard(stream)
+            self._streams.release()
+
+        stream = LineStream(
             sock,
             decoder=decoder,
             batch_lines=batch_lines or self.batch_lines,
@@ -716,8 +724,10 @@ class AdbDevices:
             max_lines=max_lines or self.stream_max_lines,
             stall_s=None if lossless else self.stall_s,
             name=name or f"{argv[0]} {serial}",
-            on_done=self._streams.release,
-        ).start()
+            on_done=done,
+        )
+        self._live.add(stream)
+        return stream.start()
 
     # -- files and packages --------------------------------------------------------------------
 

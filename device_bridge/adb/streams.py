@@ -381,10 +381,14 @@ class LineStream:
             else:
                 await self._wake.wait()
 
-    async def aclose(self) -> None:
-        """Stop reading: shut the socket (the device sees the stream close) and wait briefly."""
+    def stop(self) -> None:
+        """Stop reading without waiting (any thread): the reader sees its socket shut."""
         self.buffer.cancel()
         _shutdown(self._sock)
+
+    async def aclose(self) -> None:
+        """Stop reading: shut the socket (the device sees the stream close) and wait briefly."""
+        self.stop()
         if self._thread is not None and self._thread.is_alive():
             await asyncio.get_running_loop().run_in_executor(None, self._finished.wait, 5.0)
 

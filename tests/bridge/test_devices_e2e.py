@@ -284,3 +284,12 @@ async def test_watcher_sees_a_device_come_and_go(
         with pytest.raises(RpcError) as info:
             await waiter
         assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_aclose_ends_open_streams(adb_server: AdbServer, sim_device: ConnectedSim) -> None:
+    layer = AdbDevices(port=adb_server.port)
+    stream = await layer.logcat_follow(sim_device.address)
+    await layer.aclose()
+    async with asyncio.timeout(WAIT_S):
+        batches = [batch async for batch in stream]
+    assert batches[-1].eof and batches[-1].reason == "cancelled"
