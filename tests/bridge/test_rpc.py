@@ -291,3 +291,34 @@ async def test_a_slow_consumer_gets_a_dropped_marker_not_silent_loss(
         await d.end_streams()
     finally:
         await layer.aclose()
+
+
+async def test_compile_and_source_lookup_on_the_demo_project(tmp_path: Any) -> None:
+    from device_bridge.build import BuildService
+    from device_bridge.sim.toolchain import SimulatedToolchain
+    from device_bridge.workspace import ProjectRegistry, WorkspaceManager
+    from tests.bridge.test_build import NO_SDK, kotlin_test
+
+    manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
+    build = BuildService(manager, host=NO_SDK, simulated=SimulatedToolchain())
+    d = Dispatcher(policy=Policy(), build=build)
+    try:
+        caps = d.capabilities()
+        assert caps.build and caps.toolchain == "simulated" and not caps.devices
+        assert {"workspace.compile", "source.lookup"} <= set(caps.methods)
+        assert not DEVICE_METHODS & set(caps.methods)  # no adb layer: no device methods
+        out = await d("workspace.compile", {"test_code": kotlin_test("FormatTitleTest")})
+        validate_result("workspace.compile", out)
+        assert out["ok"] and out["toolchain"] == "simulated"
+        assert {apk["role"] for apk in out["apks"]} == {"app", "test"}
+        found = await d("source.lookup", {"names": ["loadSettingsFromDisk"]})
+        validate_result("source.lookup", found)
+        (method,) = found["methods"]
+        assert method["owner"].endswith("MainActivity") and method["line"] > 0
+        assert "fun loadSettingsFromDisk" in method["text"]
+        err = await refused(d, "source.lookup", {"project": "nope", "names": ["x"]})
+        assert err.code is ErrorCode.NOT_FOUND
+        err = await refused(d, "device.shell", {"serial": "x", "argv": ["echo"]})
+        assert err.code is ErrorCode.UNAVAILABLE
+    finally:
+        await manager.stop()
