@@ -68,8 +68,8 @@ def stage_of(run: dict[str, Any]) -> str:
             return "compiling"
         return f"fix round {max(compiles - 1, 1)}/{MAX_FIX_ROUNDS}, compiling"
     if method is not None:
-        return _STAGES.get(method, method)
-    return last["kind"]
+        return _STAGES.get(str(method), str(method))
+    return str(last["kind"])
 
 
 def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:

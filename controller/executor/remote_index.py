@@ -79,7 +79,8 @@ class RemoteSourceIndex:
             self._seen.add(key)
             package, owner = _split_owner(raw.get("owner"))
             text = raw.get("text") or ""
-            start = raw.get("line") if isinstance(raw.get("line"), int) else 0
+            line = raw.get("line")
+            start = line if isinstance(line, int) else 0
             file = str(raw.get("file") or "")
             self._methods.append(
                 MethodRecord(
