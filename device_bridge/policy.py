@@ -4,16 +4,23 @@ DESIGN.md §6, "defence in depth on the host": whatever the controller asks, the
 local config decides which devices are exposed, under which **profile**, and can pause sharing
 at once. A profile governs every RPC kind, not only shell:
 
-============== ====================== ===================== ========== ===================== ==================
-profile        shell                  logcat                screenshot install / instrument  push / pull
-                                                            / UI
-============== ====================== ===================== ========== ===================== ==================
-standard       the allow-list below   all buffers           yes        APKs sent through us  /data/local/tmp/droidwire/
-instrument-only none                  app under test only   no         yes                   no
-no-shell       none                   all                   yes        yes                   as standard
-full           any command without    all                   yes        yes                   any path
-               metacharacters
-============== ====================== ===================== ========== ===================== ==================
+================  ======================  ==================  ===========  ============  ===========
+profile           shell                   logcat              screenshot,  install,      push / pull
+                                                              UI           instrument
+================  ======================  ==================  ===========  ============  ===========
+standard          the allow-list below    all buffers         yes          APKs sent     droidwire
+                                                                           through us    folder only
+instrument-only   none                    the app under       no           yes           no
+                                          test's processes
+no-shell          none                    all buffers         yes          yes           as standard
+full              anything without        all buffers         yes          yes           any path
+                  metacharacters
+================  ======================  ==================  ===========  ============  ===========
+
+The droidwire folder is ``/data/local/tmp/droidwire/`` (:data:`DROIDWIRE_DIR`). Before any of
+that, the owner's switches: while sharing is paused every check fails ``forbidden`` (rule
+``paused``); a device the owner does not expose answers ``not_found`` (rule ``not_exposed``),
+as if it were not attached.
 
 Every check is one method of :class:`Policy` (``check_shell``, ``check_logcat``, ``check_push``…)
 and refuses by raising ``RpcError(FORBIDDEN, message, {"rule": NAME, ...})``. The rule names

@@ -586,7 +586,9 @@ class AdbDevices:
 
     async def screenshot(self, serial: str, *, timeout_s: float | None = None) -> bytes:
         """``screencap -p``: PNG bytes, checked for the PNG signature."""
-        png = await self.exec_out(serial, ["screencap", "-p"], timeout_s=timeout_s)
+        # A PNG must fit in one frame (DESIGN.md §3 limits), whatever the shell output cap is.
+        cap = DEFAULTS.max_frame_bytes - 64 * 1024
+        png = await self.exec_out(serial, ["screencap", "-p"], timeout_s=timeout_s, max_bytes=cap)
         if not png.startswith(b"\x89PNG\r\n\x1a\n"):
             raise RpcError(
                 ErrorCode.UNAVAILABLE, f"screencap on {serial} returned no PNG", {"serial": serial}
