@@ -297,3 +297,14 @@ def test_interactive_pty_shell_has_a_prompt_and_line_editing(sim_device):
         assert rest == b"exit\r\n"
     finally:
         c.close()
+
+
+def test_reconnecting_and_disconnecting(sim_device, adb_server):
+    client = adb_server.client()
+    # The server opens (and drops) a throw-away connection before saying so (§3.3).
+    assert client.connect(sim_device.address, timeout=15).startswith("already connected to")
+    assert sim_device.adb.shell("echo ok") == "ok"
+    assert client.disconnect(sim_device.address).startswith("disconnected")
+    sim_device.wait_state(None)
+    sim_device.connect()
+    assert sim_device.adb.shell("echo again") == "again"
