@@ -905,3 +905,36 @@ async def uiautomator(p: Proc) -> int:
     # (sic: the real tool's spelling)
     await p.out(f"UI hierchary dumped to: {target}\n")
     return 0
+
+
+# -- processes and time -----------------------------------------------------------------------
+
+
+@command("pidof")
+async def pidof(p: Proc) -> int:
+    pids = [str(p.device.pid_of(name)) for name in p.argv[1:] if p.device.pid_of(name)]
+    if pids:
+        await p.out(" ".join(pids) + "\n")
+    return 0 if pids else 1
+
+
+@command("ps")
+async def ps(p: Proc) -> int:
+    """toybox ``ps`` (``-A`` and column options are accepted; the columns are fixed)."""
+    names = [a for a in p.argv[1:] if not a.startswith("-")]
+    rows = ["USER           PID  PPID     VSZ    RSS WCHAN            ADDR S NAME"]
+    for user, pid, name in p.device.process_table():
+        if names and name not in names:
+            continue
+        rows.append(f"{user:<12} {pid:>5} {1 if pid < 600 else 600:>5} 14682648 102400 "
+                    f"do_epoll_wait       0 S {name}")
+    await p.out("\n".join(rows) + "\n")
+    return 0 if len(rows) > 1 or not names else 1
+
+
+@command("date")
+async def date(p: Proc) -> int:
+    now = time.gmtime(p.device.now())
+    fmt = next((a[1:] for a in p.argv[1:] if a.startswith("+")), "%a %b %d %H:%M:%S UTC %Y")
+    await p.out(time.strftime(fmt.replace("%N", "000000000"), now) + "\n")
+    return 0

@@ -533,6 +533,23 @@ class SimDevice:
                   f"Start proc {proc.pid}:{package}/u0a{uid - 10000} for {why}")
         return proc.pid
 
+    def pid_of(self, name: str) -> int | None:
+        """``pidof``: the pid of a running app (or of system_server), else None."""
+        if name == "system_server":
+            return self.system_pid
+        proc = self.processes.get(name)
+        return proc.pid if proc else None
+
+    def process_table(self) -> list[tuple[str, int, str]]:
+        """(user, pid, name) rows for ``ps``: a few system processes, then running apps."""
+        launcher_pkg = self.launcher.split("/", 1)[0]
+        rows = [("root", 1, "init"), ("logd", 300, "logd"), ("root", 600, "zygote64"),
+                ("system", self.system_pid, "system_server"),
+                ("u0_a40", self.system_pid + 400, launcher_pkg),
+                ("shell", self.shell_pid, "adbd")]
+        rows += [(f"u0_a{p.uid - 10000}", p.pid, name) for name, p in self.processes.items()]
+        return rows
+
     def start_process(self, package: str) -> int:
         return self._start(package, f"added application {package}")
 

@@ -287,3 +287,20 @@ async def test_instrument_without_r_prints_the_stream_texts(monkeypatch):
             await dev.logbuf.wait_after(dev.logbuf.last_seq)
 
     await asyncio.wait_for(finished_twice(), 5 * TIME_SCALE)
+
+
+async def test_pidof_ps_and_date_see_the_app_process():
+    dev = new_device()
+    await install(dev, APP)
+    assert (await sh(dev, "pidof com.example.demo")).code == 1
+    await sh(dev, "am start -n com.example.demo/.MainActivity")
+    pid = (await sh(dev, "pidof com.example.demo")).out.strip()
+    assert pid.isdigit()
+    logcat = (await sh(dev, f"logcat -d --pid={pid}")).out
+    assert "Start proc" not in logcat  # that line is system_server's, not the app's
+    rows = (await sh(dev, "ps -A")).out.splitlines()
+    assert rows[0].split()[:2] == ["USER", "PID"]
+    assert any(r.split()[1] == pid and r.endswith(" com.example.demo") for r in rows)
+    assert (await sh(dev, "ps -A com.nope")).code == 1
+    year = (await sh(dev, "date +%Y")).out.strip()
+    assert year.isdigit() and int(year) >= 2024
