@@ -64,19 +64,23 @@ class LineBuffer:
         self._closed = False  # reader side finished
         self._cancelled = False  # consumer side gone
         self._eof_sent = False
+        self._dropping = False  # a stall expired: drop at once until the consumer takes again
         self.reason: str | None = None
         self.total_dropped = 0
+        self.stalls = 0  # times the reader waited the full stall_s and began dropping
 
     # -- reader thread ------------------------------------------------------------------------
 
     def put(self, line: str) -> bool:
         """Store one line, waiting while full; ``False`` once the consumer has gone."""
         with self._cond:
-            if self._lines >= self.max_lines and not self._cancelled:
+            if self._lines >= self.max_lines and not self._cancelled and not self._dropping:
                 deadline = None if self.stall_s is None else time.monotonic() + self.stall_s
                 while self._lines >= self.max_lines and not self._cancelled:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
+                        self._dropping = True
+                        self.stalls += 1
                         break
                     self._cond.wait(remaining)
             if self._cancelled:
@@ -148,6 +152,8 @@ class LineBuffer:
                 self._items.popleft()
                 lines.append(item)
             self._lines -= len(lines)
+            if lines:
+                self._dropping = False
             self._first_at = time.monotonic() if self._lines else None
             self._cond.notify_all()
             eof = self._closed and not self._items

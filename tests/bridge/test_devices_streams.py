@@ -52,6 +52,21 @@ def test_buffer_drops_with_an_explicit_marker_when_the_consumer_stays_away() -> 
     assert buf.take() is None
 
 
+def test_buffer_waits_one_stall_then_drops_without_waiting_until_the_consumer_returns() -> None:
+    buf = LineBuffer(max_lines=1, batch_lines=10, stall_s=0.01)
+    for i in range(101):
+        buf.put(str(i))
+    assert buf.stalls == 1 and buf.total_dropped == 100
+    assert buf.take() == LogBatch(lines=["0"], dropped=0)
+    buf.put("101")  # room again: stored, after the marker for the gap
+    buf.put("102")  # full again: a new stall before dropping
+    assert buf.stalls == 2
+    assert buf.take() == LogBatch(lines=["101"], dropped=100)
+    assert buf.take() is None
+    buf.put("103")
+    assert buf.take() == LogBatch(lines=["103"], dropped=1)
+
+
 def test_buffer_reports_drops_at_the_end_in_the_eof_batch() -> None:
     buf = LineBuffer(max_lines=2, batch_lines=10, stall_s=0)
     for i in range(5):
