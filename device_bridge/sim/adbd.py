@@ -267,6 +267,8 @@ class Connection:
             logger.warning("device %s: closing connection: %s", self.device.serial, exc)
         except (ConnectionError, OSError):
             return
+        except Exception:  # a bug of ours: drop this transport (adb reconnects), keep serving
+            logger.exception("device %s: transport failed", self.device.serial)
         finally:
             for stream in list(self.streams.values()):
                 stream.on_close()
