@@ -202,3 +202,13 @@ async def test_open_streams_are_bounded(device, monkeypatch):
     await host.open(2, "shell:sleep 30")
     host.send(Command.OPEN, 3, 0, b"shell:echo third\0")
     assert await host.recv() == Message(Command.CLSE, 0, 3)
+
+
+async def test_accepted_sockets_disable_nagle(device):
+    import socket
+
+    host = await Host.connect(device.port)
+    await host.handshake()
+    [conn] = device._connections
+    sock = conn.writer.get_extra_info("socket")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
