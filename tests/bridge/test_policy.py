@@ -710,3 +710,21 @@ def test_parse_command_is_public_and_pure() -> None:
     assert parse_command("echo 'a b'") == ["echo", "a b"]
     with pytest.raises(RpcError):
         parse_command("echo a;b")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(max_size=40),
+    meta=st.sampled_from(_META + _LOOKALIKES),
+    where=st.integers(min_value=0, max_value=40),
+    profile=st.sampled_from(list(Profile)),
+)
+def test_any_text_with_a_metacharacter_anywhere_is_refused(
+    text: str, meta: str, where: int, profile: Profile
+) -> None:
+    where = min(where, len(text))
+    command = "echo " + text[:where] + meta + text[where:]
+    for form in (command, command.split(" ")):
+        with pytest.raises(RpcError) as info:
+            policy(profile).check_shell(SERIAL, form, CTX)
+        assert info.value.code is ErrorCode.FORBIDDEN
