@@ -273,6 +273,9 @@ class Bridge:
                 await self.build.workspaces.stop()
 
     def _on_open(self, link: Link) -> None:
+        # Streams follow the batching the controller asked for in welcome.
+        self.dispatcher.batch_lines = link.settings.logcat_batch_lines
+        self.dispatcher.flush_s = link.settings.logcat_flush_s
         self.opened.set()
 
     async def _on_lost(self, link: Link) -> None:

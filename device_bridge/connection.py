@@ -347,24 +347,21 @@ class Link:
         """Dial once and serve until the connection ends: (reached welcome, why it ended)."""
         self.attempts += 1
         self.url = url
-        s = self.settings
         log.debug("dialling %s (attempt %d)", url, self.attempts)
+        dial = asyncio.create_task(self._dial(url), name="droidwire-link-dial")
+        stopping = asyncio.create_task(stop.wait())
         try:
-            ws = await connect(
-                url,
-                subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
-                additional_headers={"Authorization": f"Bearer {self._token}"},
-                compression=None,
-                open_timeout=s.handshake_timeout_s,
-                ping_interval=s.ping_interval_s,
-                ping_timeout=s.ping_timeout_s,
-                close_timeout=s.close_timeout_s,
-                max_size=s.max_frame_bytes,
-                max_queue=64,
-                proxy=None,
-                ssl=self._ssl if url.startswith("wss://") else None,
-                user_agent_header=f"droidwire-bridge/{self.software}",
-            )
+            await asyncio.wait({dial, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not dial.done():  # stopped while dialling: do not wait for the handshake timeout
+            dial.cancel()
+            with contextlib.suppress(BaseException):
+                ws = await dial
+                await ws.close(CloseCode.GOING_AWAY, "bridge shutting down")
+            return False, Failure("stopped")
+        try:
+            ws = dial.result()
         except Exception as exc:
             return False, classify_failure(exc)
         self.connections += 1
@@ -377,6 +374,24 @@ class Link:
             with contextlib.suppress(Exception):
                 await ws.close()
             self.live -= 1
+
+    async def _dial(self, url: str) -> ClientConnection:
+        s = self.settings
+        return await connect(
+            url,
+            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+            additional_headers={"Authorization": f"Bearer {self._token}"},
+            compression=None,  # permessage-deflate costs 3x on log streams (issue 4 §6)
+            open_timeout=s.handshake_timeout_s,
+            ping_interval=s.ping_interval_s,
+            ping_timeout=s.ping_timeout_s,
+            close_timeout=s.close_timeout_s,
+            max_size=s.max_frame_bytes,
+            max_queue=64,
+            proxy=None,
+            ssl=self._ssl if url.startswith("wss://") else None,
+            user_agent_header=f"droidwire-bridge/{self.software}",
+        )
 
     async def _serve(self, ws: ClientConnection, stop: asyncio.Event) -> tuple[bool, Failure]:
         if ws.subprotocol != SUBPROTOCOL:

@@ -421,8 +421,10 @@ async def test_quick_retry_after_welcome_and_budget_reset(stop: asyncio.Event) -
                 await conn.hello()
                 await conn.close(1013, "later")
             else:
+                await conn.welcome()
+                await conn.call("ping")
                 stop.set()
-                await serve_forever(conn)
+                await conn.closed()
 
         return run
 
@@ -673,8 +675,10 @@ async def test_no_welcome_in_time_is_a_failed_attempt(stop: asyncio.Event) -> No
                 await conn.hello()
                 await conn.closed()  # silent: the bridge gives up waiting and closes
                 return
+            await conn.welcome()
+            await conn.call("ping")
             stop.set()
-            await serve_forever(conn)
+            await conn.closed()
 
         return run
 
@@ -689,3 +693,30 @@ async def test_no_welcome_in_time_is_a_failed_attempt(stop: asyncio.Event) -> No
 def test_headers_type_is_available() -> None:
     # websockets' Headers is what process_request sees; keep the import honest
     assert Headers({"a": "b"})["a"] == "b"
+
+
+async def test_stop_while_dialling_a_silent_server_returns_at_once(stop: asyncio.Event) -> None:
+    accepted = asyncio.Event()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        accepted.set()  # never answers the HTTP upgrade
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = dataclasses.replace(fast_settings(), handshake_timeout_s=60.0)
+    link = make_link([f"ws://127.0.0.1:{port}"], settings=settings)
+    try:
+        task = asyncio.create_task(link.run(stop))
+        async with asyncio.timeout(WAIT):
+            await accepted.wait()
+        stop.set()
+        async with asyncio.timeout(WAIT):  # far less than the 60 s handshake timeout
+            await task
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert link.attempts == 1 and link.connections == 0
