@@ -174,6 +174,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hub = hub
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
+        # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
+        stack.push_async_callback(sandbox.close_executor, app)
         log.info("controller ready (store %r)", store)
         yield
         log.info("controller shutting down")

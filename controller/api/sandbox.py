@@ -30,7 +30,7 @@ from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
 from controller.store import Run, RunStatus, RunStep
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["executor_of", "router"]
+__all__ = ["close_executor", "executor_of", "router"]
 
 log = logging.getLogger("droidwire.controller.api.sandbox")
 
@@ -53,6 +53,14 @@ def executor_of(request: Request) -> SandboxExecutor:
         executor = SandboxExecutor(HubGateway(hub), state.store, llm=LlmClient.from_env())
         state.executor = executor
     return executor
+
+
+async def close_executor(app: Any) -> None:
+    """Cancel the executor's background runs (app shutdown, before the hub closes)."""
+    executor: SandboxExecutor | None = getattr(app.state, "executor", None)
+    if executor is not None:
+        await executor.aclose()
+        app.state.executor = None
 
 
 async def _audit(request: Request, principal: Any, results: list[dict[str, Any]]) -> None:

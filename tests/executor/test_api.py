@@ -113,3 +113,27 @@ async def test_tools_is_the_seed_tool(client: Api) -> None:
     assert params["required"] == ["test_code"]
     assert {"test_code", "project_dir", "device", "timeout_s"} <= set(params["properties"])
     assert (await client.client.get("/v1/tools")).status_code == 401
+
+
+async def test_shutdown_cancels_background_runs(tmp_path: Path, gateway: LocalGateway) -> None:
+    from sqlalchemy import select
+
+    from controller.store import Run, Store
+
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    gateway.hang.add("device.instrument")  # the run stays in flight
+    app = with_sandbox(create_app(ControllerConfig(db_url=db, bootstrap_token=ADMIN_TOKEN)))
+    async for api in _api(app):
+        executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        app.state.executor = executor
+        body = {"test_code": llm_style_test("formatTitle()")}
+        response = await api.client.post("/v1/sandbox/execute?wait=false", json=body,
+                                          headers=ADMIN)
+        run_id = response.json()["run_id"]
+        async with asyncio.timeout(TIMEOUT):
+            while "device.instrument" not in gateway.methods_called():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    assert not executor._tasks
+    async with Store(db) as store, store.session() as session:
+        run = (await session.execute(select(Run).where(Run.id == run_id))).scalar_one()
+    assert run.status == "cancelled" and run.finished_at is not None
