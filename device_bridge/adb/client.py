@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import logging
 import os
 import re
@@ -859,7 +860,7 @@ class AdbDevices:
     ) -> InstrumentResult:
         """Run an instrumentation to its end; raw output (the controller parses it).
 
-        ``on_lines`` sees each batch as it arrives. On ``timeout`` the instrumentation is
+        ``on_lines`` (plain or async) sees each batch as it arrives. On ``timeout`` the instrumentation is
         stopped and ``timeout`` raised, with what was read so far in the error's data.
         """
         cap = self.max_output_bytes if max_output_bytes is None else max_output_bytes
@@ -872,7 +873,9 @@ class AdbDevices:
             async with asyncio.timeout(limit):
                 async for batch in stream:
                     if on_lines is not None and batch.lines:
-                        on_lines(batch.lines)
+                        pending = on_lines(batch.lines)
+                        if inspect.isawaitable(pending):
+                            await pending
                     for line in batch.lines:
                         size += len(line) + 1
                         if size > cap:
