@@ -860,8 +860,8 @@ class AdbDevices:
     ) -> InstrumentResult:
         """Run an instrumentation to its end; raw output (the controller parses it).
 
-        ``on_lines`` (plain or async) sees each batch as it arrives. On ``timeout`` the instrumentation is
-        stopped and ``timeout`` raised, with what was read so far in the error's data.
+        ``on_lines`` (plain or async) sees each batch as it arrives. Past ``timeout_s`` the
+        instrumentation is stopped and ``timeout`` raised, with the output so far in its data.
         """
         cap = self.max_output_bytes if max_output_bytes is None else max_output_bytes
         limit = self.long_timeout_s if timeout_s is None else timeout_s
