@@ -591,6 +591,14 @@ class SandboxExecutor:
             timings["run_ms"] = _ms_since(t)
         except _Abort as exc:
             abort = exc
+        except asyncio.CancelledError:
+            # Cancelled (shutdown, a client gone): still leave nothing behind on the device.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.shield(self._cleanup(gw, target, serial, app_package, installed)),
+                    self.settings.cleanup_timeout_s,
+                )
+            raise
 
         # Evidence is collected even after a failed or timed-out instrumentation: what the app
         # logged before it is still ground truth. Its own short budget, past the deadline too.

@@ -137,3 +137,5 @@ async def test_shutdown_cancels_background_runs(tmp_path: Path, gateway: LocalGa
     async with Store(db) as store, store.session() as session:
         run = (await session.execute(select(Run).where(Run.id == run_id))).scalar_one()
     assert run.status == "cancelled" and run.finished_at is not None
+    # ... and what the run had installed was removed on the way out.
+    assert gateway.methods_called()[-2:] == ["device.uninstall", "device.uninstall"]
