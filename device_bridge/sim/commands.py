@@ -873,7 +873,8 @@ async def screencap(p: Proc) -> int:
         j += 1
     if target is not None and target.endswith(".png"):
         png = True
-    data = p.device.screenshot(png=png)
+    # Encoding takes ~0.1 s: off the loop, so other streams and devices keep moving.
+    data = await asyncio.to_thread(p.device.screenshot_of(p.device.screen(), png=png))
     if target is None:
         await p.stdout.write(data)
         return 0

@@ -31,7 +31,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -663,9 +663,14 @@ class SimDevice:
                 self.typed_text = self.typed_text[:-1]
 
     def screenshot(self, *, png: bool) -> bytes:
+        return self.screenshot_of(self.screen(), png=png)()
+
+    def screenshot_of(self, screen: Screen, *, png: bool) -> Callable[[], bytes]:
+        """A renderer for ``screen`` that touches no device state (safe in a worker thread)."""
         if png:
-            return render_png(self.screen())
-        return render_raw(self.screen(), sdk=self.profile.sdk)
+            return lambda: render_png(screen)
+        sdk = self.profile.sdk
+        return lambda: render_raw(screen, sdk=sdk)
 
     def ui_xml(self) -> str:
         return render_ui_xml(self.screen())
