@@ -266,10 +266,13 @@ class SimDevice:
         """``adb shell`` without a command: a prompt and line editing on a PTY, or a script
         read line by line from stdin (``echo ls | adb shell``)."""
         shell = self._new_shell()
-        prompt = f"{self.profile.device}:/ $ ".encode()
+
+        def prompt() -> bytes:
+            return f"{self.profile.device}:{shell.cwd} $ ".encode()
+
         line = bytearray()
         if pty:
-            await stdout.write(prompt)
+            await stdout.write(prompt())
         while True:
             chunk = await stdin.read(4096)
             if not chunk:
@@ -284,7 +287,7 @@ class SimDevice:
                         await stdout.write(b"\b \b")
                 elif pty and byte == 0x03:  # ^C
                     line.clear()
-                    await stdout.write(b"^C\n" + prompt)
+                    await stdout.write(b"^C\n" + prompt())
                 elif pty and byte == 0x04 and not line:  # ^D
                     return shell.status
                 elif byte == 0x0A or (pty and byte == 0x0D):
@@ -297,7 +300,7 @@ class SimDevice:
                             return shell.status
                     line.clear()
                     if pty:
-                        await stdout.write(prompt)
+                        await stdout.write(prompt())
                 else:
                     line.append(byte)
                     if pty:

@@ -290,6 +290,10 @@ def test_interactive_pty_shell_has_a_prompt_and_line_editing(sim_device):
         while not seen.endswith(prompt):
             seen += c.conn.recv(4096)
         assert seen == b"echo hx\b \bi\r\nhi\r\n" + prompt
+        c.conn.sendall(b"cd /data/local/tmp\r")
+        seen = b""
+        while not seen.endswith(b"panther:/data/local/tmp $ "):
+            seen += c.conn.recv(4096)
         c.conn.sendall(b"exit\r")
         rest = b""
         while chunk := c.conn.recv(4096):
