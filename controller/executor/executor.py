@@ -29,18 +29,16 @@ from typing import Any
 from sqlalchemy import update
 
 from controller.analysis import (
-    AnalysisResult,
-    InstrumentationResult,
     Thresholds,
     analyze,
     parse_instrumentation,
-    pending,
 )
 from controller.auth import Action, Principal, authorize
 from controller.executor.cache import ApkCache, CompiledTest, cache_key
 from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
+from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
 from controller.executor.steps import ProgressListener, StepLog
 from controller.store import Run, RunStatus, Store, TestResult, new_id, utcnow
@@ -59,7 +57,6 @@ __all__ = [
 
 log = logging.getLogger("droidwire.controller.executor")
 
-SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of the logcat
 DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
 
 
@@ -260,7 +257,7 @@ class SandboxExecutor:
             log.exception("sandbox run %s failed", plan.run_ids)
             await steps.record("internal", "failed", error=repr(exc)[:500])
             results = [
-                self._pending(run_id, device, "internal", f"controller error: {type(exc).__name__}")
+                pending_result(run_id, device, "internal", f"controller error: {type(exc).__name__}")
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         total = _ms_since(started)
@@ -328,7 +325,7 @@ class SandboxExecutor:
             status = "skipped" if plan.abort.reason_code == "skipped" else "refused"
             await steps.record(plan.abort.reason_code, status, detail=plan.abort.detail)
             return [
-                self._pending(run_id, device, plan.abort.reason_code, plan.abort.detail)
+                pending_result(run_id, device, plan.abort.reason_code, plan.abort.detail)
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         compile_started = time.monotonic()
@@ -336,7 +333,7 @@ class SandboxExecutor:
             compiled = await self._compiled(plan, steps, deadline)
         except _Abort as abort:
             return [
-                self._pending(run_id, device, abort.reason_code, abort.detail)
+                pending_result(run_id, device, abort.reason_code, abort.detail)
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         compile_ms = _ms_since(compile_started)
@@ -347,7 +344,7 @@ class SandboxExecutor:
                 detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
                 if compiled.stop_reason and compiled.stop_reason != "max_rounds":
                     detail += f" ({compiled.stop_reason})"
-                result = self._pending(run_id, device, "compile_failed", detail)
+                result = pending_result(run_id, device, "compile_failed", detail)
                 result.update(
                     toolchain=compiled.toolchain,
                     compile_rounds=compiled.compile_rounds,
@@ -625,7 +622,7 @@ class SandboxExecutor:
         parsed = parse_instrumentation(output) if output else None
         if not logcat_ok:
             assert abort is not None
-            result = self._pending(run_id, device, abort.reason_code, abort.detail)
+            result = pending_result(run_id, device, abort.reason_code, abort.detail)
         else:
             analysis = analyze(
                 logcat,
@@ -634,7 +631,10 @@ class SandboxExecutor:
                 instrumentation=parsed,
                 completed=None if abort is None else False,
             )
-            result = self._from_analysis(run_id, device, analysis, logcat, parsed, abort)
+            result = analysed_result(
+                run_id, device, analysis, logcat, parsed,
+                (abort.reason_code, abort.detail) if abort is not None else None,
+            )
         result.update(
             toolchain=compiled.toolchain,
             compile_rounds=compiled.compile_rounds,
@@ -672,94 +672,6 @@ class SandboxExecutor:
                     target, "device.uninstall", {"serial": serial, "package": package},
                     timeout_s=limit,
                 )
-
-    # -- results -----------------------------------------------------------------------------
-
-    def _base(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
-        return {
-            "strict_mode_violations": [],
-            "has_violations": False,
-            "blocking_time_ms": -1,
-            "systrace": "",
-            "summary": "",
-            "verification_status": "PENDING",
-            "reason_code": "",
-            "run_id": run_id,
-            "device": device.describe() if device is not None else None,
-            "toolchain": None,
-            "compile_rounds": [],
-            "tests": [],
-            "anrs": [],
-            "crashes": [],
-            "issues": [],
-            "timings": {},
-        }
-
-    def _pending(
-        self, run_id: str, device: DeviceView | None, reason_code: str, detail: str
-    ) -> dict[str, Any]:
-        verdict = pending(reason_code, detail)
-        result = self._base(run_id, device)
-        result.update(
-            verification_status=verdict.status.value,
-            reason_code=verdict.reason_code,
-            summary=verdict.summary,
-        )
-        return result
-
-    def _from_analysis(
-        self,
-        run_id: str,
-        device: DeviceView,
-        analysis: AnalysisResult,
-        logcat: str,
-        parsed: InstrumentationResult | None,
-        abort: _Abort | None,
-    ) -> dict[str, Any]:
-        body = analysis.to_json()
-        result = self._base(run_id, device)
-        result.update(
-            strict_mode_violations=analysis.strict_mode_violations,
-            has_violations=analysis.has_violations,
-            blocking_time_ms=analysis.blocking_time_ms,
-            systrace=logcat[:SYSTRACE_CHARS],
-            summary=analysis.summary,
-            verification_status=analysis.verification_status,
-            reason_code=analysis.reason_code,
-            violations=body["violations"],
-            anrs=body["anrs"],
-            crashes=body["crashes"],
-            issues=body["issues"],
-            measurements=body["timings"],
-        )
-        status = analysis.verification_status
-        if status == "PENDING" and analysis.reason_code == "incomplete":
-            # No evidence and the run did not finish: say why it did not.
-            if abort is not None:
-                verdict = pending(abort.reason_code, abort.detail)
-            else:
-                message = (parsed.message if parsed else None) or "the instrumentation did not finish"
-                verdict = pending("test_crashed", message)
-            result.update(
-                verification_status=verdict.status.value,
-                reason_code=verdict.reason_code,
-                summary=f"{verdict.summary} | {analysis.summary}",
-            )
-        elif status == "REFUTED" and abort is not None:
-            verdict = pending(abort.reason_code, abort.detail)
-            result.update(
-                verification_status=verdict.status.value,
-                reason_code=verdict.reason_code,
-                summary=f"{verdict.summary} | {analysis.summary}",
-            )
-        elif status == "REFUTED" and parsed is not None and parsed.run_status not in ("ok",):
-            verdict = pending("test_crashed", parsed.message or f"run {parsed.run_status}")
-            result.update(
-                verification_status=verdict.status.value,
-                reason_code=verdict.reason_code,
-                summary=f"{verdict.summary} | {analysis.summary}",
-            )
-        return result
 
     # -- the store ---------------------------------------------------------------------------
 
