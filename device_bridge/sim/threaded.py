@@ -55,7 +55,11 @@ class ThreadedSimDevice:
             self._loop = loop
         if self.device is None:
             self.device = self.call(lambda: SimDevice(**self._kwargs))
-        self.run(self.device.start, timeout=self._timeout)
+        try:
+            self.run(self.device.start, timeout=self._timeout)
+        except BaseException:
+            self.close()  # e.g. the port is taken: do not leave the loop thread behind
+            raise
         return self
 
     def stop_device(self) -> None:

@@ -212,3 +212,15 @@ async def test_accepted_sockets_disable_nagle(device):
     [conn] = device._connections
     sock = conn.writer.get_extra_info("socket")
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_threaded_device_start_failure_leaves_no_thread():
+    import threading
+
+    from device_bridge.sim.threaded import ThreadedSimDevice
+
+    with ThreadedSimDevice(noise_interval=None) as first:
+        before = threading.active_count()
+        with pytest.raises(OSError):
+            ThreadedSimDevice(port=first.port, noise_interval=None).start()
+        assert threading.active_count() == before
