@@ -1,0 +1,115 @@
+"""Pure parts of the executor: device selectors, the remote source index, the request model,
+and the error → reason code mapping."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from controller.executor import DeviceView, ExecuteRequest, reason_for, select_devices, tool_schema
+from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
+from controller.executor.selection import parse_selector
+from protocol.errors import ErrorCode, RpcError
+
+
+def dev(bridge: str, serial: str, sdk: int | None = 34, state: str = "device",
+        model: str = "Pixel 7") -> DeviceView:
+    return DeviceView(bridge, bridge, "u", serial, state, {"sdk": sdk, "model": model})
+
+
+DEVICES = [dev("a", "s1", 30), dev("a", "s2", 34, model="Galaxy A52"), dev("b", "s1", 28),
+           dev("b", "s3", 34, state="offline")]
+
+
+def ids(picked: list[DeviceView]) -> list[str]:
+    return [d.id for d in picked]
+
+
+def test_selectors() -> None:
+    assert ids(select_devices([], DEVICES)) == ["a~s1"]
+    assert ids(select_devices(["all"], DEVICES)) == ["a~s1", "a~s2", "b~s1"]
+    assert ids(select_devices(["2"], DEVICES)) == ["a~s1", "a~s2"]
+    assert ids(select_devices(["sdk>=30"], DEVICES)) == ["a~s1", "a~s2"]
+    assert ids(select_devices(["sdk<30", "a~s2"], DEVICES)) == ["b~s1", "a~s2"]
+    assert ids(select_devices(["model=Galaxy A52"], DEVICES)) == ["a~s2"]
+    assert ids(select_devices(["s2"], DEVICES)) == ["a~s2"]
+    assert ids(select_devices(["b~s3"], DEVICES)) == []  # offline: not picked ...
+    assert ids(select_devices(["b~s3"], DEVICES, only_ready=False)) == ["b~s3"]  # ... but known
+    with pytest.raises(RpcError) as ambiguous:
+        select_devices(["s1"], DEVICES)
+    assert ambiguous.value.code is ErrorCode.CONFLICT
+    assert ambiguous.value.data["candidates"] == ["a~s1", "b~s1"]
+
+
+@pytest.mark.parametrize("bad", ["", "0", "101", "sdk>=x", "model>3", "a\nb", "x" * 201])
+def test_malformed_selectors_are_bad_requests(bad: str) -> None:
+    with pytest.raises(RpcError) as info:
+        parse_selector(bad)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_remote_index_answers_like_the_local_one() -> None:
+    index = RemoteSourceIndex([
+        {"name": "loadSettingsFromDisk", "owner": "com.droidwire.demo.MainActivity",
+         "file": "app/src/main/java/com/droidwire/demo/MainActivity.kt", "line": 51,
+         "signature": "fun loadSettingsFromDisk(): String", "text": "fun loadSettingsFromDisk(): String {\n}"},
+        {"name": "top", "owner": None, "file": "Util.kt", "line": 1},
+        {"name": 5}, {"owner": "x"},  # malformed records are skipped
+    ])
+    assert len(index) == 2
+    [m] = index.lookup("loadSettingsFromDisk")
+    assert m.owner == "MainActivity" and m.package == "com.droidwire.demo" and m.end_line == 52
+    [c] = index.find_class("MainActivity")
+    assert c.qualified_name == "com.droidwire.demo.MainActivity"
+    assert [x.name for x in index.methods_of("com.droidwire.demo.MainActivity")] == [
+        "loadSettingsFromDisk"
+    ]
+    assert index.find_class("Nope") == [] and index.lookup("nope") == []
+
+
+def test_names_to_look_up() -> None:
+    code = "package a.b\nimport x.Y\nclass T {\n  fun t() { activity.decode(1); Log.i(\"x\", \"y\") }\n}\n"
+    output = "e: file:///p/T.kt:4:24 Unresolved reference 'decode'.\n"
+    names = names_to_look_up(code, output)
+    assert names[0] == "decode"
+    assert {"Log", "T", "i"} <= set(names) and "fun" not in names and "Y" not in names
+
+
+def test_request_model() -> None:
+    ok = ExecuteRequest(test_code="class T", device=["all", "sdk>=30"], timeout_s=30)
+    assert ok.selectors == ["all", "sdk>=30"] and not ok.skipped
+    assert ExecuteRequest(test_code="x Could not generate test body y").skipped
+    for bad in ({}, {"test_code": ""}, {"test_code": "x", "extra": 1},
+                {"test_code": "x", "timeout_s": 0}, {"test_code": "x", "timeout_s": 1e9},
+                {"test_code": "x", "apks": {"app": "!!", "test": "AA=="}}):
+        with pytest.raises(ValidationError):
+            ExecuteRequest.model_validate(bad)
+    apks = {"app": base64.b64encode(b"app").decode(), "test": base64.b64encode(b"t").decode()}
+    req = ExecuteRequest.model_validate({"test_code": "x", "apks": apks})
+    assert req.apks is not None and req.apks.decoded() == (b"app", b"t")
+    assert req.for_record()["apks"] == "prebuilt"
+
+
+def test_reason_codes() -> None:
+    def err(code: ErrorCode, **data: str) -> RpcError:
+        return RpcError(code, "m", data or None)
+
+    assert reason_for(err(ErrorCode.TIMEOUT), "build") == "timeout"
+    assert reason_for(err(ErrorCode.TIMEOUT), "device") == "timeout"
+    assert reason_for(err(ErrorCode.FORBIDDEN), "build") == "compile_failed"
+    assert reason_for(err(ErrorCode.UNAVAILABLE), "build") == "bridge_unavailable"
+    assert reason_for(err(ErrorCode.UNAVAILABLE, reason="bridge_disconnected"), "device") == (
+        "bridge_unavailable"
+    )
+    assert reason_for(err(ErrorCode.DEVICE_OFFLINE), "device") == "adb_unavailable"
+    assert reason_for(err(ErrorCode.NOT_FOUND, rule="not_exposed"), "device") == "no_device"
+    assert reason_for(err(ErrorCode.NOT_FOUND), "device") == "adb_unavailable"
+
+
+def test_tool_schema_is_json() -> None:
+    tool = json.loads(json.dumps(tool_schema()))
+    assert tool["function"]["name"] == "sandbox_executor"
+    assert tool["function"]["parameters"]["required"] == ["test_code"]
