@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 
 import typer
 
@@ -36,12 +38,17 @@ def sim_device(
 
     async def serve() -> None:
         await device.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(device.stop()))
         typer.echo(
             f"simulated {device.profile.model} ({profile}, Android {device.profile.release}, "
             f"serial {device.serial}) listening on {device.address}\n"
             f"connect with: adb connect {device.address}"
         )
         await device.serve_forever()
+        typer.echo("stopped")
 
     try:
         asyncio.run(serve())

@@ -220,9 +220,13 @@ def test_sim_device_command_line(adb_server):
             assert d.getprop("ro.product.model") == "Nexus 5X"
         finally:
             client.disconnect(address)
+        proc.terminate()  # SIGTERM: a clean stop
+        out, _err = proc.communicate(timeout=10 * TIME_SCALE)
+        assert proc.returncode == 0 and out.endswith("stopped\n")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
