@@ -57,3 +57,23 @@ def test_cache_is_keyed_by_project_and_code_and_bounded() -> None:
     assert cache.get("k1") is None and cache.get("k3") is not None
     cache.put("bad", CompiledTest(ok=False, toolchain=None, app_apk=None, test_apk=None, code=""))
     assert cache.get("bad") is None
+
+
+async def test_prebuilt_apks_skip_the_compile(executor: SandboxExecutor, gateway: LocalGateway) -> None:
+    import base64
+    from pathlib import Path
+
+    from device_bridge.sim.toolchain import SimulatedToolchain
+    from device_bridge.workspace_template import template_dir
+
+    built = SimulatedToolchain().compile(Path(template_dir()), llm_style_test("saveDraftSync()"))
+    assert built.ok and built.app_apk and built.test_apk
+    apks = {"app": base64.b64encode(built.app_apk).decode(),
+            "test": base64.b64encode(built.test_apk).decode()}
+    [result] = await executor.execute(
+        ExecuteRequest.model_validate({"test_code": "prebuilt", "apks": apks})
+    )
+    assert result["verification_status"] == "CONFIRMED", result["summary"]
+    assert "DiskWrite" in result["summary"]
+    assert "workspace.compile" not in gateway.methods_called()
+    assert result["compile_rounds"] == [] and result["toolchain"] is None
