@@ -1,4 +1,10 @@
-"""``droidwire token create|list|revoke``: API and bridge tokens (DESIGN.md §9)."""
+"""``droidwire token create|list|rotate|revoke``: API and bridge tokens (DESIGN.md §9).
+
+``create --scope S`` (repeatable) limits a user token to scopes S (``devices:read``,
+``devices:use``, ``devices:lend``, ``runs:read``, ``runs:write``, ``admin``); without it the
+token has your own token's scopes. ``rotate ID`` replaces a token's secret: the new one is
+printed once, the old one stops working at once.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,9 @@ from controller.cli.client import (
 
 __all__ = ["app"]
 
-app = typer.Typer(help="Create, list and revoke API and bridge tokens.", no_args_is_help=True)
+app = typer.Typer(
+    help="Create, list, rotate and revoke API and bridge tokens.", no_args_is_help=True
+)
 
 
 class Kind(StrEnum):
@@ -34,6 +42,14 @@ class Kind(StrEnum):
 def create(
     name: Annotated[str, typer.Argument(help="Bridge name, or the user the token is for.")],
     kind: Annotated[Kind, typer.Option("--kind", help="bridge or user.")],
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            help="Limit a user token to this scope (repeatable), e.g. devices:read.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOption = False,
     controller: ControllerOption = None,
     token: TokenOption = None,
@@ -42,13 +58,38 @@ def create(
 
     The secret alone goes to stdout, so T=$(droidwire token create --kind bridge pi) works.
     """
+    body: dict[str, Any] = {"kind": kind.value, "name": name}
+    if scope:
+        body["scopes"] = scope
     with cli_errors(), Client(controller, token) as client:
-        created = client.post("/v1/tokens", {"kind": kind.value, "name": name})
+        created = client.post("/v1/tokens", body)
+    _show_secret(created, json_out, "created")
+
+
+@app.command()
+def rotate(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (see list).")],
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Replace a token's secret: the new one is printed once, the old one dies at once.
+
+    A bridge connected with the old token is disconnected: restart it with the new one.
+    """
+    with cli_errors(), Client(controller, token) as client:
+        created = client.post(f"/v1/tokens/{quote(token_id, safe='')}/rotate")
+    _show_secret(created, json_out, "rotated")
+
+
+def _show_secret(created: dict[str, Any], json_out: bool, verb: str) -> None:
     if json_out:
         print_json(created)
         return
+    scopes = created.get("scopes") or []
+    limited = f", scopes {' '.join(scopes)}" if scopes else ""
     print(
-        f"created {created['kind']} token {created['name']!r} (id {created['id']}); "
+        f"{verb} {created['kind']} token {created['name']!r} (id {created['id']}{limited}); "
         "it is shown only this once",
         file=sys.stderr,
     )
@@ -69,7 +110,7 @@ def list_(
         return
     table = Table()
     table.add_column("id", no_wrap=True, min_width=32)  # what `revoke` takes: never shortened
-    for header in ("kind", "name", "owner", "created", "last used", "status"):
+    for header in ("kind", "name", "owner", "scopes", "created", "last used", "status"):
         table.add_column(header)
     for t in tokens:
         table.add_row(
@@ -77,6 +118,7 @@ def list_(
             t["kind"],
             t["name"],
             t["owner"],
+            " ".join(t.get("scopes") or []) or "all",
             _when(t["created_at"]),
             _when(t["last_used_at"]),
             "revoked" if t["revoked"] else "active",
