@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -183,3 +186,23 @@ def test_env_example_supplies_every_required_variable_and_no_secret() -> None:
     assert set(example) == required
     assert all(value == "" for value in example.values()), "a secret is committed"
     assert ".env" in (DEPLOY / ".gitignore").read_text(encoding="utf-8").split()
+
+
+def test_nginx_accepts_the_config(tmp_path: Path) -> None:
+    """``nginx -t`` where nginx is installed (it is not a project dependency)."""
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+    if nginx is None:
+        pytest.skip("nginx is not installed")
+    # The replicas' names resolve only inside the compose network: stand in loopback addresses.
+    text = NGINX.read_text(encoding="utf-8")
+    for n, name in enumerate(CONTROLLERS, 1):
+        assert f"server {name}:" in text
+        text = text.replace(f"server {name}:", f"server 127.0.0.{n}:")
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text, encoding="utf-8")
+    done = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "error.log"),
+         "-g", f"pid {tmp_path / 'nginx.pid'};"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -5,7 +5,11 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +92,40 @@ def test_hardening(unit: configparser.ConfigParser) -> None:
     assert "HOME=/var/lib/droidwire" in service["Environment"].split()
     assert service["WorkingDirectory"] == "/var/lib/droidwire"
     assert service["EnvironmentFile"].startswith("-/etc/droidwire/")
+
+
+@pytest.fixture
+def installable_unit(tmp_path: Path) -> Path:
+    """The unit with ExecStart pointing at this checkout's console script (verify wants it)."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    script = Path(sys.executable).with_name("droidwire")
+    text = UNIT.read_text(encoding="utf-8").replace("/opt/droidwire/venv/bin/droidwire", str(script))
+    path = tmp_path / UNIT.name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_systemd_accepts_every_key(installable_unit: Path) -> None:
+    # verify exits 0 even for unknown keys: it only warns, so any output is a failure.
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(installable_unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), done.stderr
+
+
+def test_systemd_rates_the_exposure_low(installable_unit: Path) -> None:
+    done = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", str(installable_unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout)
+    if found is None:
+        pytest.skip(f"this systemd-analyze cannot rate a unit offline: {done.stderr.strip()}")
+    # 0 (locked down) … 10 (exposed); "OK" is below 5. The USB access costs a little.
+    assert float(found.group(1)) <= 3.0, done.stdout
 
 
 def test_udev_rule_gives_phones_to_the_service_group(unit: configparser.ConfigParser) -> None:
