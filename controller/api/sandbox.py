@@ -13,16 +13,19 @@
 
 The executor is built on first use from the app's hub and store (the LLM client from the
 environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); a test may set
-``app.state.executor`` itself.
+``app.state.executor`` itself. Finished runs are counted in ``droidwire_sandbox_runs_total``
+(by verdict and reason code) and timed in ``droidwire_sandbox_run_seconds``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter, Histogram
 from sqlalchemy import select
 
 from controller.auth import UserPrincipal
@@ -50,9 +53,40 @@ def executor_of(request: Request) -> SandboxExecutor:
         from controller.executor.hub_gateway import HubGateway
         from fixer import LlmClient
 
-        executor = SandboxExecutor(HubGateway(hub), state.store, llm=LlmClient.from_env())
+        executor = SandboxExecutor(
+            HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state)
+        )
         state.executor = executor
     return executor
+
+
+def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
+    """Counts finished runs by verdict and reason, and their duration, in the app's registry."""
+    metrics = getattr(state, "metrics", None)
+    if metrics is None:
+        return None
+    runs = Counter(
+        "droidwire_sandbox_runs",
+        "Sandbox runs finished, by verdict and reason code",
+        ["verdict", "reason_code"],
+        registry=metrics.registry,
+    )
+    seconds = Histogram(
+        "droidwire_sandbox_run_seconds",
+        "Wall time of a sandbox run (compile, install, run, logcat, cleanup)",
+        buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+        registry=metrics.registry,
+    )
+
+    def observe(result: dict[str, Any]) -> None:
+        runs.labels(
+            str(result.get("verification_status", "")), str(result.get("reason_code", ""))
+        ).inc()
+        total_ms = (result.get("timings") or {}).get("total_ms")
+        if isinstance(total_ms, int):
+            seconds.observe(total_ms / 1000)
+
+    return observe
 
 
 async def close_executor(app: Any) -> None:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,12 +184,14 @@ class SandboxExecutor:
         settings: ExecutorSettings | None = None,
         llm: ChatCompleter | None = None,
         cache: ApkCache | None = None,
+        observer: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.settings = settings or ExecutorSettings()
         self.llm = llm
         self.cache = cache if cache is not None else ApkCache()
+        self.observer = observer  # sees every finished result (metrics)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- public ------------------------------------------------------------------------------
@@ -264,6 +266,12 @@ class SandboxExecutor:
         for result in results:
             result["timings"].setdefault("total_ms", total)
         await self._finish(plan.run_ids, results)
+        if self.observer is not None:
+            for result in results:
+                try:
+                    self.observer(result)
+                except Exception:
+                    log.exception("result observer failed")
         steps.progress("done")
         return results
 

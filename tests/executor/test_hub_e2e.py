@@ -57,6 +57,10 @@ async def test_sandbox_run_through_the_hub(
             assert result["summary"].startswith("StrictMode violations: Network | ")
             assert result["device"]["id"] == f"desk~{sim.address}"
             assert isinstance(controller.app.state.executor.gateway, HubGateway)
+            metrics = (await controller.http.get("/metrics")).text
+            assert ('droidwire_sandbox_runs_total{reason_code="strict_mode_violation",'
+                    'verdict="CONFIRMED"} 1.0') in metrics
+            assert "droidwire_sandbox_run_seconds_count 1.0" in metrics
 
         # The bridge is gone: a new run says so instead of failing.
         response = await controller.http.post(
