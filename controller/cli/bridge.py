@@ -94,6 +94,16 @@ def bridge(
     paused: Annotated[
         bool | None, typer.Option("--paused", help="Start with sharing paused.")
     ] = None,
+    pause_file: Annotated[
+        str | None, typer.Option(help="While this file exists, sharing is paused.")
+    ] = None,
+    build_toolchain: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DROIDWIRE_BUILD_TOOLCHAIN",
+            help="Serve builds: auto, gradle or simulated (default: no builds unless [build]).",
+        ),
+    ] = None,
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -145,6 +155,8 @@ def bridge(
         "policy.expose": list(expose) if expose else None,
         "policy.profile": profile,
         "policy.paused": paused,
+        "policy.pause_file": pause_file,
+        "build.toolchain": build_toolchain,
         "link.concurrency": concurrency,
         "link.reconnect_budget_s": reconnect_budget,
         "link.backoff_first_max_s": backoff_first_max,
