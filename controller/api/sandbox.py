@@ -97,8 +97,8 @@ async def close_executor(app: Any) -> None:
         app.state.executor = None
 
 
-async def _audit(request: Request, principal: Any, results: list[dict[str, Any]]) -> None:
-    audit = getattr(request.app.state, "audit", None)
+async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> None:
+    audit = getattr(app.state, "audit", None)
     if audit is None:
         return
     for result in results:
@@ -125,13 +125,17 @@ async def execute(
     executor = executor_of(request)
     plan = await executor.plan(body, principal)
     if not wait:
-        executor.submit(plan)
+
+        async def audit(results: list[dict[str, Any]]) -> None:
+            await _audit(request.app, principal, results)
+
+        executor.submit(plan, then=audit)
         return JSONResponse(
             {"run_id": plan.run_ids[0], "run_ids": plan.run_ids, "status": RunStatus.QUEUED.value},
             status_code=202,
         )
     results = await executor.run(plan)
-    await _audit(request, principal, results)
+    await _audit(request.app, principal, results)
     return results[0] if len(results) == 1 else {"results": results}
 
 

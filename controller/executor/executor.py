@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,9 +207,22 @@ class SandboxExecutor:
         plan = await self.plan(request, principal)
         return await self.run(plan, listener=listener)
 
-    def submit(self, plan: Plan, *, listener: ProgressListener | None = None) -> None:
-        """Run ``plan`` in the background (``?wait=false``); its runs tell how it went."""
-        task = asyncio.get_running_loop().create_task(self.run(plan, listener=listener))
+    def submit(
+        self,
+        plan: Plan,
+        *,
+        listener: ProgressListener | None = None,
+        then: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run ``plan`` in the background (``?wait=false``); its runs tell how it went.
+        ``then`` gets the results (e.g. to audit them)."""
+
+        async def background() -> None:
+            results = await self.run(plan, listener=listener)
+            if then is not None:
+                await then(results)
+
+        task = asyncio.get_running_loop().create_task(background())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -71,6 +71,9 @@ async def test_execute_without_waiting_gives_run_ids(client: Api) -> None:
             await asyncio.gather(*executor._tasks, return_exceptions=True)
     run = (await client.client.get(f"/v1/runs/{run_id}", headers=ADMIN)).json()
     assert run["status"] == "finished" and run["verdict"] == "REFUTED"
+    entries = await client.app.state.audit.recent(limit=5)
+    assert any(e.action == "sandbox.execute" and e.detail.get("run_id") == run_id
+               for e in entries)
 
 
 async def test_bad_requests_and_strangers(client: Api) -> None:
