@@ -193,6 +193,7 @@ class SandboxExecutor:
         self.cache = cache if cache is not None else ApkCache()
         self.observer = observer  # sees every finished result (metrics)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._device_locks: dict[str, asyncio.Lock] = {}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -528,6 +529,35 @@ class SandboxExecutor:
             index.add(m for m in methods if isinstance(m, dict))
 
     async def _on_device(
+        self,
+        steps: StepLog,
+        run_id: str,
+        device: DeviceView,
+        compiled: CompiledTest,
+        deadline: float,
+    ) -> dict[str, Any]:
+        """One run on one device at a time: two runs installing and clearing the same app
+        would spoil each other's evidence. Waiting counts against the run's deadline."""
+        lock = self._device_locks.setdefault(device.id, asyncio.Lock())
+        waited = None
+        if lock.locked():
+            steps.progress("waiting for the device")
+            waited = await steps.begin("device_busy", device=device.id)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await lock.acquire()
+        except TimeoutError:
+            if waited is not None:
+                await steps.end(waited, "failed", detail="busy with another run until the deadline")
+            return pending_result(run_id, device, "timeout", f"{device.id} stayed busy with another run")
+        try:
+            if waited is not None:
+                await steps.end(waited, "ok")
+            return await self._on_device_locked(steps, run_id, device, compiled, deadline)
+        finally:
+            lock.release()
+
+    async def _on_device_locked(
         self,
         steps: StepLog,
         run_id: str,

@@ -82,3 +82,21 @@ async def test_result_fields_steps_and_cleanup(
     rpc = [(s.detail["method"], s.status) for s in steps if s.kind == "rpc"]
     assert rpc == [(m, "ok") for m in gateway.methods_called()]
     assert [s.seq for s in steps] == list(range(len(steps)))
+
+
+async def test_concurrent_runs_on_one_device_take_turns(
+    executor: SandboxExecutor, gateway: LocalGateway
+) -> None:
+    import asyncio
+
+    disk, fast = await asyncio.gather(
+        executor.execute(ExecuteRequest(test_code=llm_style_test("loadSettingsFromDisk()"))),
+        executor.execute(ExecuteRequest(test_code=llm_style_test("loadAvatarAsync()"))),
+    )
+    assert disk[0]["verification_status"] == "CONFIRMED"
+    assert fast[0]["verification_status"] == "REFUTED"
+    # One run's install → instrument → uninstall never interleaves with the other's.
+    device_calls = [m for m in gateway.methods_called() if m.startswith("device.")]
+    per_run = ["device.logcat.clear", "device.install", "device.install", "device.instrument",
+               "device.logcat.dump", "device.shell", "device.uninstall", "device.uninstall"]
+    assert device_calls == per_run * 2
