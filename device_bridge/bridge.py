@@ -30,7 +30,7 @@ import contextlib
 import logging
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from device_bridge.config import ConfigError, HostConfig
@@ -118,6 +118,7 @@ class Bridge:
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}
+        self._announced: list[DeviceInfo] = []  # the inventory the controller last heard
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -159,7 +160,8 @@ class Bridge:
         return [d for s, d in sorted(self._devices.items()) if self.policy.is_exposed(s)]
 
     async def _describe(self) -> tuple[Capabilities, list[DeviceInfo]]:
-        return self.dispatcher.capabilities(), self.inventory()
+        self._announced = self.inventory()
+        return self.dispatcher.capabilities(), self._announced
 
     async def _device_info(self, serial: str, state: str) -> DeviceInfo:
         profile = self.policy.profile_for(serial)
@@ -204,7 +206,9 @@ class Bridge:
     async def _announce(self) -> None:
         link = self.link
         if link is not None and link.is_open:
-            devices = [d.model_dump(mode="json", exclude_none=True) for d in self.inventory()]
+            current = self.inventory()
+            self._announced = current
+            devices = [d.model_dump(mode="json", exclude_none=True) for d in current]
             await link.emit(DEVICES_CHANNEL, {"devices": devices})
 
     # -- running -------------------------------------------------------------------------------
@@ -272,11 +276,15 @@ class Bridge:
             with contextlib.suppress(Exception):
                 await self.build.workspaces.stop()
 
-    def _on_open(self, link: Link) -> None:
+    def _on_open(self, link: Link) -> Coroutine[Any, Any, None] | None:
         # Streams follow the batching the controller asked for in welcome.
         self.dispatcher.batch_lines = link.settings.logcat_batch_lines
         self.dispatcher.flush_s = link.settings.logcat_flush_s
         self.opened.set()
+        if self.inventory() != self._announced:
+            # A change landed between hello and welcome: the controller must hear of it.
+            return self._announce()
+        return None
 
     async def _on_lost(self, link: Link) -> None:
         self.opened.clear()
