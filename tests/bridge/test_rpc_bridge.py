@@ -183,3 +183,32 @@ async def test_cli_wrong_token_exits_non_zero_after_one_attempt(adb_server: AdbS
     assert proc.returncode == 2
     assert "unauthorized" in err.decode()
     assert peer.attempts == 1
+
+
+async def test_a_change_between_hello_and_welcome_is_announced_on_open() -> None:
+    from protocol import DeviceInfo
+
+    seen: dict[str, Any] = {}
+    stop = asyncio.Event()
+    holder: dict[str, Bridge] = {}
+
+    def script(n: int) -> Script:
+        async def run(conn: PeerConn) -> None:
+            seen["hello"] = await conn.hello()
+            # the device watcher finishes a change while the controller is still answering
+            holder["bridge"]._devices["late-1"] = DeviceInfo(serial="late-1", state="device")
+            await conn.welcome()
+            seen["evt"] = await next_evt(conn, DEVICES_CHANNEL)
+            stop.set()
+            await conn.closed()
+
+        return run
+
+    async with Peer(script) as peer:
+        config = HostConfig(controller=ControllerConfig(urls=(peer.url,), token=TOKEN))
+        bridge = Bridge(config, settings=fast_settings(), devices=None, build=None)
+        holder["bridge"] = bridge
+        async with asyncio.timeout(WAIT * 3):
+            await bridge.run(stop)
+    assert seen["hello"].devices == []
+    assert [d["serial"] for d in seen["evt"].d["devices"]] == ["late-1"]
