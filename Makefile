@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.droidwire-installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench faults clean
 
 ## setup: create .venv with the project and its dev tools (idempotent, no root)
 setup: $(STAMP)
@@ -32,6 +32,11 @@ lint: setup
 ## bench: run the benchmarks in bench/ (QUICK=1 for a short run)
 bench: setup
 	$(BIN)/python -m bench $(if $(QUICK),--quick,)
+
+## faults: fault injection, fuzzing and security suite; prints a table of figures and fails on
+## any non-zero "must be 0" (FAULTS_PROFILE=ci for the short profile that `make test` runs)
+faults: setup
+	$(BIN)/python -m tests.faults.report $(if $(FAULTS_PROFILE),--profile $(FAULTS_PROFILE),)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
