@@ -173,6 +173,22 @@ def test_class_of(code: str) -> str | None:
     return f"{package}.{names[0]}" if package else names[0]
 
 
+def _error(error: dict[str, Any]) -> dict[str, Any]:
+    """A compile error as callers see it: the file relative to the project (``app/src/…``),
+    not the bridge host's own working-copy path."""
+    file = error.get("file")
+    if isinstance(file, str):
+        parts = file.replace("\\", "/").split("/")
+        at = max((i for i, part in enumerate(parts) if part == "src"), default=None)
+        error["file"] = "/".join(parts[max(at - 1, 0):]) if at is not None else parts[-1]
+    return error
+
+
+def _file_of(code: str) -> str:
+    test_class = test_class_of(code)
+    return f"{test_class.rsplit('.', 1)[-1]}.kt" if test_class else "Test.kt"
+
+
 class SandboxExecutor:
     """Runs sandbox requests against the devices a :class:`Gateway` reaches."""
 
@@ -441,7 +457,7 @@ class SandboxExecutor:
             n = state["round"]
             if n > 1:
                 fix_step = await steps.record(
-                    "fix", "ok", round=n - 1, diff=unified_diff(state["code"], code)
+                    "fix", "ok", round=n - 1, diff=unified_diff(state["code"], code, _file_of(code))
                 )
                 state["fix_steps"].append(fix_step)
             state["code"] = code
@@ -450,7 +466,7 @@ class SandboxExecutor:
             if remaining <= 0:
                 raise _Abort("timeout", f"the run's deadline passed before compile round {n}")
             limit = min(self.settings.compile_timeout_s, remaining)
-            params = {"test_code": code, "timeout_s": limit}
+            params: dict[str, Any] = {"test_code": code, "timeout_s": round(limit, 1)}
             if request.project_dir is not None:
                 params["project"] = request.project_dir
             try:
@@ -494,7 +510,7 @@ class SandboxExecutor:
             test_apk=test,
             code=loop_result.code,
             compile_rounds=[
-                {"round": r.round, "ok": r.ok, "errors": [e.to_dict() for e in r.errors],
+                {"round": r.round, "ok": r.ok, "errors": [_error(e.to_dict()) for e in r.errors],
                  "fixer": r.fixer, "diff": r.diff}
                 for r in rounds
             ],
@@ -627,7 +643,7 @@ class SandboxExecutor:
                     target,
                     "device.instrument",
                     {"serial": serial, "package": test_package, "runner": self.settings.runner,
-                     "args": args, "timeout_s": budget},
+                     "args": args, "timeout_s": round(budget, 1)},
                     timeout_s=budget + self.settings.rpc_grace_s,
                 )
                 instrument = InstrumentResult.model_validate(raw)

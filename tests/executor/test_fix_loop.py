@@ -42,6 +42,10 @@ async def test_missing_import_is_fixed_by_the_rules(
     rounds = result["compile_rounds"]
     assert [(r["round"], r["ok"], r["fixer"]) for r in rounds] == [(1, False, None), (2, True, "rules")]
     assert {e["symbol"] for e in rounds[0]["errors"]} == {"Log"}  # both Log calls
+    # Paths relative to the project: the bridge host's working copy is not the caller's business.
+    assert {e["file"] for e in rounds[0]["errors"]} == {
+        "app/src/androidTest/java/com/droidwire/demo/test/GeneratedBlockingTest.kt"
+    }
     assert "+import android.util.Log" in rounds[1]["diff"]
     assert gateway.methods_called().count("workspace.compile") == 2
 
