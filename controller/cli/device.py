@@ -68,7 +68,7 @@ def list_(
     Console(width=200).print(table)
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command()
 def shell(
     device: DeviceArg,
     args: Annotated[list[str], typer.Argument(metavar="-- ARGS…", help="The command's argv.")],

@@ -641,6 +641,9 @@ class Hub:
         if stream.ended:
             entry.streams.pop(evt.ch, None)
             entry.subscriptions.discard(stream)
+        # Let the stream's consumer run before the next frame is read: a burst read in one go
+        # would otherwise fill its queue before it had a chance to drain it.
+        await asyncio.sleep(0)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         inventory = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}

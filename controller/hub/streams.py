@@ -109,6 +109,8 @@ class LogStream:
             lines = self._resynced(lines, final=batch.eof)
         if lines:
             if len(self._queue) >= self.max_batches:
+                # Full: the lines are lost, and said so by the next chunk — at the latest the
+                # consumer's next get(), even if no other line ever comes.
                 self._dropped += len(lines)
                 self.dropped_total += len(lines)
             else:
@@ -157,6 +159,10 @@ class LogStream:
         while True:
             if self._queue:
                 return self._queue.popleft()
+            if self._dropped or self._lost:
+                chunk = LogChunk([], self._dropped, self._lost)
+                self._dropped = self._lost = 0
+                return chunk
             if self._eof is not None:
                 chunk = LogChunk([], self._dropped, self._lost, eof=True, reason=self._eof)
                 self._dropped = self._lost = 0
