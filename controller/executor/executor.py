@@ -278,8 +278,16 @@ class SandboxExecutor:
         timeout_s = plan.request.timeout_s or self.settings.default_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout_s
         await self._mark(plan.run_ids, RunStatus.RUNNING)
-        for refusal in plan.refusals:
-            await steps.record("authorize", "refused", **refusal)
+        if plan.refusals:
+            # Which devices stays out of the caller's log (they may not even see them); the
+            # controller's own log has it.
+            log.info("runs %s: refused devices %s", plan.run_ids, plan.refusals)
+            await steps.record(
+                "authorize",
+                "refused",
+                devices=len(plan.refusals),
+                codes=sorted({r["code"] for r in plan.refusals}),
+            )
         try:
             results = await self._run(plan, steps, deadline)
         except asyncio.CancelledError:
@@ -317,8 +325,8 @@ class SandboxExecutor:
                 try:
                     await authorize(principal, device.ref, Action.USE, store=self.store)
                 except RpcError as exc:
-                    # Not shown to the caller (a device they may not see stays unseen), but
-                    # written down: who was refused what, and by which rule.
+                    # Not offered to the caller (a device they may not see stays unseen),
+                    # but counted in the run's log.
                     refusals.append(
                         {"device": device.id, "code": exc.code.value, **_small(exc.data)}
                     )

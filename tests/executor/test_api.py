@@ -4,6 +4,7 @@ with the executor on the in-process gateway (real adb server, simulated device).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -96,7 +97,9 @@ async def test_bad_requests_and_strangers(client: Api) -> None:
     result = response.json()
     assert result["reason_code"] == "no_device"
     run = (await client.client.get(f"/v1/runs/{result['run_id']}", headers=as_user)).json()
-    assert any(s["kind"] == "authorize" and s["status"] == "refused" for s in run["steps"])
+    [refusal] = [s for s in run["steps"] if s["kind"] == "authorize"]
+    assert refusal["status"] == "refused" and refusal["detail"]["devices"] == 1
+    assert "127.0.0.1" not in json.dumps(run)  # which device it was is not hers to know
     # Runs are private: the admin's run is not hers to read or list.
     skipped = {"test_code": "// Could not generate test body"}
     admin_run = (await post("/v1/sandbox/execute", json=skipped, headers=ADMIN)).json()
