@@ -147,6 +147,7 @@ def classify_failure(exc: BaseException) -> Failure:
       proxy's 502, a controller's 503 while it starts).
     * A close frame received: its code decides (:func:`protocol.closecodes.classify`); no
       close frame (1006): retryable.
+    * An untrusted TLS certificate: terminal (only the owner's config can fix it).
     * Network errors, timeouts and other handshake failures: retryable.
     """
     if isinstance(exc, InvalidStatus):
@@ -167,6 +168,13 @@ def classify_failure(exc: BaseException) -> Failure:
         return Failure(f"connection closed: {text}", terminal=is_terminal(code), close_code=code)
     if isinstance(exc, InvalidURI):
         return Failure(f"bad controller URL: {exc}", terminal=True)
+    if isinstance(exc, _ssl.SSLCertVerificationError):
+        # Retrying cannot make an untrusted certificate trusted: say so and stop.
+        return Failure(
+            f"the controller's TLS certificate is not trusted: {exc.verify_message or exc}"
+            " (set controller.ca to its CA)",
+            terminal=True,
+        )
     if isinstance(exc, TimeoutError):
         return Failure("timed out connecting to the controller")
     if isinstance(exc, InvalidHandshake):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import http
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -286,6 +287,8 @@ def test_bridge_url_forms() -> None:
 def test_classifier() -> None:
     assert classify_failure(ConnectionRefusedError(111, "refused")).terminal is False
     assert classify_failure(TimeoutError()).terminal is False
+    untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    assert classify_failure(untrusted).terminal is True
 
 
 async def test_hello_welcome_and_a_call(stop: asyncio.Event) -> None:
