@@ -171,7 +171,7 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, _ssl.SSLCertVerificationError):
         # Retrying cannot make an untrusted certificate trusted: say so and stop.
         return Failure(
-            f"the controller's TLS certificate is not trusted: {exc.verify_message or exc}"
+            f"the controller's TLS certificate is not trusted: {getattr(exc, 'verify_message', None) or exc}"
             " (set controller.ca to its CA)",
             terminal=True,
         )
