@@ -425,7 +425,7 @@ class SandboxExecutor:
             )
         key = cache_key(request.project_dir, request.test_code)
         compiled, cached = await self.cache.get_or_build(
-            key, lambda: self._compile(request, plan.devices, steps, deadline)
+            key, lambda: self._compile(plan, steps, deadline)
         )
         if cached:
             await steps.record(
@@ -434,25 +434,29 @@ class SandboxExecutor:
             )
         return compiled
 
-    def _build_bridge(self, devices: Sequence[DeviceView | None]) -> BridgeView | None:
-        """A connected bridge with ``build``: the devices' own first, else any."""
-        builders = [b for b in self.gateway.bridges() if b.can_build]
-        own = {d.bridge_id for d in devices if d is not None}
-        builders.sort(key=lambda b: (b.id not in own, b.name))
+    def _build_bridge(
+        self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
+    ) -> BridgeView | None:
+        """A connected bridge with ``build`` that serves the project: the devices' own bridge
+        first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
+        project = request.project_dir
+        builders = [
+            b for b in self.gateway.bridges()
+            if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
+        ]
+        near = {d.bridge_id for d in devices if d is not None}
+        builders.sort(key=lambda b: (b.id not in near, b.owner_id != owner, b.name))
         return builders[0] if builders else None
 
-    async def _compile(
-        self,
-        request: ExecuteRequest,
-        devices: Sequence[DeviceView | None],
-        steps: StepLog,
-        deadline: float,
-    ) -> CompiledTest:
+    async def _compile(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
         loop = asyncio.get_running_loop()
-        bridge = self._build_bridge(devices)
+        request = plan.request
+        owner = plan.principal.user_id if plan.principal is not None else None
+        bridge = self._build_bridge(request, plan.devices, owner)
         if bridge is None:
-            await steps.record("compile", "refused", detail="no connected bridge can build")
-            raise _Abort("bridge_unavailable", "no connected bridge can build (capability build)")
+            what = f"project {request.project_dir}" if request.project_dir else "the test"
+            await steps.record("compile", "refused", detail=f"no connected bridge can build {what}")
+            raise _Abort("bridge_unavailable", f"no connected bridge can build {what}")
         gw = _RecordingGateway(self.gateway, steps)
         target: Target = bridge.id
         index = RemoteSourceIndex(package=None)

@@ -140,3 +140,13 @@ async def test_test_crashed(executor: SandboxExecutor, store: Store) -> None:
     async with store.session() as session:
         run = (await session.execute(select(Run).where(Run.id == result["run_id"]))).scalar_one()
     assert run.verdict == "PENDING" and run.status == "finished"
+
+
+async def test_bridge_unavailable_when_no_bridge_serves_the_project(
+    executor: SandboxExecutor, gateway: LocalGateway
+) -> None:
+    assert gateway.caps["desk"].projects == ["demo"]
+    [result] = await executor.execute(ExecuteRequest(test_code=GOOD, project_dir="shop"))
+    assert result["reason_code"] == "bridge_unavailable"
+    assert "project shop" in result["summary"]
+    assert gateway.calls == []
