@@ -24,7 +24,7 @@ def parse_header(msg: str, tag: str | None = None) -> tuple[str, str | None] | N
     """``(package, component)`` for an ``ANR in`` line (system tags, or no tag in a paste)."""
     if tag and not any(word in tag for word in ("Activity", "ANR", "Anr", "am_")):
         return None
-    m = _HEADER.match(msg.lstrip())
+    m = _HEADER.match(msg.lstrip()[:2000])
     if not m:
         return None
     return m[1], (m[2] or None)
@@ -36,5 +36,5 @@ def parse_field(msg: str) -> tuple[str, str] | None:
 
 
 def parse_am_anr(msg: str) -> tuple[int, str, str] | None:
-    m = _AM_ANR.match(msg.strip())
+    m = _AM_ANR.match(msg.strip()[:2000])
     return (int(m[1]), m[2], m[3]) if m else None

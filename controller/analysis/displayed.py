@@ -15,6 +15,7 @@ _DUR = r"\+((?:\d+m(?!s))?(?:\d+s)?(?:\d+ms)?)"
 _DISPLAYED = re.compile(
     rf"Displayed\s+(\S+/\S+?)(?:\s+for user \d+)?:\s+{_DUR}(?:\s+\(total\s+{_DUR}\))?"
 )
+_SCAN = 1000   # a Displayed line is short: never run the pattern over a pathological one
 _PARTS = re.compile(r"(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 
 
@@ -28,7 +29,7 @@ def parse_duration(text: str) -> int | None:
 
 
 def parse_displayed(msg: str) -> tuple[str, int, int | None] | None:
-    m = _DISPLAYED.match(msg.lstrip())
+    m = _DISPLAYED.match(msg.lstrip()[:_SCAN])
     if not m:
         return None
     ms = parse_duration(m[2])

@@ -13,6 +13,7 @@ import re
 
 __all__ = ["belongs_to", "parse_death", "parse_start", "start_host"]
 
+_SCAN = 2000   # these lines are short: never run a pattern over a pathological one
 _START = re.compile(r"Start proc (\d+):([^\s/{]+)")
 _HOST = re.compile(r" for [\w-]+(?: [\w-]+)?\s+\{?([\w.]+)(?:[/}\s:]|$)")
 _START_OLD = re.compile(r"Start proc ([^\s/{]+) for .*?pid=(\d+)")
@@ -27,6 +28,7 @@ _VM_DEATH = "StrictMode VmPolicy violation with POLICY_DEATH"
 
 def parse_start(msg: str, tag: str | None) -> tuple[int, str] | None:
     """``(pid, process)`` when the line announces a process start."""
+    msg = msg[:_SCAN]
     if "Start proc" in msg:
         m = _START.search(msg)
         if m:
@@ -46,6 +48,7 @@ def parse_start(msg: str, tag: str | None) -> tuple[int, str] | None:
 
 def parse_death(msg: str, pid: int | None) -> tuple[int | None, str | None, str] | None:
     """``(pid, process, reason)`` when the line reports a process dying."""
+    msg = msg[:_SCAN]
     if "Killing" in msg:
         m = _KILLING.search(msg)
         if m:
@@ -76,7 +79,7 @@ def start_host(msg: str) -> str | None:
     """The package whose component a ``Start proc`` line starts the process for
     (``… for activity {com.pkg/.Main}``, ``… for added application com.pkg``): a process with
     a custom name (``android:process="a3e.process"``) still belongs to that package."""
-    m = _HOST.search(msg)
+    m = _HOST.search(msg[:_SCAN])
     return m[1] if m else None
 
 

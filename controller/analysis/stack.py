@@ -84,7 +84,7 @@ def split_exception(line: str) -> tuple[str, str | None, str | None]:
     message = m[2] if m[2] else None
     nested = None
     if message:
-        n = _NESTED.search(message)
+        n = _NESTED.search(message[:2000])
         if n:
             nested = n[1]
     return m[1], message, nested

@@ -102,7 +102,7 @@ def kind_from_frames(frames: list[str]) -> str | None:
 
 
 def _body(body: str, duration: int | None) -> Header:
-    body = _IDE_LINK.sub("", body).strip()
+    body = _IDE_LINK.sub("", body[:2000]).strip()
     m = _CLASS.match(body)
     if not m:
         return Header("Unknown", duration, None, body or None)

@@ -31,7 +31,7 @@ def parse_elapsed(msg: str, tag: str | None) -> tuple[int, str | None] | None:
 
 def parse_test_event(msg: str) -> tuple[str, str, str] | None:
     """``(event, class, name)`` for a TestRunner line."""
-    m = _EVENT.match(msg)
+    m = _EVENT.match(msg[:2000])
     if not m:
         return None
     return m[1], m[3].strip(), m[2].strip()

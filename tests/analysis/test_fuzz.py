@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +82,28 @@ THREADTIME_LINES = st.lists(
 @given(THREADTIME_LINES, st.sampled_from([None, "org.demo"]))
 def test_fast_path_changes_nothing(text, package):
     assert analyze(text, package=package).to_json() == _slow_path(text, package)
+
+
+N = 50_000
+PATHOLOGICAL = [
+    "I ActivityManager: Displayed " + "a/" * N,
+    "11-02 09:15:01.250  1  1 I TestRunner: started: " + "a(" * N,
+    "FATAL EXCEPTION: main\njava.lang.X: " + ": a.b.C" * (N // 7),
+    "FATAL EXCEPTION: main\n" + "A" * N,
+    "FATAL EXCEPTION: main\n" + "a." * N + "!",
+    "Start proc x for " + "pid= " * N,
+    "StrictMode policy violation: " + "a." * N,
+    "Fatal signal 1 (X) " + "pid 1 (" * N,
+    "INSTRUMENTATION_STATUS: stream=" + "a" * N + "\nTime: " + "1" * N,
+    "11-02 09:15:01.250  1  1 I am_anr: [0," + "1," * N,
+    "a" + " " * N + "b",
+    "01-01 00:00:00.000 1 1 D x" + " " * N,
+    "\n".join(["StrictMode policy violation: x"] + ["\tat " + "a(" * 50] * 2000),
+]
+
+
+@pytest.mark.parametrize("text", PATHOLOGICAL, ids=range(len(PATHOLOGICAL)))
+def test_pathological_input_stays_linear(text):
+    # No timing assertion: a quadratic pattern would hang here until pytest-timeout fails it.
+    analyze(text)
+    parse_instrumentation(text)
