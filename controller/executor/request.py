@@ -64,6 +64,12 @@ class ExecuteRequest(BaseModel):
     timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = None
     apks: PrebuiltApks | None = None
 
+    @field_validator("device", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        # Agents send a count as a number ("device": 2): a selector all the same.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @field_validator("device")
     @classmethod
     def _selectors(cls, value: str | list[str] | None) -> str | list[str] | None:

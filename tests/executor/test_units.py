@@ -82,8 +82,10 @@ def test_request_model() -> None:
     ok = ExecuteRequest(test_code="class T", device=["all", "sdk>=30"], timeout_s=30)
     assert ok.selectors == ["all", "sdk>=30"] and not ok.skipped
     assert ExecuteRequest(test_code="x Could not generate test body y").skipped
+    assert ExecuteRequest.model_validate({"test_code": "x", "device": 2}).selectors == ["2"]
     for bad in ({}, {"test_code": ""}, {"test_code": "x", "extra": 1},
                 {"test_code": "x", "timeout_s": 0}, {"test_code": "x", "timeout_s": 1e9},
+                {"test_code": "x", "device": True}, {"test_code": "x", "device": ["a"] * 33},
                 {"test_code": "x", "apks": {"app": "!!", "test": "AA=="}}):
         with pytest.raises(ValidationError):
             ExecuteRequest.model_validate(bad)
