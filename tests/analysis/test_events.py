@@ -238,3 +238,9 @@ def test_app_chatter_is_not_evidence():
 def test_xposed_dagger_on_the_thread_name():
     text = tt("FATAL EXCEPTION: main †", "java.lang.Error: x") + tt("Application terminated.")
     assert analyze(text).crashes[0].thread == "main"
+
+
+def test_am_proc_start_event():
+    text = tt("[0,8123,10123,org.demo.app,activity,{org.demo.app/org.demo.app.Main}]", pid=612,
+              tid=640, tag="am_proc_start", level="I")
+    assert analyze(text, package="org.demo.app").app_pids == [8123]
