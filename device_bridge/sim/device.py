@@ -53,6 +53,7 @@ from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
+from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
 
 __all__ = ["FEATURES", "InstalledPackage", "SimDevice"]
 
@@ -131,6 +132,7 @@ class SimDevice:
         self.system_packages = (*SYSTEM_PACKAGES, self.launcher.split("/", 1)[0])
         self.recent: list[str] = [self.launcher]
         self.battery_level = 87
+        self.app_ui = DemoUi()  # the demo app's screens (ui_demo), on its own UI clock
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -560,6 +562,8 @@ class SimDevice:
         proc = self.processes.pop(package, None)
         if proc is None:
             return
+        if package == DEMO_PACKAGE:
+            self.app_ui.stopped()
         self._sys("I", "ActivityManager",
                   f"Killing {proc.pid}:{package}/u0a{proc.uid - 10000} (adj 0): {reason}")
         self.log("I", "Process", f"Sending signal. PID: {proc.pid} SIG: 9",
@@ -635,7 +639,8 @@ class SimDevice:
         apps = sorted(n for n, i in self.packages.items() if i.pkg.kind == "app")
         return Screen(p.width, p.height, self.focus, launcher=self.focus == self.launcher,
                       apps=(*apps, "com.android.chrome", "com.android.settings"),
-                      typed=self.typed_text, keyboard=self.keyboard_shown)
+                      typed=self.typed_text, keyboard=self.keyboard_shown,
+                      app_view=self.app_ui.view(self.focus))
 
     def input_event(self, kind: str, args: dict[str, Any]) -> None:
         """An ``input`` event: taps hit the on-screen layout, keys move focus, text is typed."""
@@ -648,6 +653,8 @@ class SimDevice:
             if on_launcher and node.desc:
                 activity = ".Settings" if node.desc == "com.android.settings" else ".MainActivity"
                 self.start_activity(node.desc, activity)
+            elif self.app_ui.tap(self, node):
+                pass
             elif node.cls == "android.widget.EditText":
                 self.keyboard_shown = True
         elif kind == "text" and not on_launcher:

@@ -33,6 +33,7 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             f"    init={p.width}x{p.height} {p.density}dpi cur={p.width}x{p.height} "
             f"app={p.width}x{p.height - p.height // 20} rng={p.width}x{p.width}-"
             f"{p.height}x{p.height}\n"
+            "    mCurrentRotation=ROTATION_0\n"
             f"  mCurrentFocus=Window{{{window_hash(focus)} u0 {focus}}}\n"
             f"  mFocusedApp=ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
             + (f"  mInputMethodWindow=Window{{{window_hash('ime')} u0 InputMethod}}\n"

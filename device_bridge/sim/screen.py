@@ -20,6 +20,7 @@ import io
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from PIL import Image, ImageDraw
@@ -38,6 +39,8 @@ class Screen:
     apps: tuple[str, ...] = ()  # launcher icons, in order
     typed: str = ""  # text in the focused field
     keyboard: bool = False
+    # An app's own screen (``layout(s)`` and ``draw(s)``, hashable), e.g. ui_demo.DemoView.
+    app_view: Any = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class UiNode:
     desc: str = ""
     clickable: bool = False
     focused: bool = False
+    checkable: bool = False
+    checked: bool = False
     depth: int = 2  # 0 root, 1 container, 2 widget
 
     def contains(self, x: float, y: float) -> bool:
@@ -62,6 +67,8 @@ def _bar(s: Screen) -> int:
 
 @lru_cache(maxsize=64)
 def layout(s: Screen) -> tuple[UiNode, ...]:
+    if s.app_view is not None:
+        return tuple(s.app_view.layout(s))
     pkg, _, activity = s.focus.partition("/")
     bar = _bar(s)
     nodes = [UiNode("android.widget.FrameLayout", (0, 0, s.width, s.height), depth=0)]
@@ -104,7 +111,7 @@ def render_ui_xml(s: Screen) -> str:
 
     def attrs(index: int, n: UiNode) -> str:
         flags = {
-            "checkable": False, "checked": False, "clickable": n.clickable, "enabled": True,
+            "checkable": n.checkable, "checked": n.checked, "clickable": n.clickable, "enabled": True,
             "focusable": n.clickable or n.focused, "focused": n.focused, "scrollable": False,
             "long-clickable": False, "password": False, "selected": False,
         }
@@ -125,6 +132,9 @@ def render_ui_xml(s: Screen) -> str:
 
 @lru_cache(maxsize=16)
 def _image(s: Screen) -> Image.Image:
+    if s.app_view is not None:
+        image: Image.Image = s.app_view.draw(s)
+        return image
     digest = hashlib.sha256(s.focus.encode()).digest()
     background = (digest[0] // 2 + 64, digest[1] // 2 + 64, digest[2] // 2 + 64)
     img = Image.new("RGB", (s.width, s.height), background)
