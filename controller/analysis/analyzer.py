@@ -371,7 +371,8 @@ class _State:
                                              source="am_anr"))
                 return
         if ("proc" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
-                or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg):
+                or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg
+                or tag == "am_proc_start"):
             st = parse_start(msg, tag)
             if st is not None:
                 self.procs[st[0]] = st[1]
