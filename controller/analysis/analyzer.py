@@ -8,9 +8,16 @@ from the same key ends it. Unprefixed lines inherit the key of the entry above t
 (a paste whose first line lost its prefix).
 
 Attribution (DESIGN.md §5): with a package, only the app's processes count. Its pids are learned
-from the log (``processes``) or passed by the caller; a violation or crash also counts when its
-stack runs the package's code (a bare paste has no pid). Other processes' evidence is kept apart
+from the log (``Start proc`` — including a custom-named process started for one of the package's
+components —, ``Process:`` lines, ANR ``PID:`` lines, Studio process columns; see
+``processes``) or passed by the caller. A violation from a pid nobody named counts when its stack
+runs the package's code (a bare paste has no pid); one from a pid known to be another app's never
+does. ANRs count by package, component or pid. Other processes' evidence is kept apart
 (``other_*``) and never moves the verdict.
+
+Fast path: plain threadtime lines that mention none of the evidence keywords, and continue no
+open trace, are counted without being built (``wants``); a hypothesis test checks that this
+changes no result.
 """
 
 from __future__ import annotations
