@@ -14,9 +14,14 @@ from typing import Any
 from controller.analysis import AnalysisResult, InstrumentationResult, pending
 from controller.executor.gateway import DeviceView
 
-__all__ = ["SYSTRACE_CHARS", "analysed_result", "base_result", "pending_result"]
+__all__ = ["REASON_CODES", "SYSTRACE_CHARS", "analysed_result", "base_result", "pending_result"]
 
 SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of the logcat
+#: PENDING's reason codes (DESIGN.md §5); ``internal`` only for a controller bug.
+REASON_CODES = frozenset(
+    {"skipped", "compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
+     "timeout", "test_crashed"}
+)
 
 
 def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
@@ -78,31 +83,41 @@ def analysed_result(
         issues=body["issues"],
         measurements=body["timings"],
     )
-    status = analysis.verification_status
-    if status == "PENDING" and analysis.reason_code == "incomplete":
-        # No evidence and the run did not finish: say why it did not.
-        if abort is not None:
-            verdict = pending(*abort)
-        else:
-            message = (parsed.message if parsed else None) or "the instrumentation did not finish"
-            verdict = pending("test_crashed", message)
-        result.update(
-            verification_status=verdict.status.value,
-            reason_code=verdict.reason_code,
-            summary=f"{verdict.summary} | {analysis.summary}",
-        )
-    elif status == "REFUTED" and abort is not None:
-        verdict = pending(*abort)
-        result.update(
-            verification_status=verdict.status.value,
-            reason_code=verdict.reason_code,
-            summary=f"{verdict.summary} | {analysis.summary}",
-        )
-    elif status == "REFUTED" and parsed is not None and parsed.run_status not in ("ok",):
-        verdict = pending("test_crashed", parsed.message or f"run {parsed.run_status}")
+    override = _why_no_verdict(analysis, parsed, abort)
+    if override is not None:
+        verdict = pending(*override)
         result.update(
             verification_status=verdict.status.value,
             reason_code=verdict.reason_code,
             summary=f"{verdict.summary} | {analysis.summary}",
         )
     return result
+
+
+def _why_no_verdict(
+    analysis: AnalysisResult, parsed: InstrumentationResult | None, abort: tuple[str, str] | None
+) -> tuple[str, str] | None:
+    """When the log holds no evidence and the run cannot vouch for a REFUTED — it did not run
+    to completion, or ran nothing — the PENDING reason (§5's codes only), else None.
+
+    Evidence (a violation, blocking, an ANR) always stands, however the run ended.
+    """
+    status, reason = analysis.verification_status, analysis.reason_code
+    if status == "PENDING" and reason in REASON_CODES:
+        return None  # the analysis' own test_crashed, with the exception in its summary
+    if status not in ("PENDING", "REFUTED"):
+        return None
+    if abort is not None:
+        return abort
+    if status == "PENDING" and reason == "no_log":
+        return "adb_unavailable", "the device's logcat was empty"
+    if parsed is None:
+        return "test_crashed", "the instrumentation printed nothing"
+    if parsed.run_status != "ok":
+        return "test_crashed", parsed.message or f"the instrumentation {parsed.run_status}"
+    if not parsed.tests:
+        return "test_crashed", "no test ran"
+    if status == "PENDING":
+        return "test_crashed", parsed.message or "the instrumentation did not finish"
+    return None
+

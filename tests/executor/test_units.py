@@ -115,3 +115,30 @@ def test_tool_schema_is_json() -> None:
     tool = json.loads(json.dumps(tool_schema()))
     assert tool["function"]["name"] == "sandbox_executor"
     assert tool["function"]["parameters"]["required"] == ["test_code"]
+
+
+def test_no_evidence_is_refuted_only_when_the_tests_ran_to_completion() -> None:
+    from controller.analysis import analyze, parse_instrumentation
+    from controller.executor.results import analysed_result
+
+    device = dev("a", "s1")
+    quiet = "11-30 05:00:00.000  100  100 I Other: nothing to see\n"
+    done = ("INSTRUMENTATION_STATUS: class=a.T\nINSTRUMENTATION_STATUS: test=t\n"
+            "INSTRUMENTATION_STATUS_CODE: 1\nINSTRUMENTATION_STATUS: class=a.T\n"
+            "INSTRUMENTATION_STATUS: test=t\nINSTRUMENTATION_STATUS_CODE: 0\n"
+            "INSTRUMENTATION_RESULT: stream=OK (1 test)\nINSTRUMENTATION_CODE: -1\n")
+    nothing = "INSTRUMENTATION_RESULT: stream=OK (0 tests)\nINSTRUMENTATION_CODE: -1\n"
+
+    def verdict(log: str, output: str | None, abort: tuple[str, str] | None = None) -> tuple[str, str]:
+        parsed = parse_instrumentation(output) if output else None
+        analysis = analyze(log, package="com.droidwire.demo", instrumentation=parsed)
+        r = analysed_result("r", device, analysis, log, parsed, abort)
+        return r["verification_status"], r["reason_code"]
+
+    assert verdict(quiet, done) == ("REFUTED", "no_evidence")
+    assert verdict(quiet, nothing) == ("PENDING", "test_crashed")
+    assert verdict(quiet, None) == ("PENDING", "test_crashed")
+    assert verdict("", done) == ("PENDING", "adb_unavailable")
+    assert verdict(quiet, done, ("timeout", "x")) == ("PENDING", "timeout")
+    blocked = "11-30 05:00:00.000  100  100 I DroidUnblocker: elapsed=900ms\n"
+    assert verdict(blocked, None, ("timeout", "x"))[0] == "CONFIRMED"  # evidence stands
