@@ -127,6 +127,7 @@ async def _stream_baseline(lines: int) -> float:
     async def sink(ws: ServerConnection) -> None:
         nonlocal received
         async for message in ws:
+            assert isinstance(message, bytes)
             frame = msgpack.unpackb(message, raw=False)
             received += len(frame["d"]["lines"])
             if received >= lines:

@@ -352,7 +352,7 @@ class Hub:
         def register(result: dict[str, Any]) -> None:
             channel = result.get("channel")
             entry = self._entries.get(device.bridge_id)
-            if entry is None or not is_channel(channel) or channel == DEVICES_CHANNEL:
+            if entry is None or not isinstance(channel, str) or not _usable(channel):
                 return
             stream = LogStream(
                 channel=channel,
@@ -380,7 +380,7 @@ class Hub:
 
         def reroute(result: dict[str, Any]) -> None:
             channel = result.get("channel")
-            if stream.ended or not is_channel(channel) or channel == DEVICES_CHANNEL:
+            if stream.ended or not isinstance(channel, str) or not _usable(channel):
                 return
             stream.resync(channel, tail)
             entry.streams[channel] = stream
@@ -693,6 +693,11 @@ class Hub:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _usable(channel: str) -> bool:
+    """A channel a subscription may use (not malformed, not a reserved ``$name``)."""
+    return is_channel(channel) and not channel.startswith("$")
 
 
 def _is_disconnect(exc: BaseException) -> bool:

@@ -242,13 +242,21 @@ async def test_ten_thousand_logcat_lines_none_lost_in_order(world: World) -> Non
 
 async def test_controller_restart_the_bridge_comes_back_and_reannounces(world: World) -> None:
     assert world.controller is not None and world.proxy is not None
+    world.proxy.hold()  # keep the bridge out until the test lets it in
     await world.controller.stop()
     controller = await world.start_controller()  # same database, new process state
     world.proxy.retarget(controller.port)
     world.proxy.cut()  # connections to the old controller are gone anyway
+    # Known from the store while its bridge is away; a call waits for the bridge.
+    devices = (await world.http.get("/v1/devices")).json()
+    assert [(d["serial"], d["state"]) for d in devices] == [(world.sim.address, "disconnected")]
+    early = asyncio.create_task(world.shell("echo", "early"))
+    await wait_until(lambda: sum(e.session.pending_count for e in world.hub.entries()) == 1)
+    world.proxy.release()
     await world.device_ready()
     devices = (await world.http.get("/v1/devices")).json()
     assert [(d["serial"], d["state"]) for d in devices] == [(world.sim.address, "device")]
+    assert (await asyncio.wait_for(early, WAIT_S)).json()["stdout"] == "early\n"
     assert (await world.shell("echo", "back")).json()["stdout"] == "back\n"
 
 
