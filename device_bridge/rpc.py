@@ -19,8 +19,9 @@ Logcat subscriptions stream ``evt`` batches on a channel of their own (``d`` =
 :class:`protocol.methods.LogBatch`, ``seq`` in the envelope): at most ``logcat_batch_lines``
 lines per batch, flushed after ``logcat_flush_s``, read from a bounded buffer whose overflow
 becomes a ``dropped`` count, never silent loss. A subscription ends on unsubscribe (a last
-batch with ``eof`` and reason ``unsubscribed``), when the device's stream ends, or when the
-link drops (:meth:`Dispatcher.end_streams`).
+batch with ``eof`` and reason ``unsubscribed``), when the owner pauses sharing (reason
+``paused``), when the device's stream ends, or when the link drops
+(:meth:`Dispatcher.end_streams`).
 """
 
 from __future__ import annotations
@@ -72,8 +73,24 @@ __all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink", "StreamStats"]
 
 log = logging.getLogger("droidwire.bridge.rpc")
 
-#: Methods served when the bridge has an adb layer.
-DEVICE_METHODS = frozenset(name for name, spec in METHODS.items() if spec.capability == "devices")
+#: The core device methods this module serves when the bridge has an adb layer (later
+#: toolkits add theirs with :meth:`Dispatcher.add`).
+DEVICE_METHODS = frozenset(
+    {
+        "devices.list",
+        "device.shell",
+        "device.logcat.clear",
+        "device.logcat.dump",
+        "device.logcat.subscribe",
+        "device.logcat.unsubscribe",
+        "device.screenshot",
+        "device.push",
+        "device.pull",
+        "device.install",
+        "device.uninstall",
+        "device.instrument",
+    }
+)
 MAX_SUBSCRIPTIONS = 32
 MAX_LOOKUP_RESULTS = 20
 MAX_SOURCE_TEXT = 8192
@@ -169,6 +186,19 @@ class Dispatcher:
         }
 
     # -- what this bridge serves ---------------------------------------------------------------
+
+    def add(self, method: str, handler: Handler, *, replace: bool = False) -> None:
+        """Serve another registered method (e.g. the agent toolkit's ``ui.*``).
+
+        ``handler(params)`` gets the raw params; for a device-bound method the exposure and
+        pause checks have already run (validate the params and apply the profile's check
+        inside). It is listed in the capabilities from then on.
+        """
+        if method not in METHODS:
+            raise ValueError(f"method {method!r} is not registered in protocol.methods")
+        if method in self._handlers and not replace:
+            raise ValueError(f"method {method!r} is already served")
+        self._handlers[method] = handler
 
     def methods(self) -> list[str]:
         """Exactly the methods that work here (capabilities never lie)."""
@@ -364,6 +394,11 @@ class Dispatcher:
             gap = 0
             try:
                 async for batch in sub.stream:
+                    if self.policy.paused:
+                        # The owner's kill switch ends live streams too, not only new calls.
+                        queue.append(LogBatch(lines=[], dropped=gap, eof=True, reason="paused"))
+                        ready.set()
+                        break
                     lines = _only(batch.lines, sub.pids)
                     reason = "unsubscribed" if batch.eof and sub.unsubscribed else batch.reason
                     if len(queue) >= self.queue_batches and not batch.eof:

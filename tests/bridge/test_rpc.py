@@ -225,7 +225,21 @@ async def test_inventory_methods_and_capabilities(devices: AdbDevices) -> None:
     assert DEVICE_METHODS <= methods and "workspace.compile" not in methods  # no build here
     err = await refused(d, "workspace.compile", {"test_code": "class T"})
     assert err.code is ErrorCode.UNAVAILABLE
-    assert set(METHODS) - methods == {"workspace.compile", "source.lookup"}
+    assert "workspace.compile" not in methods and "source.lookup" not in methods
+    assert methods <= set(METHODS)
+
+    async def extra(params: dict[str, Any]) -> dict[str, Any]:
+        return {"devices": []}
+
+    core = DEVICE_METHODS | {"ping", "bridge.info", "workspace.compile", "source.lookup"}
+    spare = next((m for m in METHODS if m not in core), None)
+    if spare is not None:  # another toolkit's method plugs in and is then advertised
+        d.add(spare, extra)
+        assert spare in d.methods()
+    with pytest.raises(ValueError):
+        d.add("no.such.method", extra)
+    with pytest.raises(ValueError):
+        d.add("ping", extra)
 
 
 class SlowSink(Sink):
@@ -322,3 +336,18 @@ async def test_compile_and_source_lookup_on_the_demo_project(tmp_path: Any) -> N
         assert err.code is ErrorCode.UNAVAILABLE
     finally:
         await manager.stop()
+
+
+async def test_pausing_ends_live_streams(devices: AdbDevices, sim_device: ConnectedSim) -> None:
+    sink = Sink()
+    d = make(devices, sink=sink)
+    serial = sim_device.address
+    ch = (await d("device.logcat.subscribe", {"serial": serial, "tail": 1}))["channel"]
+    d.policy.pause()
+    await asyncio.to_thread(sim_device.run, lambda: sim_device.device.log_burst(1, tag="After"))
+    batches = await sink.wait_for(ch, lambda bs: any(parse_log_batch(b).eof for b in bs))
+    last = parse_log_batch(batches[-1])
+    assert last.eof and last.reason == "paused" and last.lines == []
+    assert not any(" After" in ln for b in batches for ln in parse_log_batch(b).lines)
+    err = await refused(d, "device.logcat.subscribe", {"serial": serial})
+    assert err.data == {"rule": "paused"}
