@@ -35,6 +35,7 @@ from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
+from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.store import Store, Token
 from protocol.closecodes import CloseCode
@@ -169,13 +170,20 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Components start here, after the store, and stop in reverse order before it:
         # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
         hub = await stack.enter_async_context(
-            Hub(store=store, audit=app.state.audit, settings=config.settings)
+            Hub(
+                store=store,
+                audit=app.state.audit,
+                settings=config.settings,
+                registry=app.state.metrics.registry,
+            )
         )
         app.state.hub = hub
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
         stack.push_async_callback(sandbox.close_executor, app)
+        # MCP (stateless streamable HTTP) stops first: no tool call starts on a closing hub.
+        app.state.mcp = await stack.enter_async_context(McpService(app.state.audit).run())
         log.info("controller ready (store %r)", store)
         yield
         log.info("controller shutting down")
@@ -209,4 +217,6 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
+    # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
+    app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)
     return app

@@ -1,0 +1,300 @@
+"""The MCP server at ``/mcp``: the official SDK's low-level server behind our own auth.
+
+Transport: streamable HTTP (the SDK's :class:`StreamableHTTPSessionManager`), **stateless**:
+every POST carries one message and is answered on its own, so any controller replica behind
+a load balancer can serve any request, and no session outlives the credential that made it.
+Nothing here needs server-to-client requests (sampling, elicitation), the only thing a
+stateless server cannot do.
+
+Auth, before the SDK sees a byte (:class:`McpEndpoint`): the same ``Authorization: Bearer``
+tokens as REST, through the same :func:`controller.auth.current_principal` — no, malformed,
+unknown or revoked token → 401 with the REST error body; a bridge token → 403; a token in
+the URL → 400. The principal rides in the ASGI scope to the tool handlers, which reach
+devices only through :mod:`controller.mcp.tools` (``authorize()`` on every device call).
+DNS-rebinding protection (Host/Origin allow-lists) is off: it guards servers that trust
+ambient credentials, and a Bearer header is never ambient.
+
+Every tool call and resource read is written to the audit log as ``mcp.<tool>`` (who, which
+device, how it ended); device RPCs are audited once more by the hub as for REST.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import mcp_types as types
+from fastapi.requests import HTTPConnection
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from controller.audit import AuditLog
+from controller.auth import Principal, current_principal, current_user
+from controller.mcp.tools import (
+    RUN_URI_PREFIX,
+    TOOLS,
+    Caller,
+    Outcome,
+    list_run_resources,
+    png_base64,
+    read_run_resource,
+)
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["MCP_PATH", "McpEndpoint", "McpService"]
+
+log = logging.getLogger("droidwire.controller.mcp")
+
+MCP_PATH = "/mcp"
+PRINCIPAL_KEY = "droidwire.principal"  # ASGI scope key: the principal of this HTTP request
+RESOURCE_NOT_FOUND = -32002  # MCP's code for an unknown resource
+INSTRUCTIONS = (
+    "droidwire: Android devices lent to you, and a sandbox that compiles and runs an "
+    "instrumented Kotlin test to verify main-thread blocking. Start with list_devices; "
+    "sandbox_executor returns the verdict; past runs are resources run://{id}."
+)
+
+
+def _version() -> str:
+    try:
+        return version("droidwire")
+    except PackageNotFoundError:  # pragma: no cover - a bare checkout
+        return "0"
+
+
+class McpService:
+    """The SDK server with droidwire's tools and resources, and its session manager.
+
+    One per app start-up (the SDK's manager runs once): built and run by the lifespan,
+    ``async with McpService(audit).run(): …``, and found by the endpoint in ``app.state.mcp``.
+    """
+
+    def __init__(self, audit: AuditLog | None) -> None:
+        self.audit = audit
+        self.server: Server[Any] = Server(
+            "droidwire",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+        )
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, security_settings=None
+        )
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[McpService]:
+        async with self.sessions.run():
+            yield self
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.sessions.handle_request(scope, receive, send)
+
+    # -- tools
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=spec.name,
+                    description=spec.description,
+                    input_schema=spec.input_schema,
+                    annotations=types.ToolAnnotations(read_only_hint=spec.read_only),
+                )
+                for spec in TOOLS.values()
+            ]
+        )
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        caller = _caller(ctx)
+        args = dict(params.arguments or {})
+        action = f"mcp.{params.name[:64]}"
+        spec = TOOLS.get(params.name)
+        try:
+            if spec is None:
+                raise RpcError(ErrorCode.NOT_FOUND, f"no tool {params.name[:64]!r}")
+            outcome = await spec.fn(caller, args)
+        except RpcError as exc:
+            await self._audit(caller.principal, action, args, error=exc)
+            return _error_result(exc)
+        except Exception as exc:  # a bug must still answer the agent, and never leak details
+            log.exception("MCP tool %s failed", params.name[:64])
+            error = RpcError(ErrorCode.INTERNAL, "internal error")
+            await self._audit(caller.principal, action, args, error=error)
+            del exc
+            return _error_result(error)
+        await self._audit(caller.principal, action, args, outcome=outcome)
+        return _result(outcome)
+
+    # -- resources
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        caller = _caller(ctx)
+        try:
+            runs = await list_run_resources(caller)
+        except RpcError as exc:
+            raise _mcp_error(exc, RESOURCE_NOT_FOUND) from exc
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=f"{RUN_URI_PREFIX}{run['id']}",
+                    name=f"run {run['id']}",
+                    description=f"{run['status']} {run.get('verdict') or ''}: "
+                    f"{run.get('summary') or ''}".strip(),
+                    mime_type="application/json",
+                )
+                for run in runs
+            ]
+        )
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=RUN_URI_PREFIX + "{id}",
+                    name="run",
+                    description="A sandbox run as GET /v1/runs/{id} answers it.",
+                    mime_type="application/json",
+                )
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        caller = _caller(ctx)
+        uri = str(params.uri)
+        detail = {"uri": uri[:200]}
+        try:
+            run = await read_run_resource(caller, uri)
+        except RpcError as exc:
+            await self._audit(caller.principal, "mcp.read_resource", detail, error=exc)
+            code = RESOURCE_NOT_FOUND if exc.code is ErrorCode.NOT_FOUND else -32602
+            raise _mcp_error(exc, code) from exc
+        await self._audit(caller.principal, "mcp.read_resource", detail, outcome=Outcome())
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=uri, text=json.dumps(run), mime_type="application/json"
+                )
+            ]
+        )
+
+    # -- audit
+
+    async def _audit(
+        self,
+        principal: Principal,
+        action: str,
+        args: dict[str, Any],
+        *,
+        outcome: Outcome | None = None,
+        error: RpcError | None = None,
+    ) -> None:
+        if self.audit is None:
+            return
+        entries: list[tuple[str | None, dict[str, Any]]] = []
+        if error is not None:
+            detail: dict[str, Any] = {}
+            if error.data and "rule" in error.data:
+                detail["rule"] = str(error.data["rule"])[:128]
+            requested = args.get("device") or args.get("run_id") or args.get("uri")
+            if isinstance(requested, str):
+                detail["requested"] = requested[:200]
+            entries.append((None, detail))
+        elif outcome is not None and outcome.runs:
+            for run in outcome.runs:
+                device = (run.get("device") or {}).get("id")
+                entries.append((device, {"run_id": run.get("run_id"),
+                                         "verdict": run.get("verification_status"),
+                                         "reason_code": run.get("reason_code")}))
+        else:
+            devices = outcome.devices if outcome is not None else []
+            entries.append((devices[0] if devices else None, {}))
+        for device, detail in entries:
+            try:
+                await self.audit.record(
+                    principal,
+                    action,
+                    device=device,
+                    outcome="ok" if error is None else error.code.value,
+                    detail=detail,
+                )
+            except Exception:  # a failing audit write is logged; it never hides the answer
+                log.exception("audit write failed for %s", action)
+
+
+class McpEndpoint:
+    """The ASGI app routed at exactly ``/mcp``: authenticate, then hand to the SDK.
+
+    Refusals are raised (``Unauthenticated`` → 401, ``RpcError`` → 4xx/503) and become the
+    app's usual error bodies in its exception handlers, before any MCP session exists.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # pragma: no cover - the route is HTTP only
+            return
+        connection = HTTPConnection(scope, receive)
+        principal = await current_user(await current_principal(connection))
+        service: McpService | None = getattr(connection.app.state, "mcp", None)
+        if service is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "the MCP server is not running")
+        scope[PRINCIPAL_KEY] = principal
+        await service.handle(scope, receive, send)
+
+
+def _caller(ctx: ServerRequestContext[Any]) -> Caller:
+    request = ctx.request
+    if isinstance(request, Request):
+        principal = request.scope.get(PRINCIPAL_KEY)
+        if isinstance(principal, Principal):
+            return Caller(principal, request)
+    # Only reachable if the SDK were served without McpEndpoint in front of it.
+    raise MCPError(code=-32600, message="unauthenticated")
+
+
+def _error_body(exc: RpcError) -> dict[str, Any]:
+    from controller.app import error_body  # the app imports this module: resolve at call time
+
+    return error_body(exc.code.value, exc.message, exc.data)
+
+
+def _error_result(exc: RpcError) -> types.CallToolResult:
+    body = _error_body(exc)
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(body))],
+        structured_content=body,
+        is_error=True,
+    )
+
+
+def _mcp_error(exc: RpcError, code: int) -> MCPError:
+    return MCPError(code=code, message=exc.message, data=_error_body(exc)["error"])
+
+
+def _result(outcome: Outcome) -> types.CallToolResult:
+    content: list[types.ContentBlock] = []
+    if outcome.image_png is not None:
+        content.append(types.ImageContent(data=png_base64(outcome.image_png), mime_type="image/png"))
+    if outcome.data is not None:
+        content.append(types.TextContent(text=json.dumps(outcome.data)))
+    return types.CallToolResult(content=content, structured_content=outcome.data)

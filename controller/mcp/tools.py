@@ -1,0 +1,341 @@
+"""The MCP tools and the run resources: what each does, on behalf of whom.
+
+Every tool works for a :class:`Caller` — the principal the ``/mcp`` endpoint authenticated
+for *this* HTTP request, and the app whose hub, store and executor it uses — and reaches
+devices only the way REST does: :func:`controller.hub.resolve_device` (visibility, through
+:func:`controller.auth.authorize` ``view``) then :meth:`controller.hub.Hub.device_call`
+(:func:`~controller.auth.authorize` ``use``, the RPC, an audit entry). So a borrower without
+a grant gets ``not_found`` here exactly as over REST, and a bridge's policy refusal arrives
+as ``forbidden`` with its ``rule``.
+
+Runs are read through the REST handlers of :mod:`controller.api.sandbox` themselves (same
+visibility: one's own runs, an admin everyone's). Run tools also need the token's
+``runs:read`` / ``runs:write`` scope.
+
+Tools raise :class:`protocol.errors.RpcError`; :mod:`controller.mcp.server` turns it into a
+tool result with ``isError`` and the REST error body, so an agent sees the same
+``{"error": {"code", "message", "rule"?}}`` it would get over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+
+from controller.auth import Principal, Scope
+from controller.executor import ExecuteRequest, tool_schema
+from controller.hub import Hub, list_devices, resolve_device
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
+
+__all__ = [
+    "RUN_URI_PREFIX",
+    "TOOLS",
+    "Caller",
+    "Outcome",
+    "ToolSpec",
+    "list_run_resources",
+    "read_run_resource",
+]
+
+RUN_URI_PREFIX = "run://"
+MAX_DUMP_LINES = 5000
+MAX_LISTED_RUNS = 50
+
+
+@dataclass
+class Caller:
+    """Who calls (authenticated for this HTTP request) and through which app."""
+
+    principal: Principal
+    request: Request  # the HTTP request that carried the MCP message
+
+    @property
+    def app(self) -> FastAPI:
+        app: FastAPI = self.request.app
+        return app
+
+    @property
+    def hub(self) -> Hub:
+        hub: Hub | None = getattr(self.app.state, "hub", None)
+        if hub is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
+        return hub
+
+    def require(self, scope: Scope) -> None:
+        if not self.principal.allows(scope):
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                f"this token lacks the {scope.value!r} scope",
+                {"rule": "missing_scope", "scope": scope.value},
+            )
+
+
+@dataclass
+class Outcome:
+    """A tool's answer: structured data (a JSON object), an image, and the devices it used."""
+
+    data: dict[str, Any] | None = None
+    image_png: bytes | None = None
+    devices: list[str] = field(default_factory=list)
+    # Extra audit entries' details (the sandbox: one per run).
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+ToolFn = Callable[[Caller, dict[str, Any]], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    fn: ToolFn
+    read_only: bool = False
+
+
+# --- argument models ---------------------------------------------------------------------
+
+_Device = Annotated[str, Field(min_length=1, max_length=400)]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _NoArgs(_Args):
+    pass
+
+
+class _DeviceArgs(_Args):
+    device: _Device
+
+
+class _ShellArgs(_Args):
+    device: _Device
+    command: str | None = Field(default=None, min_length=1, max_length=8192)
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=256
+    )
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class _LogcatArgs(_Args):
+    device: _Device
+    lines: int | None = Field(default=None, ge=1, le=MAX_DUMP_LINES)
+
+
+class _RunArgs(_Args):
+    run_id: str = Field(min_length=1, max_length=64)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _parse(model: type[_M], args: Mapping[str, Any]) -> _M:
+    try:
+        return model.model_validate(dict(args))
+    except ValidationError as exc:
+        problems = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        raise RpcError(ErrorCode.BAD_REQUEST, "invalid arguments", {"errors": problems}) from exc
+
+
+# --- tools -------------------------------------------------------------------------------
+
+
+async def _sandbox_executor(caller: Caller, args: dict[str, Any]) -> Outcome:
+    caller.require(Scope.RUNS_WRITE)
+    allowed = set(_SANDBOX_SCHEMA["properties"])
+    unknown = sorted(set(args) - allowed)
+    if unknown:  # e.g. "apks": prebuilt APKs are a REST-only feature
+        raise RpcError(
+            ErrorCode.BAD_REQUEST, f"unknown arguments: {', '.join(unknown)[:200]}",
+            {"errors": [{"loc": [k], "msg": "not allowed"} for k in unknown[:16]]},
+        )
+    body = _parse(ExecuteRequest, args)
+    from controller.api.sandbox import executor_of  # the app's one executor
+
+    executor = executor_of(caller.request)
+    plan = await executor.plan(body, caller.principal)
+    results = await executor.run(plan)
+    data = results[0] if len(results) == 1 else {"results": results}
+    devices = [str((r.get("device") or {}).get("id")) for r in results if r.get("device")]
+    return Outcome(data=data, devices=devices, runs=results)
+
+
+async def _list_devices(caller: Caller, args: dict[str, Any]) -> Outcome:
+    _parse(_NoArgs, args)
+    records = await list_devices(caller.hub, caller.principal)
+    return Outcome(data={"devices": [r.to_json() for r in records]})
+
+
+async def _device_shell(caller: Caller, args: dict[str, Any]) -> Outcome:
+    a = _parse(_ShellArgs, args)
+    if (a.command is None) == (a.argv is None):
+        raise RpcError(ErrorCode.BAD_REQUEST, "give exactly one of 'command' or 'argv'")
+    hub = caller.hub
+    record = await resolve_device(hub, caller.principal, a.device)
+    params = a.model_dump(exclude_none=True, exclude={"device"})
+    timeout = None if a.timeout_s is None else a.timeout_s + hub.settings.rpc_timeout_s
+    result = await hub.device_call(
+        caller.principal, record.ref, "device.shell", params, timeout_s=timeout
+    )
+    out = validate_result("device.shell", result)
+    assert isinstance(out, ShellResult)
+    return Outcome(
+        data={"exit_code": out.exit_code, "stdout": out.stdout, "stderr": out.stderr},
+        devices=[record.id],
+    )
+
+
+async def _logcat_dump(caller: Caller, args: dict[str, Any]) -> Outcome:
+    a = _parse(_LogcatArgs, args)
+    hub = caller.hub
+    record = await resolve_device(hub, caller.principal, a.device)
+    params: dict[str, Any] = {} if a.lines is None else {"lines": a.lines}
+    result = await hub.device_call(caller.principal, record.ref, "device.logcat.dump", params)
+    out = validate_result("device.logcat.dump", result)
+    assert isinstance(out, LogcatDumpResult)
+    return Outcome(data={"lines": list(out.lines)}, devices=[record.id])
+
+
+async def _screenshot(caller: Caller, args: dict[str, Any]) -> Outcome:
+    a = _parse(_DeviceArgs, args)
+    hub = caller.hub
+    record = await resolve_device(hub, caller.principal, a.device)
+    result = await hub.device_call(caller.principal, record.ref, "device.screenshot", {})
+    out = validate_result("device.screenshot", result)
+    assert isinstance(out, ScreenshotResult)
+    return Outcome(image_png=out.png, devices=[record.id])
+
+
+async def _get_run(caller: Caller, args: dict[str, Any]) -> Outcome:
+    a = _parse(_RunArgs, args)
+    return Outcome(data=await _load_run(caller, a.run_id))
+
+
+async def _load_run(caller: Caller, run_id: str) -> dict[str, Any]:
+    caller.require(Scope.RUNS_READ)
+    from controller.api.sandbox import get_run  # REST's own reader: same visibility rules
+
+    run: dict[str, Any] = await get_run(run_id, caller.request, caller.principal)
+    return run
+
+
+# --- resources ---------------------------------------------------------------------------
+
+
+async def list_run_resources(caller: Caller) -> list[dict[str, Any]]:
+    """The caller's newest runs as ``run://{id}`` resources (an admin: everyone's)."""
+    caller.require(Scope.RUNS_READ)
+    from controller.api.sandbox import list_runs
+
+    listing = await list_runs(caller.request, caller.principal, MAX_LISTED_RUNS, None)
+    return list(listing["runs"])
+
+
+async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
+    """A ``run://{id}`` resource: the run as ``GET /v1/runs/{id}`` answers it."""
+    if not uri.startswith(RUN_URI_PREFIX):
+        raise RpcError(ErrorCode.NOT_FOUND, "no such resource")
+    return await _load_run(caller, uri.removeprefix(RUN_URI_PREFIX).rstrip("/"))
+
+
+# --- the catalogue -----------------------------------------------------------------------
+
+# The seed's schema, from the one definition ``GET /v1/tools`` serves too.
+_SANDBOX_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
+_DEVICE_PROP = {
+    "type": "string",
+    "description": "A device: SERIAL when unambiguous, else BRIDGE~SERIAL (see list_devices).",
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "sandbox_executor",
+            tool_schema()["function"]["description"],
+            _SANDBOX_SCHEMA,
+            _sandbox_executor,
+        ),
+        ToolSpec(
+            "list_devices",
+            "The devices you may use: id (BRIDGE~SERIAL), serial, bridge, state, model, "
+            "release, sdk, battery, profile.",
+            _object({}, []),
+            _list_devices,
+            read_only=True,
+        ),
+        ToolSpec(
+            "device_shell",
+            "Run a shell command on a device under its bridge's policy (an allow-list: echo, "
+            "getprop, dumpsys reads, input, am/pm for the app under test, …). A refused "
+            "command is an error with code 'forbidden' and the rule that refused it.",
+            _object(
+                {
+                    "device": _DEVICE_PROP,
+                    "command": {"type": "string", "description": "A command line."},
+                    "argv": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Arguments, no shell parsing (instead of command).",
+                    },
+                    "timeout_s": {"type": "number", "description": "The command's deadline."},
+                },
+                ["device"],
+            ),
+            _device_shell,
+        ),
+        ToolSpec(
+            "logcat_dump",
+            "The device's log (logcat -d, threadtime), the last `lines` lines if given.",
+            _object(
+                {
+                    "device": _DEVICE_PROP,
+                    "lines": {"type": "integer", "minimum": 1, "maximum": MAX_DUMP_LINES},
+                },
+                ["device"],
+            ),
+            _logcat_dump,
+            read_only=True,
+        ),
+        ToolSpec(
+            "screenshot",
+            "A PNG screenshot of the device's screen.",
+            _object({"device": _DEVICE_PROP}, ["device"]),
+            _screenshot,
+            read_only=True,
+        ),
+        ToolSpec(
+            "get_run",
+            "A sandbox run by id: status, verdict, request, result and its step log.",
+            _object({"run_id": {"type": "string"}}, ["run_id"]),
+            _get_run,
+            read_only=True,
+        ),
+    )
+}
+
+
+def png_base64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
