@@ -723,3 +723,31 @@ async def test_stop_while_dialling_a_silent_server_returns_at_once(stop: asyncio
         server.close()
         await server.wait_closed()
     assert link.attempts == 1 and link.connections == 0
+
+
+async def test_a_silently_dead_link_is_noticed_by_the_keepalive(stop: asyncio.Event) -> None:
+    back = asyncio.Event()
+
+    def script(n: int) -> Script:
+        async def run(conn: PeerConn) -> None:
+            await conn.welcome()
+            if n == 0:
+                await conn.call("ping")
+                conn.ws.transport.pause_reading()  # half-open: no pong ever comes back
+                async with asyncio.timeout(WAIT):
+                    await back.wait()  # the bridge gave up on it and dialled again
+                conn.ws.transport.abort()
+                return
+            back.set()
+            await conn.call("ping")
+            stop.set()
+            await conn.closed()
+
+        return run
+
+    async with Peer(script) as peer:
+        link = make_link([peer.url])  # ping interval and timeout: 0.1 s (scaled)
+        await run_link(link, stop)
+    assert not peer.errors
+    assert link.welcomes == 2 and peer.accepted == 2
+    assert link.settings.ping_timeout_s is not None
