@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from controller.cli.client import (
@@ -90,8 +91,8 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
         test_class = str(r.get("test_class") or "-").rsplit(".", 1)[-1]
         table.add_row(
             str(n),
-            test_class,
-            str(device.get("serial") or "-"),
+            escape(test_class),
+            escape(str(device.get("serial") or "-")),
             f"[{colours.get(status, 'white')}]{status}[/]",
             f"{blocking} ms" if isinstance(blocking, int) and blocking >= 0 else "-",
             ", ".join(kinds) or ("-" if not r.get("strict_mode_violations") else "yes"),
@@ -100,7 +101,14 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
     console.print(table)
     for n, r in enumerate(results, 1):
         reason = r.get("reason_code")
-        console.print(f"{n}. {r.get('summary', '')}" + (f"  [dim]({reason})[/]" if reason else ""))
+        summary = escape(str(r.get("summary", "")))
+        console.print(f"{n}. {summary}" + (f"  [dim]({escape(str(reason))})[/]" if reason else ""),
+                      highlight=False)
+        if reason == "compile_failed" and r.get("compile_rounds"):
+            for e in (r["compile_rounds"][-1].get("errors") or [])[:5]:
+                where = f"{e.get('file') or '?'}:{e.get('line') or '?'}"
+                message = escape(f"{where} {e.get('message', '')}")
+                console.print(f"   [red]e:[/] {message}", highlight=False)
 
 
 def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
