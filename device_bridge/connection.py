@@ -201,6 +201,15 @@ def bridge_url(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
+class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Every line of a link names its bridge (once welcomed) and its session (STYLE.md §15)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra: Any = self.extra
+        session: BridgeSession = extra["link"].session
+        return f"[bridge {session.bridge_id or '-'} session {session.session_id[:8]}] {msg}", kwargs
+
+
 class Link:
     """The bridge's side of the reverse WebSocket, across reconnects.
 
@@ -245,6 +254,7 @@ class Link:
         self._on_lost = on_lost
         self._drain_s = settings.close_timeout_s if drain_s is None else drain_s
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
+        self.log = _LinkLog(log, {"link": self})
         self.budget = ReconnectBudget.from_settings(settings)
         self._sem = asyncio.Semaphore(settings.handler_concurrency)
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -322,7 +332,7 @@ class Link:
                 if welcomed:
                     delays = None
                 if failure.terminal:
-                    log.error("link to %s ended: %s; not retrying", url, failure.message)
+                    self.log.error("link to %s ended: %s; not retrying", url, failure.message)
                     raise failure.error()
                 now = self._clock()
                 self.budget.failed(now)
@@ -337,7 +347,7 @@ class Link:
                     index += 1  # fail over to the next controller URL
                 delay = min(next(delays), self.budget.remaining(now))
                 self.delays.append(delay)
-                log.info(
+                self.log.info(
                     "link to %s lost (%s); retrying in %.2f s (budget left %.0f s)",
                     url,
                     failure.message,
@@ -355,7 +365,7 @@ class Link:
         """Dial once and serve until the connection ends: (reached welcome, why it ended)."""
         self.attempts += 1
         self.url = url
-        log.debug("dialling %s (attempt %d)", url, self.attempts)
+        self.log.debug("dialling %s (attempt %d)", url, self.attempts)
         dial = asyncio.create_task(self._dial(url), name="droidwire-link-dial")
         stopping = asyncio.create_task(stop.wait())
         try:
@@ -424,7 +434,7 @@ class Link:
             try:
                 caps, devices = await self._describe()
             except Exception as exc:  # a broken inventory must not take the bridge down
-                log.exception("cannot describe this bridge for hello")
+                self.log.exception("cannot describe this bridge for hello")
                 self.drop(f"cannot build hello: {type(exc).__name__}")
                 return False, self._failure or Failure("cannot build hello")
             self.session.make_hello(software=self.software, caps=caps, devices=devices)
@@ -505,7 +515,7 @@ class Link:
             self.drop(classify_failure(exc))
             return
         except Exception as exc:  # a bug in a frame handler must end the connection, not hang
-            log.exception("link reader failed")
+            self.log.exception("link reader failed")
             self.drop(f"reader failed: {type(exc).__name__}")
             return
         # The iterator ended: a normal close (1000/1001) was received.
@@ -552,7 +562,7 @@ class Link:
             if outcome is Admission.RUN:
                 self._start(frame)
             else:
-                log.debug("request %s %s: %s", frame.id, frame.m, outcome.value)
+                self.log.debug("request %s %s: %s", frame.id, frame.m, outcome.value)
         elif outcome is True:  # a cancel of a running request
             rid = getattr(frame, "id", "")
             task = self._tasks.get(rid)
@@ -572,9 +582,9 @@ class Link:
         for rid in outcome.orphaned:
             task = self._tasks.get(rid)
             if task is not None:
-                log.info("request %s: nobody waits for it any more; cancelling", rid)
+                self.log.info("request %s: nobody waits for it any more; cancelling", rid)
                 task.cancel()
-        log.info(
+        self.log.info(
             "link open to %s as bridge %s (session %s, %s; %d results re-sent, %d dropped)",
             self.url,
             welcome.bridge,
@@ -593,7 +603,7 @@ class Link:
 
     async def _violation(self, ws: ClientConnection, message: str) -> None:
         """The controller broke the protocol: close with 4400 and reconnect (our close)."""
-        log.warning("protocol violation by the controller: %s", message)
+        self.log.warning("protocol violation by the controller: %s", message)
         self.drop(Failure(f"protocol violation by the controller: {message}"))
         await _close(ws, CloseCode.BAD_REQUEST, message)
 
@@ -619,7 +629,7 @@ class Link:
         try:
             async with self._sem:
                 self.executed += 1
-                log.debug("request %s %s: running", req.id, req.m)
+                self.log.debug("request %s %s: running", req.id, req.m)
                 outcome = await self._dispatch(req.m, dict(req.p))
             if not isinstance(outcome, dict):
                 raise TypeError(f"handler of {req.m} returned {type(outcome).__name__}")
@@ -629,7 +639,7 @@ class Link:
         except asyncio.CancelledError:
             outcome = RpcError(ErrorCode.CANCELLED, "cancelled")
         except Exception as exc:
-            log.exception("request %s %s: handler failed", req.id, req.m)
+            self.log.exception("request %s %s: handler failed", req.id, req.m)
             outcome = RpcError(ErrorCode.INTERNAL, f"{req.m} failed: {type(exc).__name__}")
         if self.session.state.name == "CLOSED":
             return
@@ -648,7 +658,7 @@ class Link:
                 {"reason": "frame_too_large", "size": exc.size, "limit": exc.limit},
             )
         except EncodeError as exc:
-            log.error("request %s %s: result not encodable: %s", req.id, req.m, exc)
+            self.log.error("request %s %s: result not encodable: %s", req.id, req.m, exc)
             return RpcError(ErrorCode.INTERNAL, f"the result of {req.m} cannot be encoded")
         return result
 
@@ -663,7 +673,7 @@ class Link:
             try:
                 self._out.append(self.codec.encode(frame))
             except (FrameTooLarge, EncodeError) as exc:  # pre-checked for results; never a crash
-                log.error("dropping an unsendable %s frame: %s", frame.t, exc)
+                self.log.error("dropping an unsendable %s frame: %s", frame.t, exc)
         if self._out:
             self._wake.set()
 
@@ -686,7 +696,7 @@ class Link:
         except ConnectionClosed as exc:
             self.drop(classify_failure(exc))
         except Exception as exc:
-            log.exception("link writer failed")
+            self.log.exception("link writer failed")
             self.drop(f"writer failed: {type(exc).__name__}")
 
 
