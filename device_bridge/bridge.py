@@ -33,6 +33,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from device_bridge.agent.toolkit import AgentToolkit
 from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
 from device_bridge.policy import Policy
@@ -115,6 +116,7 @@ class Bridge:
             stream_max_lines=self.settings.logcat_batch_lines * self.settings.stream_queue_batches,
             queue_batches=self.settings.stream_queue_batches,
         )
+        self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}

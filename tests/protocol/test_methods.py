@@ -23,6 +23,7 @@ from protocol.methods import (
     validate_result,
 )
 from protocol.settings import DEFAULTS
+from tests.agent.examples import AGENT_EXAMPLES
 
 SERIAL = "emulator-5554"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -81,6 +82,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"methods": [{"name": "loadConfig", "owner": "com.example.Repo", "line": 12}]},
     ),
 }
+EXAMPLES.update(AGENT_EXAMPLES)  # the agent toolkit's methods (issue 11)
 
 #: Invalid params per method (each must be a bad_request).
 BAD: list[tuple[str, dict[str, Any]]] = [

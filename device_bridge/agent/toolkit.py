@@ -1,0 +1,371 @@
+"""The agent toolkit's RPC handlers on the bridge (issue 11), behind the owner's policy.
+
+:class:`AgentToolkit` serves ``device.state``, ``ui.dump``, ``ui.screenshot``, the actions
+(``ui.tap``, ``ui.swipe``, ``ui.text``, ``ui.key``, ``app.start``, ``app.stop``) and the dry
+run ``agent.check``; :meth:`AgentToolkit.handlers` is merged into the dispatcher's table
+(:mod:`device_bridge.rpc`, :meth:`AgentToolkit.install`), which has already applied the
+exposure and pause checks.
+
+Policy (DESIGN.md §6: a profile governs every RPC kind): every call passes
+``Policy.check_ui`` first (``instrument-only`` has no UI). An action then becomes one shell
+argv (``input tap X Y``, ``am start -n PKG/CLS`` …) that must pass the ``standard``
+allow-list with the device's screen size as bounds — whatever the profile, since ``no-shell``
+allows UI but no shell, so the UI's argv are the allow-list's and nothing else — except under
+``full``, the owner's own devices, where the profile's own shell check applies (no package
+scope). Only then is anything sent. Reads (``dumpsys``, ``wm size``, ``uiautomator dump``,
+``screencap``) are the bridge's own fixed commands.
+
+Evidence: after an action the bridge waits ``at_action_delay_s`` (0.35 s: toasts and ripples
+are still up) and takes the at-action frame; with ``settled`` it then takes a frame every
+``settle_poll_s`` until the screen has not changed for ``settle_quiet_s`` or
+``settle_timeout_s`` passed, and returns that frame and a side-by-side composite. Waiting goes
+through an injectable ``sleep`` so tests can drive a simulated UI clock instead of real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from device_bridge.agent.frames import composite, draw_marks, same_frame
+from device_bridge.agent.state import (
+    ActivityTrail,
+    parse_battery,
+    parse_focus,
+    parse_keyboard,
+    parse_rotation,
+    state_text,
+)
+from device_bridge.agent.uitree import extract_xml, find, parse_ui
+from device_bridge.policy import Policy, PolicyConfig, Profile
+from protocol.agent_methods import (
+    ACTION_METHODS,
+    ActionParams,
+    ActionResult,
+    AgentCheckParams,
+    AppStartParams,
+    AppStopParams,
+    CheckOutcome,
+    DeviceStateResult,
+    KeyParams,
+    ScreenSize,
+    SwipeParams,
+    TapParams,
+    TextParams,
+    UiElement,
+    UiScreenshotParams,
+)
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import DeviceParams, ShellParams, dump, validate_params
+
+if TYPE_CHECKING:
+    from device_bridge.adb import AdbDevices
+    from device_bridge.rpc import Dispatcher
+
+__all__ = ["AgentSettings", "AgentToolkit", "Sleep"]
+
+log = logging.getLogger("droidwire.bridge.agent")
+
+Sleep = Callable[[float], Awaitable[None]]
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+_WM_SIZE = re.compile(r"(Physical|Override) size: (\d+)x(\d+)")
+_STANDARD = Policy(PolicyConfig(profile=Profile.STANDARD))
+_MAX_DUMP_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    # Evidence frames
+    at_action_delay_s: float = 0.35
+    settle_poll_s: float = 0.25
+    settle_quiet_s: float = 1.0
+    settle_timeout_s: float = 6.0
+    composite_scale: float = 0.5
+    # Limits
+    max_output_chars: int = 2000
+
+
+class AgentToolkit:
+    """Handlers over the dispatcher's policy and adb layer; one instance per bridge."""
+
+    def __init__(
+        self,
+        rpc: Dispatcher,
+        *,
+        settings: AgentSettings | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.rpc = rpc
+        self.settings = settings or AgentSettings()
+        self.sleep = sleep
+        self.trail = ActivityTrail()
+        self._sizes: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def install(cls, rpc: Dispatcher, **options: Any) -> AgentToolkit:
+        """A toolkit over ``rpc`` whose methods ``rpc`` then serves (``Dispatcher.add``)."""
+        toolkit = cls(rpc, **options)
+        for name, handler in toolkit.handlers().items():
+            rpc.add(name, handler)
+        return toolkit
+
+    def handlers(self) -> dict[str, Handler]:
+        table: dict[str, Handler] = {
+            "device.state": self._device_state,
+            "ui.dump": self._ui_dump,
+            "ui.screenshot": self._ui_screenshot,
+            "agent.check": self._check,
+        }
+        for name in ACTION_METHODS:
+            table[name] = functools.partial(self._action, name)
+        return table
+
+    @property
+    def _adb(self) -> AdbDevices:
+        devices = self.rpc.devices
+        if devices is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
+        return devices
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def _device_state(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("device.state", params, DeviceParams)
+        self.rpc.policy.check_ui(p.serial)
+        return dump(await self.state(p.serial))
+
+    async def state(self, serial: str) -> DeviceStateResult:
+        adb = self._adb
+        activities, window, ime, battery = await asyncio.gather(
+            adb.shell(serial, ["dumpsys", "activity", "activities"]),
+            adb.shell(serial, ["dumpsys", "window"]),
+            adb.shell(serial, ["dumpsys", "input_method"]),
+            adb.shell(serial, ["dumpsys", "battery"]),
+        )
+        size = await self.screen_size(serial)
+        rotation = parse_rotation(window.stdout)
+        focus = parse_focus(activities.stdout, window.stdout)
+        trail = self.trail.observe(serial, focus.activity if focus else None)
+        keyboard = parse_keyboard(ime.stdout, window.stdout)
+        width, height = size if rotation % 2 == 0 else (size[1], size[0])
+        return DeviceStateResult(
+            package=focus.package if focus else None,
+            activity=focus.activity if focus else None,
+            activity_short=focus.short if focus else None,
+            recent_activities=trail,
+            keyboard=keyboard,
+            screen=ScreenSize(width=width, height=height),
+            orientation=rotation,
+            battery=parse_battery(battery.stdout),
+            text=state_text(focus, trail, keyboard=keyboard),
+        )
+
+    async def screen_size(self, serial: str) -> tuple[int, int]:
+        if serial not in self._sizes:
+            out = await self._adb.shell(serial, ["wm", "size"])
+            sizes = {m[1]: (int(m[2]), int(m[3])) for m in _WM_SIZE.finditer(out.stdout)}
+            size = sizes.get("Override") or sizes.get("Physical")
+            if size is None:
+                raise RpcError(ErrorCode.UNAVAILABLE, f"cannot read the screen size of {serial}")
+            self._sizes[serial] = size
+        return self._sizes[serial]
+
+    async def elements(self, serial: str) -> list[UiElement]:
+        out = await self._adb.shell(
+            serial, ["uiautomator", "dump", "/dev/tty"], max_output_bytes=_MAX_DUMP_BYTES
+        )
+        return parse_ui(extract_xml(out.stdout))
+
+    async def _ui_dump(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("ui.dump", params, DeviceParams)
+        self.rpc.policy.check_ui(p.serial)
+        return {"elements": [dump(e) for e in await self.elements(p.serial)]}
+
+    async def _ui_screenshot(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("ui.screenshot", params, UiScreenshotParams)
+        self.rpc.policy.check_ui(p.serial)
+        self.rpc.policy.check_screenshot(p.serial)
+        if not p.marks:
+            return {"png": await self._adb.screenshot(p.serial)}
+        png, elements = await asyncio.gather(
+            self._adb.screenshot(p.serial), self.elements(p.serial)
+        )
+        return {"png": await asyncio.to_thread(draw_marks, png, elements)}
+
+    # -- actions -------------------------------------------------------------------------------
+
+    async def _command(self, serial: str, argv: list[str]) -> list[str]:
+        """The argv to send, after the policy (see the module docstring)."""
+        policy = self.rpc.policy
+        policy.check_ui(serial)
+        screen = self._sizes.get(serial)
+        if argv[:2] in (["input", "tap"], ["input", "swipe"]) and screen is None:
+            screen = await self.screen_size(serial)
+        context = self.rpc.context(serial, screen=screen)
+        if policy.profile_for(serial) is Profile.FULL:
+            return policy.check_shell(serial, argv, context)
+        return _STANDARD.check_shell(serial, argv, context)
+
+    async def _resolve(self, p: TapParams) -> tuple[list[str], UiElement | None]:
+        if p.x is not None and p.y is not None:
+            return ["input", "tap", str(p.x), str(p.y)], None
+        elements = await self.elements(p.serial)
+        if p.index is not None:
+            if p.index >= len(elements):
+                raise RpcError(
+                    ErrorCode.NOT_FOUND,
+                    f"no element {p.index}: the screen has {len(elements)}",
+                    {"reason": "no_such_element"},
+                )
+            target: UiElement | None = elements[p.index]
+        else:
+            target = find(elements, text=p.text, desc=p.desc, resource_id=p.resource_id)
+            if target is None:
+                what = p.text or p.desc or p.resource_id
+                raise RpcError(
+                    ErrorCode.NOT_FOUND,
+                    f"no element matching {what!r} on the screen",
+                    {"reason": "no_such_element"},
+                )
+        assert target is not None
+        x, y = target.center
+        return ["input", "tap", str(x), str(y)], target
+
+    @staticmethod
+    def argv_for(method: str, p: BaseModel) -> list[str] | None:
+        """The shell argv of an action whose target needs no UI lookup (else None)."""
+        if isinstance(p, TapParams):
+            return ["input", "tap", str(p.x), str(p.y)] if p.x is not None else None
+        if isinstance(p, SwipeParams):
+            return ["input", "swipe", *map(str, (p.x1, p.y1, p.x2, p.y2, p.duration_ms))]
+        if isinstance(p, TextParams):
+            # `input text` reads %s as a space; anything the allow-list screens stays refused.
+            return ["input", "text", p.text.replace(" ", "%s")]
+        if isinstance(p, KeyParams):
+            key = p.key if p.key.isdigit() or p.key.startswith("KEYCODE_") else f"KEYCODE_{p.key}"
+            return ["input", "keyevent", key]
+        if isinstance(p, AppStartParams):
+            activity = p.activity or ".MainActivity"
+            return ["am", "start", "-n", f"{p.package}/{activity}"]
+        if isinstance(p, AppStopParams):
+            return ["am", "force-stop", p.package]
+        raise RpcError(ErrorCode.BAD_REQUEST, f"{method} is not an action")
+
+    async def _action(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return dump(await self.act(method, params))
+
+    async def act(self, method: str, params: dict[str, Any]) -> ActionResult:
+        model = ACTION_METHODS.get(method)
+        if model is None:
+            raise RpcError(ErrorCode.BAD_REQUEST, f"{method} is not an action")
+        p = _valid(method, params, model)
+        assert isinstance(p, ActionParams)
+        self.rpc.policy.check_ui(p.serial)
+        target: UiElement | None = None
+        if isinstance(p, TapParams):
+            raw, target = await self._resolve(p)
+        else:
+            raw = self.argv_for(method, p) or []
+        argv = await self._command(p.serial, raw)
+        started = time.monotonic()
+        result = await self._adb.shell(p.serial, argv)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        frames = await self.evidence(p.serial, settled=p.settled, timeout_s=p.settle_timeout_s)
+        state = await self.state(p.serial)
+        output = (result.stdout + result.stderr)[: self.settings.max_output_chars]
+        log.info("%s on %s: %s → %d", method, p.serial, " ".join(argv), result.exit_code)
+        return ActionResult(
+            ok=result.exit_code == 0,
+            action=method,
+            command=argv,
+            exit_code=result.exit_code,
+            output=output,
+            duration_ms=duration_ms,
+            target=target,
+            state=state,
+            **frames,
+        )
+
+    async def evidence(
+        self, serial: str, *, settled: bool, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """The at-action frame, and with ``settled`` the settled frame and the composite."""
+        s = self.settings
+        await self.sleep(s.at_action_delay_s)
+        at_action = await self._adb.screenshot(serial)
+        if not settled:
+            return {"at_action_png": at_action}
+        cap = timeout_s if timeout_s is not None else s.settle_timeout_s
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waited = quiet = 0.0
+        previous = at_action
+        calm = False
+        while waited < cap and loop.time() - started < cap:
+            await self.sleep(s.settle_poll_s)
+            waited += s.settle_poll_s
+            frame = await self._adb.screenshot(serial)
+            same = await asyncio.to_thread(same_frame, previous, frame)
+            quiet = quiet + s.settle_poll_s if same else 0.0
+            previous = frame
+            if quiet >= s.settle_quiet_s:
+                calm = True
+                break
+        both = await asyncio.to_thread(composite, at_action, previous, scale=s.composite_scale)
+        return {
+            "at_action_png": at_action,
+            "settled_png": previous,
+            "composite_png": both,
+            "settled": calm,
+        }
+
+    # -- dry run -------------------------------------------------------------------------------
+
+    async def _check(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = _valid("agent.check", params, AgentCheckParams)
+        outcomes: list[CheckOutcome] = []
+        for step in p.steps:
+            outcomes.append(await self._check_one(p.serial, step.method, step.params))
+        return {"ok": all(o.ok for o in outcomes), "results": [dump(o) for o in outcomes]}
+
+    async def _check_one(self, serial: str, method: str, params: dict[str, Any]) -> CheckOutcome:
+        """What the step would meet if sent now; sends nothing to the device."""
+        try:
+            model = validate_params(method, {**params, "serial": serial})
+            if isinstance(model, ShellParams):
+                command = model.argv if model.argv is not None else model.command or ""
+                context = self.rpc.context(serial, screen=self._sizes.get(serial))
+                argv = self.rpc.policy.check_shell(serial, command, context)
+                return CheckOutcome(ok=True, command=argv)
+            self.rpc.policy.check_ui(serial)
+            raw = self.argv_for(method, model)
+            if raw is None:  # a tap on an element: its bounds are checked when it is sent
+                return CheckOutcome(ok=True)
+            if raw[:2] in (["input", "tap"], ["input", "swipe"]) and serial not in self._sizes:
+                return CheckOutcome(ok=True, command=raw)  # bounds checked when it is sent
+            return CheckOutcome(ok=True, command=await self._command(serial, raw))
+        except RpcError as exc:
+            data = exc.data or {}
+            rule = data.get("rule")
+            return CheckOutcome(
+                ok=False,
+                code=exc.code.value,
+                rule=str(rule) if rule is not None else None,
+                message=exc.message,
+            )
+
+
+def _valid(method: str, params: dict[str, Any], model: type[BaseModel]) -> Any:
+    parsed = validate_params(method, params)
+    if not isinstance(parsed, model):  # pragma: no cover - the registry maps them
+        raise RpcError(ErrorCode.INTERNAL, f"{method}: unexpected params model")
+    return parsed
