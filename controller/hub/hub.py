@@ -40,6 +40,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
@@ -59,7 +60,7 @@ from protocol.errors import (
     RpcError,
     UnexpectedFrame,
 )
-from protocol.methods import DevicesChanged, LogBatch
+from protocol.methods import METHODS, DevicesChanged, LogBatch
 from protocol.session import Completion, ControllerSession, Duplicate, Liveness, Resume
 from protocol.settings import Settings
 
@@ -72,6 +73,26 @@ _LIVENESS_TICKS = 4
 # A resumed logcat stream asks for at most this many lines of the buffer's tail (the
 # protocol's bound on ``tail``).
 RESYNC_TAIL_MAX = 5000
+
+
+class HubMetrics:
+    """The hub's Prometheus metrics (labels: methods and outcomes, never serials or names)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.bridges = Gauge(
+            "droidwire_bridges_connected", "Bridges with a live connection", registry=registry
+        )
+        self.calls = Counter(
+            "droidwire_rpc_calls", "RPCs to bridges, by method and outcome",
+            ["method", "outcome"], registry=registry,
+        )
+        self.duration = Histogram(
+            "droidwire_rpc_duration_seconds", "RPC time from call to result, by method",
+            ["method"], registry=registry,
+        )
+        self.reconnects = Counter(
+            "droidwire_bridge_connections", "Bridge connections accepted", registry=registry
+        )
 
 
 class BridgeState(StrEnum):
@@ -147,8 +168,16 @@ class BridgeEntry:
 class Hub:
     """The registry of bridges and the one way to call them. Use as an async context."""
 
-    def __init__(self, *, store: Store, audit: AuditLog, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        audit: AuditLog,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.store = store
+        self.metrics = HubMetrics(registry)
         self.audit = audit
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
@@ -266,10 +295,15 @@ class Hub:
         entry.waiters[pending.id] = waiter
         self._wake(entry)
         log.debug("call %s %s on %s", pending.id, method, label)
+        outcome = "ok"
         try:
             async with asyncio.timeout_at(pending.deadline):
                 completion = await waiter.future
+            if completion.error is not None:
+                outcome = completion.error.code.value
+            return completion.unwrap()
         except TimeoutError:
+            outcome = ErrorCode.TIMEOUT.value
             entry.waiters.pop(pending.id, None)
             entry.session.fail(pending.id, RpcError(ErrorCode.TIMEOUT, "timed out"))
             self._wake(entry)
@@ -277,11 +311,16 @@ class Hub:
                 ErrorCode.TIMEOUT, f"{method} on {label} timed out", {"request": pending.id}
             ) from None
         except asyncio.CancelledError:
+            outcome = ErrorCode.CANCELLED.value
             entry.waiters.pop(pending.id, None)
             entry.session.cancel(pending.id)
             self._wake(entry)
             raise
-        return completion.unwrap()
+        finally:
+            spec_known = method in METHODS
+            name = method if spec_known else "<unknown>"
+            self.metrics.calls.labels(name, outcome).inc()
+            self.metrics.duration.labels(name).observe(loop.time() - pending.created)
 
     async def device_call(
         self,
@@ -439,6 +478,8 @@ class Hub:
             entry.grace_task.cancel()
             entry.grace_task = None
         entry.session.connection_made()
+        self.metrics.reconnects.inc()
+        self._count_bridges()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
         tasks = [
@@ -461,6 +502,7 @@ class Hub:
                     async with asyncio.timeout(self.settings.close_timeout_s):
                         await websocket.close(conn.close_code, conn.close_reason[:120])
             await self._detach(entry, conn)
+            self._count_bridges()
 
     async def _detach(self, entry: BridgeEntry, conn: Connection) -> None:
         if entry.conn is not conn:
@@ -683,6 +725,9 @@ class Hub:
                 entry.conn.kick(CloseCode.UNAUTHORIZED, "bridge token revoked")
 
     # -- helpers
+
+    def _count_bridges(self) -> None:
+        self.metrics.bridges.set(sum(1 for e in self._entries.values() if e.conn is not None))
 
     def _wake(self, entry: BridgeEntry) -> None:
         if entry.conn is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from controller.hub import BridgeState
 from protocol.closecodes import CloseCode
@@ -453,3 +453,54 @@ async def test_a_stream_resumes_after_a_reconnect_without_gap_or_duplicate(
     assert got == lines
     assert all(m["dropped"] == 0 and "lost_batches" not in m for m in messages)
     await fake.close()
+
+
+async def test_many_concurrent_calls_each_get_their_own_result(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    entry = controller.hub.entries()[0]
+    payloads = [f"p{i}".encode() for i in range(200)]
+    results = await asyncio.wait_for(
+        asyncio.gather(*(controller.hub.call(entry.id, "ping", {"payload": p}) for p in payloads)),
+        WAIT_S,
+    )
+    assert [r["payload"] for r in results] == payloads
+    assert entry.session.pending_count == 0
+    metrics = (await controller.http.get("/metrics")).text
+    assert 'droidwire_rpc_calls_total{method="ping",outcome="ok"} 200.0' in metrics
+    assert "droidwire_bridges_connected 1.0" in metrics
+
+
+async def test_a_cancelled_call_cancels_on_the_bridge(controller: InLoopController) -> None:
+    gate = Gate()
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=gate)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    call = asyncio.create_task(
+        controller.hub.call(entry.id, "device.shell", {"serial": "emulator-5554", "command": "x"})
+    )
+    await asyncio.wait_for(gate.entered.wait(), WAIT_S)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await _wait_until(lambda: not fake.session.running_ids())
+    assert entry.session.pending_count == 0
+    await fake.close()
+
+
+async def test_an_incompatible_protocol_is_closed_with_4426(
+    controller: InLoopController,
+) -> None:
+    from protocol.codec import encode
+    from protocol.envelope import Hello, new_request_id
+
+    token = await controller.bridge_token("pi")
+    async with connect(
+        controller.ws_url + "/v1/bridge", additional_headers=bearer(token),
+        subprotocols=[SUBPROTOCOL], open_timeout=WAIT_S,  # type: ignore[list-item]
+    ) as ws:
+        await ws.send(encode(Hello(session=new_request_id(), software="x", protocol=99)))
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), WAIT_S)
+        assert ws.protocol.close_rcvd is not None
+        assert ws.protocol.close_rcvd.code == CloseCode.INCOMPATIBLE
