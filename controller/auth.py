@@ -87,6 +87,7 @@ __all__ = [
     "ensure_bootstrap_admin",
     "generate_token",
     "hash_token",
+    "is_row_id",
     "list_tokens",
     "live_grant_filter",
     "may",
@@ -112,6 +113,7 @@ QUERY_TOKEN_PARAMS = frozenset({"token", "access_token", "api_key", "apikey", "a
 # Names of users and bridges: no "~" (it separates BRIDGE~SERIAL), no spaces, no slashes.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
+_ID_RE = re.compile(r"[0-9a-f]{32}")
 ADMIN_USER = "admin"
 BOOTSTRAP_TOKEN_NAME = "bootstrap"
 # last_used_at is refreshed at most this often per token, not on every request.
@@ -632,6 +634,8 @@ async def rotate_token(store: Store, principal: Principal, token_id: str) -> tup
     A token the caller cannot see is ``not_found``; a revoked one ``conflict``; the
     bootstrap token is the operator's configuration and is changed there (``conflict``).
     """
+    if not is_row_id(token_id):
+        raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id[:64]!r}")
     async with store.session() as session, session.begin():
         old = await session.get(Token, token_id)
         if old is None or not (principal.is_admin or old.owner_id == principal.user_id):
@@ -714,6 +718,8 @@ async def list_tokens(store: Store, principal: Principal) -> list[TokenRecord]:
 
 async def revoke_token(store: Store, principal: Principal, token_id: str) -> Token:
     """Revoke a token the caller can see (idempotent); returns it as revoked."""
+    if not is_row_id(token_id):
+        raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id[:64]!r}")
     async with store.session() as session, session.begin():
         token = await session.get(Token, token_id)
         if token is None or not (principal.is_admin or token.owner_id == principal.user_id):
@@ -724,6 +730,12 @@ async def revoke_token(store: Store, principal: Principal, token_id: str) -> Tok
         if token.revoked_at is None:
             token.revoked_at = utcnow()
         return token
+
+
+def is_row_id(text: str) -> bool:
+    """Whether ``text`` can be one of our ids (32 hex digits): anything else is looked up
+    nowhere, so no odd byte (a NUL, say, which PostgreSQL refuses) ever reaches a query."""
+    return _ID_RE.fullmatch(text) is not None
 
 
 async def _user_by_name(session: AsyncSession, name: str) -> User | None:

@@ -48,6 +48,7 @@ from controller.auth import (
     Scope,
     UserPrincipal,
     authorize,
+    is_row_id,
     live_grant_filter,
     now,
     require_scope,
@@ -125,7 +126,7 @@ class SeenDevice:
 
 async def resolve_seen_device(store: Store, principal: Principal, text: str) -> SeenDevice:
     """``SERIAL`` or ``BRIDGE~SERIAL`` → the one device seen that ``principal`` may view."""
-    if not text or len(text) > MAX_DEVICE_CHARS:
+    if not text or len(text) > MAX_DEVICE_CHARS or not text.isprintable():
         raise RpcError(ErrorCode.BAD_REQUEST, "a device is SERIAL or BRIDGE~SERIAL")
     bridge, sep, serial = text.partition(SEPARATOR)
     query = select(Device.id, Bridge.id, Bridge.name, Device.serial, Bridge.owner_id).join(
@@ -285,8 +286,8 @@ async def revoke_grant(
 ) -> GrantOut:
     """End a grant now (idempotent); returns it as it stands after."""
     at = at or now()
-    if len(grant_id) > 64:
-        raise RpcError(ErrorCode.NOT_FOUND, "no such grant")
+    if not is_row_id(grant_id):
+        raise RpcError(ErrorCode.NOT_FOUND, f"no grant {grant_id[:64]!r}")
     async with store.session() as session:
         row = (await session.execute(_grant_query().where(Grant.id == grant_id))).one_or_none()
     if row is None:
@@ -347,7 +348,8 @@ Reader = Annotated[Principal, Depends(require_scope(Scope.DEVICES_READ))]
 async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Request) -> GrantOut:
     """Lend a device (owner or admin only); ``until`` omitted: until revoked."""
     state = request.app.state
-    async with _audited(state.audit, principal, "grant.create", body.device[:200], user=body.user):
+    named = body.device if body.device.isprintable() else ascii(body.device)  # no NUL in logs
+    async with _audited(state.audit, principal, "grant.create", named[:200], user=body.user):
         grant = await create_grant(state.store, principal, body)
     await state.audit.record(
         principal,

@@ -273,6 +273,8 @@ BAD_GRANTS: list[tuple[dict[str, Any], int]] = [
     ({"device": DEVICE, "user": "../../etc"}, 400),
     ({"device": "other~" + SERIAL, "user": "sam"}, 404),
     ({"device": ["list"], "user": "sam"}, 400),
+    ({"device": "emulator\x00-5554", "user": "sam"}, 400),
+    ({"device": "pi~emulator\u202e-5554", "user": "sam"}, 400),
     ([], 400),
 ]
 

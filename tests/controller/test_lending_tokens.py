@@ -112,8 +112,10 @@ async def test_rotation_shows_a_new_secret_once_and_kills_the_old(setup: Setup) 
     refused = await http.post(f"/v1/tokens/{bootstrap}/rotate")
     assert refused.status_code == 409 and refused.json()["error"]["rule"] == "bootstrap_token"
     # Someone else's token is not found; an unknown id likewise.
-    for token_id in (bootstrap, "f" * 32, "x" * 3000):
+    for token_id in (bootstrap, "f" * 32, "x" * 3000, "%00", "F" * 32):
         response = await http.post(f"/v1/tokens/{token_id}/rotate", headers=bearer(setup.olivia))
+        assert response.status_code == 404
+        response = await http.delete(f"/v1/tokens/{token_id}", headers=bearer(setup.olivia))
         assert response.status_code == 404
     entries = await setup.controller.app.state.audit.recent(limit=100)
     rotations = [(e.actor, e.outcome) for e in entries if e.action == "token.rotate"]
