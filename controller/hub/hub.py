@@ -426,11 +426,17 @@ class Hub:
 
         device = DeviceRef(entry.id, stream.serial, entry.owner_id, entry.name)
         try:
-            await self.call(device, "device.logcat.subscribe", params, on_result=reroute)
+            result = await self.call(device, "device.logcat.subscribe", params, on_result=reroute)
         except RpcError as exc:
             log.info("bridge %s: logcat of %s not resumed: %s", entry.name, stream.serial, exc)
             stream.end(f"resume_failed: {exc.code.value}")
             entry.subscriptions.discard(stream)
+            return
+        channel = result.get("channel")
+        if stream.ended and isinstance(channel, str) and _usable(channel):
+            # The consumer left while we were subscribing again: stop the new stream too.
+            with contextlib.suppress(RpcError):
+                await self.call(entry.id, "device.logcat.unsubscribe", {"channel": channel})
 
     async def unsubscribe(self, stream: LogStream) -> None:
         """Stop a stream (best effort on the bridge's side: it may be gone already)."""
@@ -563,6 +569,8 @@ class Hub:
                 if not self._bad_frame(entry, conn, exc, first):
                     return
                 continue
+            if entry.conn is not conn:
+                return  # replaced: frames still arriving here are the new connection's business
             try:
                 outcome = session.receive(frame, loop.time())
             except HandshakeRefused as exc:
