@@ -354,3 +354,31 @@ async def test_pausing_ends_live_streams(devices: AdbDevices, sim_device: Connec
     assert not any(" After" in ln for b in batches for ln in parse_log_batch(b).lines)
     err = await refused(d, "device.logcat.subscribe", {"serial": serial})
     assert err.data == {"rule": "paused"}
+
+
+async def test_instrument_a_package_installed_through_the_bridge(
+    devices: AdbDevices, sim_device: ConnectedSim
+) -> None:
+    from device_bridge.sim.apk import SimTest
+
+    d = make(devices)
+    serial = sim_device.address
+    app = SimPackage(package="com.example.app", kind="app")
+    test = SimPackage(
+        package="com.example.app.test",
+        kind="test",
+        target_package="com.example.app",
+        tests=[SimTest(class_name="com.example.app.ExampleTest", method="works")],
+    )
+    params = {"serial": serial, "package": test.package}
+    err = await refused(d, "device.instrument", params)
+    assert err.data and err.data["rule"] == "package_scope"  # not ours (yet)
+    for pkg in (app, test):
+        await d("device.install", {"serial": serial, "apk": build_apk(pkg)})
+    out = await d("device.instrument", params)
+    validate_result("device.instrument", out)
+    assert "INSTRUMENTATION_STATUS_CODE" in out["output"]
+    assert "com.example.app.ExampleTest" in out["output"]
+    await d("device.uninstall", {"serial": serial, "package": test.package})
+    assert d.installed[serial] == {app.package}
+    assert await d.cleanup() == [f"{serial}:{app.package}"]
