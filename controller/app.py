@@ -38,6 +38,7 @@ from controller.hub import endpoint as hub_endpoint
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.store import Store, Token
+from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
@@ -217,6 +218,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
+    app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)
     return app

@@ -1,0 +1,16 @@
+"""The web dashboard (DESIGN.md §6, issue 8 item 5): server-rendered pages at ``/``.
+
+Sign in once with a token (``POST /login`` → an HttpOnly, SameSite=Strict session cookie;
+:mod:`controller.web.sessions`), then: devices (state, owner, lent to, battery, Android
+version), runs (verdict, device, timings), a run (step log with every RPC including refused
+ones, compile rounds with diffs, per-test results, logcat with the evidence highlighted) and
+a device's live logcat tail over a same-origin WebSocket (:mod:`controller.web.pages`).
+Everything is served by the controller itself, CSS and JS included: it works offline.
+"""
+
+from __future__ import annotations
+
+from controller.web.pages import router, sessions_of
+from controller.web.sessions import COOKIE_NAME, SessionStore
+
+__all__ = ["COOKIE_NAME", "SessionStore", "router", "sessions_of"]

@@ -1,0 +1,547 @@
+"""The dashboard's routes: sign-in, devices, runs, a run, a device's live logcat.
+
+Every page is for the signed-in principal (:mod:`controller.web.sessions`) and shows only
+what the REST API would show that principal: devices through
+:func:`controller.hub.list_devices` (THE authorization check, ``view``), the live tail through
+the same stream handler as ``/v1/devices/{device}/logcat/stream`` (``use``, audited), runs
+owned by the caller (every run for an admin), as ``GET /v1/runs`` does. A page the caller may
+not see is a 404 that does not say whether it exists.
+
+None of these routes is in the OpenAPI schema: they are HTML for people, not an API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import select
+
+from controller.api import devices as devices_api
+from controller.api.grants import list_grants
+from controller.auth import (
+    QUERY_TOKEN_PARAMS,
+    Action,
+    Principal,
+    Scope,
+    Unauthenticated,
+    authenticate,
+    may,
+)
+from controller.hub import list_devices, resolve_device
+from controller.store import Run, RunStep, TestResult, TokenKind, User
+from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
+from controller.web.sessions import (
+    COOKIE_NAME,
+    SESSION_TTL,
+    SessionStore,
+    same_origin,
+    session_principal,
+)
+from protocol.errors import ErrorCode, RpcError
+
+__all__ = ["router", "sessions_of"]
+
+log = logging.getLogger("droidwire.controller.web")
+
+router = APIRouter(include_in_schema=False)
+
+STATIC_DIR = Path(__file__).with_name("static")
+STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+MAX_FORM_BYTES = 4096
+MAX_RUNS = 100
+LIVE_TAIL_LINES = 50
+# Logcat lines worth a highlight even when the analysis did not name them.
+_HIGHLIGHT_MARKERS = ("StrictMode", "ANR in ", "FATAL EXCEPTION")
+
+
+def sessions_of(app: Any) -> SessionStore:
+    """The app's dashboard sessions, created on first use."""
+    sessions: SessionStore | None = getattr(app.state, "web_sessions", None)
+    if sessions is None:
+        sessions = app.state.web_sessions = SessionStore()
+    return sessions
+
+
+def _html(content: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        content,
+        status_code=status,
+        headers={
+            "Content-Security-Policy": CSP,
+            "X-Content-Type-Options": "nosniff",
+            "X-Frame-Options": "DENY",
+            # Not no-referrer: that makes browsers send "Origin: null" on form posts, which
+            # the CSRF check must refuse.
+            "Referrer-Policy": "same-origin",
+            "Cache-Control": "no-store",
+        },
+    )
+
+
+def _to_login() -> RedirectResponse:
+    return RedirectResponse("/login", status_code=303)
+
+
+def _message(title: str, text: str, status: int, principal: Principal | None = None) -> HTMLResponse:
+    body = Markup(f'<p class="notice">{esc(text)}</p>')
+    return _html(page(title, body, principal=principal), status)
+
+
+async def _signed_in(request: Request) -> Principal | None:
+    sessions_of(request.app)
+    return await session_principal(request)
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at is not None else ""
+
+
+def _verdict_badge(verdict: str | None) -> Markup:
+    if not verdict:
+        return Markup("")
+    return Markup(f'<span class="badge v-{esc(verdict.lower())}">{esc(verdict)}</span>')
+
+
+# --- sign-in -------------------------------------------------------------------------------
+
+
+def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
+    notice = f'<p class="error" role="alert">{esc(error)}</p>' if error else ""
+    body = Markup(
+        f"{notice}"
+        '<form class="login" method="post" action="/login">'
+        '<label for="token">API token</label>'
+        '<input id="token" name="token" type="password" autocomplete="off" required '
+        'spellcheck="false" maxlength="256">'
+        '<button type="submit">Sign in</button></form>'
+        '<p class="hint">Your token is sent once, in this form\'s body; the dashboard then '
+        "keeps a session cookie, never the token.</p>"
+    )
+    return _html(page("Sign in", body), status)
+
+
+async def _read_form(request: Request) -> dict[str, str] | None:
+    """A small urlencoded form body, or None (too large, wrong type, undecodable)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        return None
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > MAX_FORM_BYTES:
+            return None
+    try:
+        return dict(parse_qsl(data.decode("ascii"), max_num_fields=8))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _token_in_url(request: Request) -> bool:
+    return bool(QUERY_TOKEN_PARAMS.intersection(k.lower() for k in request.query_params))
+
+
+def _url_token_refusal() -> HTMLResponse:
+    # Never echo it: the URL already went to logs; the person should revoke that token.
+    return _message(
+        "Sign in",
+        "A token was put in the URL. Tokens never go in a URL: revoke that token and sign "
+        "in with a new one through the form.",
+        400,
+    )
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    if _token_in_url(request):
+        return _url_token_refusal()
+    if await _signed_in(request) is not None:
+        return RedirectResponse("/", status_code=303)
+    return _login_page()
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Check the token from the form body; on success, a new session cookie."""
+    if _token_in_url(request):
+        return _url_token_refusal()
+    if not same_origin(request):
+        return _message("Sign in", "cross-site sign-in refused", 403)
+    form = await _read_form(request)
+    token = (form or {}).get("token", "").strip()
+    if not token:
+        return _login_page("Paste an API token to sign in.", 400)
+    store = request.app.state.store
+    try:
+        principal = await authenticate(store, f"Bearer {token}")
+    except Unauthenticated:
+        return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
+    if principal.kind is TokenKind.BRIDGE:
+        return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
+    sessions = sessions_of(request.app)
+    sessions.close(request.cookies.get(COOKIE_NAME))  # never keep a session id across sign-ins
+    session_id = sessions.open(principal.token_id)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(
+        COOKIE_NAME,
+        session_id,
+        max_age=int(SESSION_TTL),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    log.info("dashboard sign-in by %s", principal.actor)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    if not same_origin(request):
+        return _message("Sign out", "cross-site sign-out refused", 403)
+    sessions_of(request.app).close(request.cookies.get(COOKIE_NAME))
+    response = _to_login()
+    response.delete_cookie(
+        COOKIE_NAME, path="/", httponly=True, samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+# --- devices -------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def home(request: Request) -> Response:
+    if await _signed_in(request) is None:
+        return _to_login()
+    return RedirectResponse("/devices", status_code=303)
+
+
+async def _user_names(request: Request, ids: set[str]) -> dict[str, str]:
+    if not ids:
+        return {}
+    async with request.app.state.store.session() as session:
+        rows = (await session.execute(select(User.id, User.name).where(User.id.in_(ids)))).all()
+    return {i: n for i, n in rows}
+
+
+@router.get("/devices")
+async def devices_page(request: Request) -> Response:
+    principal = await _signed_in(request)
+    if principal is None:
+        return _to_login()
+    if not principal.allows(Scope.DEVICES_READ):
+        return _message("Devices", "This token may not read devices.", 403, principal)
+    hub = devices_api._hub(request.app.state)
+    store = request.app.state.store
+    records = await list_devices(hub, principal)
+    owners = await _user_names(request, {r.owner_id for r in records})
+    loans: dict[str, list[str]] = defaultdict(list)
+    for grant in await list_grants(store, principal):
+        until = f" until {_when(grant.until)}" if grant.until else ""
+        loans[grant.device].append(f"{grant.user}{until}")
+    rows = []
+    for r in records:
+        info = r.info
+        android = " · ".join(
+            x for x in (
+                f"Android {info['release']}" if info.get("release") else "",
+                f"SDK {info['sdk']}" if info.get("sdk") else "",
+            ) if x
+        )
+        battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
+        live = await may(principal, r.ref, Action.USE, store=store)
+        name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
+        rows.append([
+            name,
+            Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
+            owners.get(r.owner_id, ""),
+            ", ".join(loans.get(r.id, [])),
+            battery,
+            android,
+            info.get("model") or "",
+        ])
+    body = table(
+        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model"],
+        rows,
+        empty="No devices you may see.",
+    )
+    return _html(page("Devices", body, principal=principal, active="/devices"))
+
+
+@router.get("/devices/{device}")
+async def device_page(device: str, request: Request) -> Response:
+    principal = await _signed_in(request)
+    if principal is None:
+        return _to_login()
+    hub = devices_api._hub(request.app.state)
+    try:
+        record = await resolve_device(hub, principal, device)
+    except RpcError as exc:
+        if exc.code is ErrorCode.CONFLICT:
+            return _message("Device", exc.message, 409, principal)
+        return _message("Device", "No such device.", 404, principal)
+    info = record.info
+    facts = table(
+        ["State", "Model", "Android", "SDK", "Battery", "Profile"],
+        [[record.state, info.get("model"), info.get("release"), info.get("sdk"),
+          f"{info['battery']}%" if isinstance(info.get("battery"), int) else "",
+          info.get("profile") or "standard"]],
+    )
+    if await may(principal, record.ref, Action.USE, store=request.app.state.store):
+        stream = f"/devices/{path_segment(record.id)}/logcat/stream?tail={LIVE_TAIL_LINES}"
+        live = Markup(
+            '<h2>Live logcat</h2>'
+            f'<p class="status" id="logcat-status">connecting…</p>'
+            f'<pre class="logcat live" id="logcat" data-stream="{esc(stream)}"></pre>'
+        )
+        scripts: tuple[str, ...] = ("/static/dashboard.js",)
+    else:
+        live = Markup('<p class="notice">This token may not read this device\'s log.</p>')
+        scripts = ()
+    return _html(page(record.id, Markup(facts + live), principal=principal, active="/devices",
+                      scripts=scripts))
+
+
+@router.websocket("/devices/{device}/logcat/stream")
+async def device_logcat_stream(
+    websocket: WebSocket,
+    device: str,
+    tail: Annotated[int | None, Query(ge=0, le=devices_api.MAX_DUMP_LINES)] = None,
+) -> None:
+    """The dashboard's live tail: ``/v1/devices/{device}/logcat/stream`` with the session
+    cookie instead of a Bearer header, refused (HTTP 401/403 before the socket opens) without
+    a session or from another site's page (cross-site WebSocket hijacking)."""
+    sessions_of(websocket.app)
+    if not same_origin(websocket):
+        raise RpcError(ErrorCode.FORBIDDEN, "cross-site WebSocket refused", {"rule": "origin"})
+    principal = await session_principal(websocket)
+    if principal is None:
+        raise Unauthenticated("sign in to the dashboard first")
+    await devices_api.logcat_stream(websocket, device, principal, tail)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def _duration(run: Run) -> str:
+    if run.finished_at is None:
+        return ""
+    return f"{(run.finished_at - run.created_at).total_seconds():.1f} s"
+
+
+def _run_device(run: Run) -> str:
+    result = run.result or {}
+    device = result.get("device") if isinstance(result.get("device"), dict) else None
+    return str((device or {}).get("id") or (run.request or {}).get("device_id") or "")
+
+
+def _visible_run_query(principal: Principal) -> Any:
+    query = select(Run)
+    if not principal.is_admin:
+        query = query.where(Run.user_id == principal.user_id)
+    return query
+
+
+@router.get("/runs")
+async def runs_page(request: Request) -> Response:
+    principal = await _signed_in(request)
+    if principal is None:
+        return _to_login()
+    if not principal.allows(Scope.RUNS_READ):
+        return _message("Runs", "This token may not read runs.", 403, principal)
+    query = _visible_run_query(principal).order_by(Run.created_at.desc()).limit(MAX_RUNS)
+    async with request.app.state.store.session() as session:
+        runs = (await session.execute(query)).scalars().all()
+    rows = []
+    for run in runs:
+        timings = (run.result or {}).get("timings") or {}
+        rows.append([
+            link(f"/runs/{run.id}", run.id[:12], cls="mono"),
+            run.status,
+            _verdict_badge(run.verdict),
+            _run_device(run),
+            (run.result or {}).get("summary") or "",
+            _when(run.created_at),
+            _duration(run),
+            " ".join(f"{k.removesuffix('_ms')} {v} ms" for k, v in timings.items()
+                     if isinstance(v, int)),
+        ])
+    body = table(
+        ["Run", "Status", "Verdict", "Device", "Summary", "Started", "Took", "Timings"],
+        rows,
+        empty="No runs yet.",
+    )
+    return _html(page("Runs", body, principal=principal, active="/runs"))
+
+
+def _step_rows(steps: list[RunStep]) -> tuple[list[list[object]], list[str | None]]:
+    rows: list[list[object]] = []
+    classes: list[str | None] = []
+    for s in steps:
+        d = s.detail or {}
+        error = d.get("error")
+        if isinstance(error, dict):
+            what = f"{error.get('code', '')}: {error.get('message', '')}"
+            if error.get("rule"):
+                what += f" (rule {error['rule']})"
+        else:
+            what = str(error or d.get("detail") or d.get("note") or "")
+        ms = d.get("ms")
+        rows.append([
+            s.seq,
+            s.kind,
+            Markup(f'<span class="st st-{esc(s.status)}">{esc(s.status)}</span>'),
+            d.get("method") or "",
+            d.get("target") or d.get("device") or "",
+            f"{ms} ms" if isinstance(ms, int) else "",
+            what,
+        ])
+        classes.append(f"step-{s.status}")
+    return rows, classes
+
+
+def _diff(text: str) -> Markup:
+    lines = []
+    for line in text.splitlines():
+        cls = ""
+        if line.startswith(("+++", "---")):
+            cls = "d-file"
+        elif line.startswith("+"):
+            cls = "d-add"
+        elif line.startswith("-"):
+            cls = "d-del"
+        elif line.startswith("@@"):
+            cls = "d-hunk"
+        lines.append(f'<span class="{cls}">{esc(line)}</span>' if cls else str(esc(line)))
+    return Markup('<pre class="diff">' + "\n".join(lines) + "</pre>")
+
+
+def _compile_rounds(rounds: list[Any]) -> Markup:
+    parts = []
+    for r in rounds:
+        if not isinstance(r, dict):
+            continue
+        errors = r.get("errors") or []
+        items = "".join(
+            f"<li>{esc(_error_text(e))}</li>" for e in errors[:50]
+        )
+        verdict = "compiled" if r.get("ok") else f"{len(errors)} error(s)"
+        fixer = f" · fixer: {r['fixer']}" if r.get("fixer") else ""
+        diff = _diff(str(r["diff"])) if r.get("diff") else Markup("")
+        parts.append(
+            f'<section class="round"><h3>Round {esc(r.get("round"))}: {esc(verdict)}'
+            f"{esc(fixer)}</h3>{diff}"
+            + (f'<ul class="errors">{items}</ul>' if items else "")
+            + "</section>"
+        )
+    return Markup("".join(parts) or '<p class="empty">No compile rounds.</p>')
+
+
+def _error_text(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = ":".join(str(error[k]) for k in ("file", "line", "column") if error.get(k))
+    return f"{where} {error.get('message', '')}".strip()
+
+
+def _logcat(result: dict[str, Any]) -> Markup:
+    text = str(result.get("systrace") or "")
+    if not text:
+        return Markup('<p class="empty">No logcat was collected.</p>')
+    evidence = set()
+    for key in ("violations", "crashes", "anrs"):
+        for item in result.get(key) or []:
+            if isinstance(item, dict) and item.get("line"):
+                evidence.add(str(item["line"]).strip())
+    out = []
+    for line in text.splitlines():
+        hot = line.strip() in evidence or any(m in line for m in _HIGHLIGHT_MARKERS)
+        out.append(f'<mark class="violation">{esc(line)}</mark>' if hot else str(esc(line)))
+    return Markup('<pre class="logcat">' + "\n".join(out) + "</pre>")
+
+
+@router.get("/runs/{run_id}")
+async def run_page(run_id: str, request: Request) -> Response:
+    principal = await _signed_in(request)
+    if principal is None:
+        return _to_login()
+    if not principal.allows(Scope.RUNS_READ):
+        return _message("Run", "This token may not read runs.", 403, principal)
+    if not run_id.isalnum() or len(run_id) > 64:
+        return _message("Run", "No such run.", 404, principal)
+    async with request.app.state.store.session() as session:
+        run = (
+            await session.execute(_visible_run_query(principal).where(Run.id == run_id))
+        ).scalar_one_or_none()
+        if run is None:  # others' runs are not disclosed
+            return _message("Run", "No such run.", 404, principal)
+        steps = list((await session.execute(
+            select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)
+        )).scalars().all())
+        tests = list((await session.execute(
+            select(TestResult).where(TestResult.run_id == run_id)
+        )).scalars().all())
+    result = run.result or {}
+    timings = result.get("timings") or {}
+    facts = table(
+        ["Verdict", "Reason", "Status", "Device", "Toolchain", "Started", "Finished"],
+        [[_verdict_badge(run.verdict), result.get("reason_code"), run.status, _run_device(run),
+          result.get("toolchain"), _when(run.created_at), _when(run.finished_at)]],
+    )
+    summary = Markup(f'<p class="summary">{esc(result.get("summary") or "")}</p>')
+    timing_table = table(
+        [k.removesuffix("_ms") for k in timings],
+        [[f"{v} ms" for v in timings.values()]] if timings else [],
+        empty="no timings",
+    )
+    step_rows, step_classes = _step_rows(steps)
+    steps_table = table(
+        ["#", "Step", "Status", "Method", "Target", "Took", "Detail"],
+        step_rows, row_classes=step_classes, cls="grid steps", empty="No steps recorded.",
+    )
+    test_rows = [
+        [t.class_name, t.name,
+         Markup(f'<span class="st st-{esc(t.status)}">{esc(t.status)}</span>'),
+         Markup(f"<details><summary>stack</summary><pre>{esc(t.stack)}</pre></details>")
+         if t.stack else ""]
+        for t in tests
+    ]
+    tests_table = table(["Class", "Test", "Status", ""], test_rows, empty="No test results.")
+    violations = [str(v) for v in result.get("strict_mode_violations") or []]
+    body = Markup(
+        facts + summary
+        + Markup("<h2>Timings</h2>") + timing_table
+        + Markup("<h2>Steps</h2>") + steps_table
+        + Markup("<h2>Compile rounds</h2>") + _compile_rounds(result.get("compile_rounds") or [])
+        + Markup("<h2>Tests</h2>") + tests_table
+        + Markup("<h2>Logcat</h2>")
+        + Markup(f'<p class="violations">StrictMode violations: '
+                 f'{esc(", ".join(violations) or "none")}</p>')
+        + _logcat(result)
+    )
+    return _html(page(f"Run {run.id[:12]}", body, principal=principal, active="/runs"))
+
+
+# --- static files --------------------------------------------------------------------------
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    """The dashboard's own CSS and JS (no CDN): a fixed set of files, nothing else."""
+    path = STATIC_DIR / name
+    media = STATIC_TYPES.get(path.suffix)
+    if media is None or path.name != name or not path.is_file():
+        return Response("not found", status_code=404, media_type="text/plain")
+    return Response(
+        path.read_bytes(),
+        media_type=media,
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
