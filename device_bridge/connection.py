@@ -260,6 +260,7 @@ class Link:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._accepting = True
+        self._started = False
         # Per connection (reset in _serve).
         self._ws: ClientConnection | None = None
         self._out: collections.deque[bytes] = collections.deque()
@@ -319,6 +320,9 @@ class Link:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Connect, serve, reconnect until ``stop`` is set; :class:`LinkError` if it gives up."""
+        if self._started:
+            raise RuntimeError("a Link runs once: create another for another run")
+        self._started = True
         stop = stop or asyncio.Event()
         delays: Iterator[float] | None = None
         index = 0

@@ -325,6 +325,8 @@ async def test_hello_welcome_and_a_call(stop: asyncio.Event) -> None:
     assert request.headers["Sec-WebSocket-Protocol"] == SUBPROTOCOL
     assert "Sec-WebSocket-Extensions" not in request.headers  # compression off
     assert link.attempts == 1 and link.max_live == 1
+    with pytest.raises(RuntimeError):  # one run per link: never two loops, two connections
+        await link.run(asyncio.Event())
 
 
 @pytest.mark.parametrize("status", [401, 403])
