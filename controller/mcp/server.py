@@ -20,6 +20,7 @@ device, how it ended); device RPCs are audited once more by the hub as for REST.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -55,6 +56,7 @@ log = logging.getLogger("droidwire.controller.mcp")
 
 MCP_PATH = "/mcp"
 PRINCIPAL_KEY = "droidwire.principal"  # ASGI scope key: the principal of this HTTP request
+SHUTDOWN_TIMEOUT_S = 10.0  # the manager cancels its sessions' tasks; they end promptly
 RESOURCE_NOT_FOUND = -32002  # MCP's code for an unknown resource
 INSTRUCTIONS = (
     "droidwire: Android devices lent to you, and a sandbox that compiles and runs an "
@@ -95,8 +97,34 @@ class McpService:
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[McpService]:
-        async with self.sessions.run():
+        """Run the session manager in a task of its own until the block ends.
+
+        The SDK's manager holds an anyio task group, which must be exited by the task that
+        entered it; a lifespan may be entered and left by different tasks (test harnesses
+        do), so the group lives in one dedicated task instead.
+        """
+        ready, stop = asyncio.Event(), asyncio.Event()
+
+        async def serve() -> None:
+            async with self.sessions.run():
+                ready.set()
+                await stop.wait()
+
+        task = asyncio.create_task(serve(), name="mcp-sessions")
+        started = asyncio.ensure_future(ready.wait())
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.is_set():
+            started.cancel()
+            task.result()  # the start-up error
+            raise RuntimeError("MCP session manager ended before it started")
+        try:
             yield self
+        finally:
+            stop.set()
+            try:
+                await asyncio.wait_for(task, SHUTDOWN_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("MCP session manager did not stop in %ss", SHUTDOWN_TIMEOUT_S)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.sessions.handle_request(scope, receive, send)
