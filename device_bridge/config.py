@@ -31,11 +31,11 @@ default; the CLI hands them over as ``overrides`` keyed ``"table.key"``)::
     [policy]
     profile = "standard"                # default profile of every attached device
     expose = "all"                      # or a list of serials (--expose, repeatable)
-    hide = ["emulator-5554"]            # never exposed, whatever `expose` says
+    hide = ["emulator-5554"]            # never exposed, whatever `expose` says (--hide)
     paused = false                      # start with sharing paused (--paused)
     pause_file = "~/.droidwire/paused"  # while this file exists, sharing is paused
 
-    [policy.devices]
+    [policy.devices]                    # --device-profile SERIAL=PROFILE (repeatable)
     "R58M123ABC" = "full"               # my own phone
     "192.168.1.20:5555" = "instrument-only"
 
@@ -312,7 +312,11 @@ def _apply(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
         section = out.setdefault(table, {})
         if not isinstance(section, dict):
             raise ValueError(f"[{table}] must be a table")
-        section[key] = list(value) if isinstance(value, tuple) else value
+        current = section.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            section[key] = {**current, **value}  # e.g. one more device's profile
+        else:
+            section[key] = list(value) if isinstance(value, tuple) else value
     return out
 
 

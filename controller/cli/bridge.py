@@ -87,6 +87,13 @@ def bridge(
         list[str] | None,
         typer.Option(help="Expose only these serials (repeatable) (default all attached)."),
     ] = None,
+    hide: Annotated[
+        list[str] | None, typer.Option(help="Never expose this serial (repeatable).")
+    ] = None,
+    device_profile: Annotated[
+        list[str] | None,
+        typer.Option(help="SERIAL=PROFILE: this device's profile (repeatable)."),
+    ] = None,
     profile: Annotated[
         str | None,
         typer.Option(help="Default profile: standard, instrument-only, no-shell or full."),
@@ -153,6 +160,8 @@ def bridge(
         "adb.host": adb_host,
         "adb.server_port": adb_port,
         "policy.expose": list(expose) if expose else None,
+        "policy.hide": list(hide) if hide else None,
+        "policy.devices": _pairs(device_profile),
         "policy.profile": profile,
         "policy.paused": paused,
         "policy.pause_file": pause_file,
@@ -168,6 +177,8 @@ def bridge(
         "link.handshake_timeout_s": handshake_timeout,
     }
     try:
+        if device_profile and any("=" not in v for v in device_profile):
+            raise ConfigError("--device-profile takes SERIAL=PROFILE")
         host_config = load_host_config(config, overrides)
         runner = Bridge(host_config)
     except ConfigError as exc:
@@ -203,3 +214,10 @@ def _split(values: list[str] | None) -> list[str] | None:
     for value in values:
         out += [v for v in value.replace(",", " ").split() if v]
     return out or None
+
+
+def _pairs(values: list[str] | None) -> dict[str, str] | None:
+    """``SERIAL=PROFILE`` flags as a table (the serial may itself hold ``:``, never ``=``)."""
+    if not values:
+        return None
+    return dict(v.rsplit("=", 1) for v in values if "=" in v)

@@ -114,3 +114,20 @@ def test_tls_context(tmp_path: Path) -> None:
 def test_repeated_flags_and_env_lists() -> None:
     assert _split(["wss://a", "wss://b,wss://c"]) == ["wss://a", "wss://b", "wss://c"]
     assert _split(None) is None
+
+
+def test_device_profiles_from_flags_merge_with_the_file(tmp_path: Path) -> None:
+    from controller.cli.bridge import _pairs
+
+    path = tmp_path / "bridge.toml"
+    path.write_text('[policy.devices]\n"R58M" = "full"\n')
+    flags = _pairs(["10.0.0.7:5555=instrument-only"])
+    assert flags == {"10.0.0.7:5555": "instrument-only"}
+    cfg = load_host_config(path, {"policy.devices": flags, "policy.hide": ["emulator-5554"]})
+    assert {k: v.value for k, v in cfg.policy.devices.items()} == {
+        "R58M": "full",
+        "10.0.0.7:5555": "instrument-only",
+    }
+    assert cfg.policy.hide == frozenset({"emulator-5554"})
+    with pytest.raises(ConfigError, match="profile"):
+        load_host_config(None, {"policy.devices": {"x": "root"}})
