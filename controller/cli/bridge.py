@@ -51,6 +51,10 @@ def bridge(
             help="Bridge token (prefer DROIDWIRE_BRIDGE_TOKEN or controller.token_file).",
         ),
     ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(envvar="DROIDWIRE_BRIDGE_TOKEN_FILE", help="File holding the bridge token."),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", envvar="DROIDWIRE_BRIDGE_CONFIG", help="TOML config file."),
@@ -67,6 +71,13 @@ def bridge(
     adb_port: Annotated[
         int | None,
         typer.Option(envvar="ANDROID_ADB_SERVER_PORT", help="adb server port (default 5037)."),
+    ] = None,
+    start_adb: Annotated[
+        bool | None,
+        typer.Option(
+            "--start-adb/--no-start-adb",
+            help="Start the adb server if none runs on that port (default start).",
+        ),
     ] = None,
     ca: Annotated[
         Path | None, typer.Option(envvar="DROIDWIRE_CA", help="CA bundle to verify the controller.")
@@ -129,6 +140,10 @@ def bridge(
         float | None, typer.Option(help=_secs(_D.backoff_first_max_s))
     ] = None,
     backoff_base: Annotated[float | None, typer.Option(help=_secs(_D.backoff_base_s))] = None,
+    backoff_factor: Annotated[
+        float | None,
+        typer.Option(help=f"Growth per failed attempt (default {_D.backoff_factor:g})."),
+    ] = None,
     backoff_cap: Annotated[float | None, typer.Option(help=_secs(_D.backoff_cap_s))] = None,
     ping_interval: Annotated[
         float | None,
@@ -153,12 +168,14 @@ def bridge(
     overrides = {
         "controller.url": _split(controller),
         "controller.token": token,
+        "controller.token_file": str(token_file) if token_file is not None else None,
         "controller.ca": str(ca) if ca is not None else None,
         "controller.verify": verify,
         "controller.allow_plain": allow_plain,
         "adb.connect": _split(adb_connect),
         "adb.host": adb_host,
         "adb.server_port": adb_port,
+        "adb.start_server": start_adb,
         "policy.expose": list(expose) if expose else None,
         "policy.hide": list(hide) if hide else None,
         "policy.devices": _pairs(device_profile),
@@ -170,6 +187,7 @@ def bridge(
         "link.reconnect_budget_s": reconnect_budget,
         "link.backoff_first_max_s": backoff_first_max,
         "link.backoff_base_s": backoff_base,
+        "link.backoff_factor": backoff_factor,
         "link.backoff_cap_s": backoff_cap,
         "link.ping_interval_s": ping_interval,
         "link.ping_timeout_s": ping_timeout,
