@@ -61,7 +61,9 @@ from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, Use
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
+    "ACTION_SCOPE",
     "ADMIN_USER",
+    "ALL_SCOPES",
     "NAME_PATTERN",
     "QUERY_TOKEN_PARAMS",
     "TOKEN_PREFIXES",
@@ -84,6 +86,7 @@ __all__ = [
     "current_bridge",
     "current_principal",
     "current_user",
+    "effective_scopes",
     "ensure_bootstrap_admin",
     "generate_token",
     "hash_token",
