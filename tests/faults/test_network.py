@@ -243,7 +243,7 @@ async def test_faults_during_rpcs_and_a_logcat_stream(
     n_disc = sum(1 for i in range(faults) if MODES[i % len(MODES)] in DISCONNECTING)
     counts = collections.Counter(MODES[i % len(MODES)] for i in range(faults))
     record(AREA, "faults injected", faults)
-    record(AREA, "  " + ", ".join(f"{m} {n}" for m, n in counts.items()), "")
+    record(AREA, "  by kind", ", ".join(f"{m} {n}" for m, n in counts.items()))
     record(AREA, "  disconnecting faults recovered", f"{len(disconnecting)}/{n_disc}")
     record(AREA, "  recovery rate", round(100.0 * len(disconnecting) / max(1, n_disc), 1),
            unit="%")
