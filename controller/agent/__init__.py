@@ -1,0 +1,35 @@
+"""The agent toolkit on the controller (issue 11): nl2sh and traces.
+
+Modules: :mod:`.plan` (plan models, step → RPC), :mod:`.planners` (:class:`RulePlanner`,
+:class:`LlmPlanner`), :mod:`.runner` (:class:`AgentRunner`: observe → plan → check → run →
+one correction), :mod:`.traces` (traces as runs with a step log, evidence frames).
+"""
+
+from __future__ import annotations
+
+from controller.agent.plan import Check, Plan, PlanError, PlanStep, Refused, step_call
+from controller.agent.planners import APP_ALIASES, LlmPlanner, Planner, RulePlanner, parse_plan
+from controller.agent.runner import AgentRunner, Caller, RunnerSettings, evaluate
+from controller.agent.traces import FrameStore, Trace, TraceStore, frame_path
+
+__all__ = [
+    "APP_ALIASES",
+    "AgentRunner",
+    "Caller",
+    "Check",
+    "FrameStore",
+    "LlmPlanner",
+    "Plan",
+    "PlanError",
+    "PlanStep",
+    "Planner",
+    "Refused",
+    "RulePlanner",
+    "RunnerSettings",
+    "Trace",
+    "TraceStore",
+    "evaluate",
+    "frame_path",
+    "parse_plan",
+    "step_call",
+]

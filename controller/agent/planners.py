@@ -1,0 +1,255 @@
+"""Instruction → :class:`~controller.agent.plan.Plan`: rule templates, or the LLM.
+
+:class:`RulePlanner` (no LLM configured) covers, clause by clause (split on "and", "then",
+commas): open an app or a screen by name, tap an element by its text, turn a switch on/off,
+type text (optionally into a field), go back, go home. A clause no rule covers refuses the
+whole instruction with a clear message — never a guess.
+
+:class:`LlmPlanner` asks an OpenAI-compatible model (``fixer.llm.LlmClient``: temperature
+≤ 0.1) for a JSON plan, given the ``[Device State]`` block and the on-screen elements, and
+validates the answer with pydantic; on a failed run it gets the A2A summary (current page,
+logcat issues, ANRs, crashes) for one corrected plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from controller.agent.plan import Check, Plan, PlanError, PlanStep, Refused
+
+__all__ = ["APP_ALIASES", "LlmPlanner", "Planner", "RulePlanner"]
+
+#: Names an instruction may use for an app (lower case) → package.
+APP_ALIASES: Mapping[str, str] = {
+    "demo": "com.droidwire.demo",
+    "droidwire demo": "com.droidwire.demo",
+    "the demo": "com.droidwire.demo",
+}
+MAX_INSTRUCTION = 1000
+_PACKAGE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
+
+
+class Planner(Protocol):
+    async def plan(
+        self,
+        instruction: str,
+        state: Mapping[str, Any],
+        elements: Sequence[Mapping[str, Any]],
+        *,
+        feedback: str | None = None,
+    ) -> Plan: ...
+
+    @property
+    def corrects(self) -> bool:
+        """Whether a failed run is worth a second, corrected plan."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+
+_SPLIT = re.compile(r"\s*(?:,\s*)?\b(?:and then|then|and)\b\s*|\s*[,;]\s*|\s*\.\s+", re.I)
+_BACK = re.compile(r"(?:go |press |tap |hit )?(?:the )?back(?: button| key)?", re.I)
+_HOME = re.compile(r"(?:go |press |tap )?(?:to )?(?:the )?home(?: screen| button| key)?", re.I)
+_OPEN = re.compile(
+    r"(?:open|launch|start|go to|navigate to|show)\s+(?:up\s+)?(?:the\s+)?(?P<name>.+?)"
+    r"(?:\s+(?P<kind>app|application|screen|page|activity))?",
+    re.I,
+)
+_TOGGLE = (
+    re.compile(r"(?:turn|switch|toggle|set)\s+(?P<state>on|off)\s+(?:the\s+)?(?P<name>.+)", re.I),
+    re.compile(
+        r"(?:turn|switch|set)\s+(?:the\s+)?(?P<name>.+?)\s+(?:to\s+)?(?P<state>on|off)", re.I
+    ),
+    re.compile(r"(?P<state>enable|disable)\s+(?:the\s+)?(?P<name>.+)", re.I),
+)
+_TAP = re.compile(
+    r"(?:tap|click|press|touch|select|hit|choose)\s+(?:on\s+)?(?:the\s+)?(?P<name>.+?)"
+    r"(?:\s+(?:button|switch|item|option|tab))?",
+    re.I,
+)
+_TYPE = re.compile(
+    r"(?:type|enter|write|input|fill in)\s+(?P<text>\"[^\"]*\"|'[^']*'|.+?)"
+    r"(?:\s+(?:in|into)\s+(?:the\s+)?(?P<field>.+?)(?:\s+field)?)?",
+    re.I,
+)
+_BARE = re.compile(r"(?P<name>save|ok|cancel|done|submit|load|help)", re.I)
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+class RulePlanner:
+    """Rule templates (see the module docstring); ``apps`` maps names to packages."""
+
+    corrects = False
+
+    def __init__(self, apps: Mapping[str, str] | None = None) -> None:
+        self.apps = {k.lower(): v for k, v in (apps or APP_ALIASES).items()}
+
+    async def plan(
+        self,
+        instruction: str,
+        state: Mapping[str, Any],
+        elements: Sequence[Mapping[str, Any]],
+        *,
+        feedback: str | None = None,
+    ) -> Plan:
+        text = instruction.strip()
+        if not text or len(text) > MAX_INSTRUCTION:
+            raise Refused(f"an instruction is 1 to {MAX_INSTRUCTION} characters")
+        steps: list[PlanStep] = []
+        for clause in _SPLIT.split(text.rstrip(".!")):
+            clause = re.sub(r"^(?:please\s+|now\s+)+", "", clause.strip(), flags=re.I)
+            if clause:
+                steps += self._clause(clause)
+        if not steps:
+            raise Refused("the instruction has nothing to do")
+        return Plan(steps=steps[:20], source="rules")
+
+    def _app(self, name: str) -> str | None:
+        key = name.lower().strip()
+        if key in self.apps:
+            return self.apps[key]
+        return key if _PACKAGE.fullmatch(key) else None
+
+    def _clause(self, clause: str) -> list[PlanStep]:
+        if _BACK.fullmatch(clause):
+            return [PlanStep(action="key", target="BACK")]
+        if _HOME.fullmatch(clause):
+            return [PlanStep(action="key", target="HOME", expect=None)]
+        for pattern in _TOGGLE:
+            m = pattern.fullmatch(clause)
+            if m is not None:
+                on = m["state"].lower() in ("on", "enable")
+                name = _unquote(m["name"])
+                return [
+                    PlanStep(
+                        action="tap",
+                        target=name,
+                        state="on" if on else "off",
+                        expect=Check(checked=name) if on else None,
+                    )
+                ]
+        m = _TYPE.fullmatch(clause)
+        if m is not None:
+            steps = []
+            if m["field"]:
+                steps.append(PlanStep(action="tap", target=_unquote(m["field"])))
+            steps.append(PlanStep(action="type", target=_unquote(m["text"])))
+            return steps
+        m = _OPEN.fullmatch(clause)
+        if m is not None:
+            name = _unquote(m["name"])
+            package = self._app(name)
+            if package is not None or (m["kind"] or "").lower() in ("app", "application"):
+                if package is None:
+                    raise Refused(f"no known app is called {name!r}")
+                return [PlanStep(action="start", target=package, expect=Check(package=package))]
+            return [PlanStep(action="tap", target=name)]
+        m = _TAP.fullmatch(clause) or _BARE.fullmatch(clause)
+        if m is not None:
+            return [PlanStep(action="tap", target=_unquote(m["name"]))]
+        raise Refused(
+            f"no rule covers {clause[:200]!r}: without an LLM, instructions are made of "
+            "'open NAME', 'tap TEXT', 'turn on/off NAME', 'type TEXT [into FIELD]', "
+            "'go back' and 'go home'"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# LLM
+
+_SYSTEM = """You operate an Android device for a user. Answer with ONE JSON object and nothing else:
+{"steps": [STEP, ...], "note": "optional short explanation"}
+STEP = {"action": "tap"|"type"|"key"|"start"|"stop"|"swipe"|"shell",
+        "target": str,            # tap: the element's text; type: the text; key: BACK|HOME|ENTER|...;
+                                  # start/stop: the package name; shell: the command line
+        "index": int,             # tap: an element index instead of a target (optional)
+        "x": int, "y": int, "x2": int, "y2": int,   # tap at / swipe between points (optional)
+        "activity": str,          # start: the Activity (optional)
+        "state": "on"|"off",      # tap on a switch: the state wanted (optional)
+        "pre_check": CHECK, "expect": CHECK,       # optional
+        "timeout_s": float, "retries": int}        # optional (retries 0-3)
+CHECK = {"package": str, "activity": str, "text": str, "checked": str, "keyboard": bool}
+Use only elements that are on the screen or will appear after a previous step. At most 20 steps.
+Every command is checked against the device owner's allow-list before anything runs."""
+
+
+def _elements_text(elements: Sequence[Mapping[str, Any]], limit: int = 80) -> str:
+    rows = []
+    for e in elements[:limit]:
+        label = e.get("text") or e.get("desc") or e.get("resource_id") or ""
+        if not label and not e.get("actionable"):
+            continue
+        kind = str(e.get("class_name", "")).rsplit(".", 1)[-1]
+        flags = ",".join(f for f in ("clickable", "checked", "focused") if e.get(f))
+        rows.append(f"[{e.get('index')}] {kind} {label!r} {flags}".rstrip())
+    return "\n".join(rows) or "(no elements)"
+
+
+def parse_plan(reply: str) -> Plan:
+    """The model's reply as a validated plan (code fences and chatter around it tolerated)."""
+    start, end = reply.find("{"), reply.rfind("}")
+    if start < 0 or end <= start:
+        raise PlanError("invalid_plan", "the model's answer holds no JSON object")
+    try:
+        raw = json.loads(reply[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise PlanError("invalid_plan", f"the model's answer is not JSON: {exc}") from exc
+    if isinstance(raw, dict):
+        raw = {**raw, "source": "llm"}
+    try:
+        return Plan.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)[:5]
+        )
+        raise PlanError("invalid_plan", f"the model's plan is invalid: {problems}") from exc
+
+
+class LlmPlanner:
+    """Plans with a chat model (``complete(messages) -> str``, e.g. ``fixer.llm.LlmClient``)."""
+
+    corrects = True
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def plan(
+        self,
+        instruction: str,
+        state: Mapping[str, Any],
+        elements: Sequence[Mapping[str, Any]],
+        *,
+        feedback: str | None = None,
+    ) -> Plan:
+        if not instruction.strip() or len(instruction) > MAX_INSTRUCTION:
+            raise Refused(f"an instruction is 1 to {MAX_INSTRUCTION} characters")
+        user = (
+            f"{state.get('text', '')}\nOn screen:\n{_elements_text(elements)}\n\n"
+            f"Instruction: {instruction}"
+        )
+        if feedback:
+            user += (
+                f"\n\nThe previous plan failed. What happened:\n{feedback}\nGive a corrected plan."
+            )
+        messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+        from fixer.exceptions import LlmError
+
+        try:
+            reply = await asyncio.to_thread(self.client.complete, messages)
+        except LlmError as exc:
+            raise PlanError("llm_failed", f"the LLM failed: {exc}") from exc
+        return parse_plan(reply)
