@@ -316,3 +316,44 @@ async def test_wrong_token_exits_non_zero_after_one_attempt(
     assert code != 0
     assert "unauthorized" in bad.log().lower()
     assert world.proxy.connections == before + 1
+
+
+async def test_logcat_stream_resumes_across_a_cut_without_gap_or_duplicate(world: World) -> None:
+    assert world.controller is not None and world.proxy is not None
+    url = f"{world.controller.ws_url}/v1/devices/{world.sim.address}/logcat/stream"
+    got: list[int] = []
+    lost = 0
+
+    def burst(start: int, count: int) -> Any:
+        return asyncio.to_thread(world.sim.run, lambda: world.sim.device.log_burst(
+            count, tag="E2EResume", message="resume {i}" if start == 0 else f"resume {start}+{{i}}"
+        ))
+
+    async def collect(ws: Any, until: int) -> None:
+        nonlocal lost
+        async with asyncio.timeout(WAIT_S):
+            while len(got) < until:
+                chunk = json.loads(await ws.recv())
+                lost += chunk["dropped"] + chunk.get("lost_batches", 0)
+                for line in chunk["lines"]:
+                    if "E2EResume" in line:
+                        text = line.rsplit(" ", 1)[1]
+                        base, _, offset = text.partition("+")
+                        got.append(int(base) + int(offset or 0))
+
+    entry = world.hub.entries()[0]
+    async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=WAIT_S,
+                       max_size=None) as ws:
+        await wait_until(lambda: bool(entry.streams), world)
+        await burst(0, 300)
+        await collect(ws, 300)
+        world.proxy.hold()
+        world.proxy.cut()
+        await wait_until(lambda: entry.conn is None, world)
+        await burst(300, 300)  # logged while the bridge is away
+        world.proxy.release()
+        await wait_until(lambda: entry.is_open and bool(entry.streams), world)
+        await burst(600, 300)
+        await collect(ws, 900)
+    assert got == list(range(900))
+    assert lost == 0
