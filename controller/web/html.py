@@ -53,7 +53,7 @@ def esc(value: object) -> Markup:
 
 def path_segment(value: str) -> str:
     """One URL path segment (a device id holds ``~`` and ``:``, a serial may hold more)."""
-    return quote(value, safe="~")
+    return quote(value, safe="~:@")  # pchar (RFC 3986 §3.3): these need no escape
 
 
 def link(href: str, text: object, *, cls: str | None = None) -> Markup:

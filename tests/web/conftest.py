@@ -62,6 +62,10 @@ async def _ok(response: httpx.Response, status: int = 200) -> Any:
     return response.json() if response.content else None
 
 
+async def grant_to_bob(olivia: httpx.AsyncClient, device_id: str) -> httpx.Response:
+    return await olivia.post("/v1/grants", json={"device": device_id, "user": "bob"})
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(
     adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
@@ -95,8 +99,14 @@ async def stack(
                                           for d in gateway.devices()):
                                 await asyncio.sleep(0.01)  # the registry has no event to await
                         device_id = f"desk~{sim.address}"
-                        await _ok(await olivia.post(
-                            "/v1/grants", json={"device": device_id, "user": "bob"}), 201)
+                        # A grant needs the device in the store, written just after the
+                        # inventory arrives: wait for that condition (bounded).
+                        async with asyncio.timeout(WAIT_S):
+                            granted = await grant_to_bob(olivia, device_id)
+                            while granted.status_code == 404:  # no event to await for it
+                                await asyncio.sleep(0.01)
+                                granted = await grant_to_bob(olivia, device_id)
+                        await _ok(granted, 201)
                         draft = llm_style_test("loadSettingsFromDisk()").replace(
                             "import android.util.Log\n", "")
                         result = await _ok(await olivia.post(
