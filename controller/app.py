@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.api import bridges, devices, grants, ops, sandbox, tokens
+from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
@@ -216,6 +216,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.include_router(grants.router)
     app.include_router(hub_endpoint.router)
     app.include_router(devices.router)
+    app.include_router(agent.router)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
