@@ -30,12 +30,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import aliased
 
@@ -89,6 +89,16 @@ class GrantCreate(BaseModel):
     )
     user: str = Field(pattern=NAME_PATTERN, min_length=1, max_length=64)
     until: AwareDatetime | None = Field(default=None, description="omitted: until revoked")
+
+    @field_validator("until")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # e.g. 9999-12-31T23:59-14:00 is past the last representable day
+            raise ValueError("'until' is out of range") from None
 
 
 class GrantOut(BaseModel):
