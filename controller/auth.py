@@ -72,9 +72,12 @@ __all__ = [
     "Authenticated",
     "BridgePrincipal",
     "Clock",
+    "DeviceReader",
     "DeviceRef",
     "IssuedToken",
     "Principal",
+    "RunReader",
+    "RunWriter",
     "Scope",
     "TokenRecord",
     "Unauthenticated",
@@ -303,9 +306,7 @@ async def authenticate(store: Store, header: str | None) -> Principal:
         token, user = row.Token, row.User
         at = utcnow()
         if token.last_used_at is None or at - token.last_used_at >= LAST_USED_RESOLUTION:
-            await session.execute(
-                update(Token).where(Token.id == token.id).values(last_used_at=at)
-            )
+            await session.execute(update(Token).where(Token.id == token.id).values(last_used_at=at))
             await session.commit()
     scopes = tuple(token.scopes or ())
     return Principal(
@@ -628,7 +629,9 @@ async def create_token(
     return IssuedToken(id=token_id, kind=kind, name=name, secret=secret, scopes=stored)
 
 
-async def rotate_token(store: Store, principal: Principal, token_id: str) -> tuple[IssuedToken, Token]:
+async def rotate_token(
+    store: Store, principal: Principal, token_id: str
+) -> tuple[IssuedToken, Token]:
     """Replace a live token by a new secret with the same kind, name, owner and scopes.
 
     The old token is revoked in the same transaction: from the commit on, the old secret
@@ -803,3 +806,10 @@ async def current_bridge(principal: Authenticated) -> Principal:
 
 
 BridgePrincipal = Annotated[Principal, Depends(current_bridge)]
+
+
+# Route dependencies for the scopes that are not about one device (device calls are scoped
+# by authorize()): ``async def start_run(principal: RunWriter, …)``.
+DeviceReader = Annotated[Principal, Depends(require_scope(Scope.DEVICES_READ))]
+RunReader = Annotated[Principal, Depends(require_scope(Scope.RUNS_READ))]
+RunWriter = Annotated[Principal, Depends(require_scope(Scope.RUNS_WRITE))]

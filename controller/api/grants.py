@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import aliased
@@ -43,15 +43,14 @@ from controller.audit import AuditLog
 from controller.auth import (
     NAME_PATTERN,
     Action,
+    DeviceReader,
     DeviceRef,
     Principal,
-    Scope,
     UserPrincipal,
     authorize,
     is_row_id,
     live_grant_filter,
     now,
-    require_scope,
     visible_devices,
 )
 from controller.store import Bridge, Device, Grant, Store, User
@@ -351,9 +350,6 @@ async def _audited(
         raise
 
 
-Reader = Annotated[Principal, Depends(require_scope(Scope.DEVICES_READ))]
-
-
 @router.post("", status_code=201, response_model=GrantOut)
 async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Request) -> GrantOut:
     """Lend a device (owner or admin only); ``until`` omitted: until revoked."""
@@ -378,7 +374,7 @@ async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Reque
 
 @router.get("", response_model=list[GrantOut])
 async def get_grants(
-    principal: Reader,
+    principal: DeviceReader,
     request: Request,
     include_ended: Annotated[
         bool, Query(alias="all", description="include expired and revoked grants")
