@@ -156,6 +156,13 @@ class _RecordingGateway:
         return result
 
 
+_STOP_REASONS = {
+    "build_config": "the build itself is broken, not the test",
+    "unchanged_errors": "a fix left the same errors",
+    "no_fix": "no fix found",
+}
+
+
 def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (data or {}).items() if k != "output"}
 
@@ -387,9 +394,12 @@ class SandboxExecutor:
             results = []
             for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
                 rounds = len(compiled.compile_rounds)
-                detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-                if compiled.stop_reason and compiled.stop_reason != "max_rounds":
-                    detail += f" ({compiled.stop_reason})"
+                if compiled.stop_reason == "compiled":
+                    detail = "the build succeeded but produced no APKs"
+                else:
+                    detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
+                    if compiled.stop_reason != "max_rounds":
+                        detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
                 result = pending_result(run_id, device, "compile_failed", detail)
                 result.update(
                     toolchain=compiled.toolchain,

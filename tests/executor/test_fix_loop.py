@@ -85,3 +85,24 @@ async def test_compile_failed_after_three_fix_rounds(
     methods = gateway.methods_called()
     assert methods.count("workspace.compile") == 4
     assert not any(m.startswith("device.") for m in methods)  # nothing ran on the device
+
+
+async def test_no_fix_without_an_llm_stops_early(
+    executor: SandboxExecutor, gateway: LocalGateway, store: Store
+) -> None:
+    from sqlalchemy import select
+
+    from controller.store import RunStep
+
+    draft = llm_style_test("decodeThumbnail(true)")  # wrong arguments: no rule fixes that
+    [result] = await executor.execute(ExecuteRequest(test_code=draft))
+    assert result["reason_code"] == "compile_failed"
+    assert "no fix found" in result["summary"]
+    assert len(result["compile_rounds"]) == 1
+    assert gateway.methods_called().count("workspace.compile") == 1
+    async with store.session() as session:
+        steps = (await session.execute(
+            select(RunStep).where(RunStep.run_id == result["run_id"]).order_by(RunStep.seq)
+        )).scalars().all()
+    [fix] = [s for s in steps if s.kind == "fix"]
+    assert fix.status == "failed" and "no LLM" in fix.detail["note"]
