@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from controller.agent.mcp import agent_tools
 from controller.auth import Principal, Scope
 from controller.executor import ExecuteRequest, tool_schema
 from controller.hub import Hub, list_devices, resolve_device
@@ -335,6 +336,10 @@ TOOLS: dict[str, ToolSpec] = {
         ),
     )
 }
+
+
+# The agent toolkit's tools live with it (issue 11).
+TOOLS.update({spec.name: spec for spec in agent_tools()})
 
 
 def png_base64(png: bytes) -> str:

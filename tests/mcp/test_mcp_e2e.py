@@ -57,7 +57,9 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         listed = {t.name: t for t in (await session.list_tools()).tools}
         templates = (await session.list_resource_templates()).resource_templates
     assert set(listed) == {
-        "sandbox_executor", "list_devices", "device_shell", "logcat_dump", "screenshot", "get_run"
+        "sandbox_executor", "list_devices", "device_shell", "logcat_dump", "screenshot", "get_run",
+        # the agent toolkit's (issue 11)
+        "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
     }
     sandbox = listed["sandbox_executor"].input_schema
     assert sandbox == tool_schema()["function"]["parameters"]
