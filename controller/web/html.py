@@ -110,6 +110,7 @@ def page(
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · droidwire</title>"
+        '<link rel="icon" href="data:,">'  # no /favicon.ico request
         '<link rel="stylesheet" href="/static/dashboard.css">'
         f"{script_tags}</head><body>"
         f'<header><a class="brand" href="/">droidwire</a>{nav}</header>'

@@ -465,7 +465,16 @@ def _logcat(result: dict[str, Any]) -> Markup:
     for line in text.splitlines():
         hot = line.strip() in evidence or any(m in line for m in _HIGHLIGHT_MARKERS)
         out.append(f'<mark class="violation">{esc(line)}</mark>' if hot else str(esc(line)))
-    return Markup('<pre class="logcat">' + "\n".join(out) + "</pre>")
+    # The result keeps the log's head only (the seed's ``systrace``): the evidence lines the
+    # analysis found anywhere in the log are listed first, so none is cut off.
+    head = ""
+    if evidence:
+        marks = "\n".join(f'<mark class="violation">{esc(e)}</mark>' for e in sorted(evidence))
+        head = f'<h3>Evidence</h3><pre class="logcat evidence">{marks}</pre>'
+    return Markup(
+        head + f"<h3>Log (first {len(text)} characters)</h3>"
+        + '<pre class="logcat">' + "\n".join(out) + "</pre>"
+    )
 
 
 @router.get("/runs/{run_id}")

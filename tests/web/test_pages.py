@@ -114,6 +114,10 @@ async def test_run_page_shows_steps_rounds_tests_and_highlighted_logcat(stack: S
     # The logcat, its StrictMode evidence highlighted.
     marked = re.findall(r'<mark class="violation">(.*?)</mark>', page)
     assert marked and any("StrictMode" in html.unescape(m) for m in marked)
+    evidence = re.search(r'<pre class="logcat evidence">(.*?)</pre>', page, re.S)
+    assert evidence is not None
+    for violation in run["result"]["violations"]:
+        assert html.escape(violation["line"].strip(), quote=True) in evidence.group(1)
     assert "CONFIRMED" in page and run["result"]["summary"] in html.unescape(page)
 
 
