@@ -1,0 +1,118 @@
+"""``idle_bridge_kb``: controller memory per idle bridge, against a bare websockets server.
+
+The controller runs in a process of its own (the uvicorn configuration of ``droidwire
+controller``, SQLite in a temporary directory, one bridge token per bridge seeded in bulk);
+this process opens idle bridges to it in steps — 1,000, 5,000, 10,000 (full) or 250, 500
+(quick) — at most 100 handshakes at a time, and reads the controller's resident memory
+(``/proc/PID/status`` VmRSS) after each step. KB per bridge = (RSS at N − RSS after a warm-up
+of 20 bridges) / N, at the largest N reached: a step with more than 1 % refused connections
+ends the climb.
+
+The bridges are lightweight protocol clients, all in this process: the real handshake
+(bearer token, subprotocol ``droidwire.v1``, keepalive as configured) and the real
+``hello``/``welcome``, then they answer pings. The baseline is a bare websockets server in a
+process of its own holding the same number of connections (one echoed message each, then
+idle), measured the same way in the same run. One pass each: memory does not jitter the way
+time does, and a pass at 10,000 bridges takes a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import figure
+from bench.stack import (
+    BareClient,
+    BridgeClient,
+    ServerProcess,
+    Tally,
+    close_crowd,
+    free_port,
+    noted,
+    open_crowd,
+    raise_nofile,
+    rss_kb,
+    seed_bridge_tokens,
+)
+
+__all__ = ["run"]
+
+FULL_STEPS = (1_000, 5_000, 10_000)
+QUICK_STEPS = (250, 500)
+WARM = 20
+MAX_REFUSED = 0.01
+SETTLE_S = 1.0  # let the server finish each step's bookkeeping before reading its memory
+
+
+async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...]) -> dict[str, Any]:
+    """Open clients up to each step; RSS per step and refusals."""
+    tally = Tally()
+    clients: list[Any] = []
+    rng = random.Random(1).random
+    try:
+        clients += [make(i, tally, rng) for i in range(WARM)]
+        await open_crowd(clients, reconnect=False)
+        await asyncio.sleep(SETTLE_S)
+        base = rss_kb(server.pid)
+        per_step: dict[int, float] = {}
+        reached = 0
+        for n in steps:
+            before = tally.refused
+            fresh = [make(WARM + i, tally, rng) for i in range(len(clients) - WARM, n)]
+            clients += fresh
+            await open_crowd(fresh, reconnect=False)
+            await asyncio.sleep(SETTLE_S)
+            open_now = tally.open - WARM
+            if open_now <= 0:
+                break
+            per_step[n] = (rss_kb(server.pid) - base) / open_now
+            reached = open_now
+            if tally.refused - before > MAX_REFUSED * len(fresh):
+                break
+        return {"per_step": per_step, "reached": reached, "refused": tally.refused,
+                "reasons": dict(tally.reasons)}
+    finally:
+        await close_crowd(clients)
+
+
+async def _run(steps: tuple[int, ...]) -> list[dict[str, Any]]:
+    raise_nofile(max(steps) * 2 + 2048)
+    admin = "bench-" + secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory(prefix="droidwire-bench-") as tmp:
+        db = f"sqlite:///{Path(tmp) / 'controller.db'}"
+        tokens = await seed_bridge_tokens(db, admin, max(steps) + WARM)
+        controller = await ServerProcess("controller", free_port(), db_url=db,
+                                         admin_token=admin, log=Path(tmp) / "c.log").start()
+        try:
+            ours = await _climb(
+                controller, lambda i, t, r: BridgeClient(controller.url, tokens[i], t, r), steps)
+        finally:
+            await controller.stop()
+        bare = await ServerProcess("bare", free_port()).start()
+        try:
+            base = await _climb(bare, lambda i, t, r: BareClient(bare.url, t, r), steps)
+        finally:
+            await bare.stop()
+    n = ours["reached"]
+    value = ours["per_step"].get(max(ours["per_step"], default=0), float("nan"))
+    # The baseline at the same N (or the nearest step it reached).
+    baseline = base["per_step"].get(max(ours["per_step"], default=0)) or next(
+        iter(base["per_step"].values()), float("nan"))
+    notes = (f"N={n} idle bridges (steps {'/'.join(map(str, steps))}); lightweight protocol "
+             "clients in one process doing the real handshake + hello/welcome; controller in "
+             "its own process, VmRSS delta / N; per step KB: "
+             + ", ".join(f"{k}: {v:.1f}" for k, v in ours["per_step"].items())
+             + "; bare websockets: "
+             + ", ".join(f"{k}: {v:.1f}" for k, v in base["per_step"].items()))
+    return [noted(figure("idle_bridge_kb", value, "KB", baseline), notes, n=n,
+                  refused=ours["refused"], refused_by=ours["reasons"],
+                  baseline_refused=base["refused"])]
+
+
+def run(quick: bool, *, steps: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+    return asyncio.run(_run(steps or (QUICK_STEPS if quick else FULL_STEPS)))

@@ -1,0 +1,609 @@
+"""Shared set-up for the benchmarks: processes, stacks, lightweight bridges, measurements.
+
+Two kinds of set-up:
+
+* **in-process** (:func:`device_stack`): a private adb server (the binary adbutils ships, on a
+  free port, killed at exit), simulated devices in threads of their own, a controller on
+  uvicorn and a real :class:`~device_bridge.bridge.Bridge` with the simulated toolchain, all
+  on this process's event loop — what ``droidwire demo`` starts, used by the shell and
+  sandbox benchmarks;
+* **separate processes** (:class:`ServerProcess`): a controller or a bare websockets server in
+  a process of its own, so its memory (``/proc/PID/status`` VmRSS) and its event loop's delay
+  are its own, not the load generator's. The process is this module run as a script
+  (``python -m bench.stack controller|bare``); it listens on a socket with ``SO_REUSEPORT``,
+  so a second server can start on the same port before the first stops (the restart of the
+  reconnect storm), and answers ``SIGUSR1`` with one JSON line of its loop-delay samples.
+
+The load generator's bridges (:class:`BridgeClient`) are lightweight protocol clients, many per
+process: the real handshake (``Authorization: Bearer``, subprotocol ``droidwire.v1``, no
+compression, the protocol's keepalive settings) and the real ``hello``/``welcome``, then they
+answer application pings and nothing else. :class:`BareClient` is the same loop against a bare
+websockets server: one message echoed in place of ``hello``/``welcome`` (the same number of
+round trips), then idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import Figure, percentile
+
+__all__ = [
+    "BACKLOG",
+    "BareClient",
+    "BridgeClient",
+    "DeviceStack",
+    "LoopMonitor",
+    "ServerProcess",
+    "device_stack",
+    "free_port",
+    "noted",
+    "raise_nofile",
+    "rss_kb",
+    "seed_bridge_tokens",
+]
+
+#: The listen backlog of every server here (uvicorn's default), so neither side of a
+#: comparison drops SYNs the other would have queued.
+BACKLOG = 2048
+START_TIMEOUT_S = 60.0
+LOOP_TICK_S = 0.005
+
+
+def noted(fig: Figure, notes: str, **extra: Any) -> dict[str, Any]:
+    """``fig`` with a ``notes`` key (and any ``extra`` keys): how the figure was measured."""
+    return {**fig, **extra, "notes": notes}
+
+
+def raise_nofile(want: int) -> int:
+    """Raise this process's open-file limit (soft, up to the hard limit); children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB, from ``/proc/PID/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listen(port: int, *, reuse_port: bool = False) -> socket.socket:
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
+    # accepted sockets inherit it (without it, Nagle adds ~40 ms to small frames).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+# -- event-loop delay -----------------------------------------------------------------------
+
+
+class LoopMonitor:
+    """How late the event loop wakes a task that sleeps :data:`LOOP_TICK_S` (ms samples)."""
+
+    def __init__(self, tick_s: float = LOOP_TICK_S) -> None:
+        self.tick_s = tick_s
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(self.tick_s)
+            self.samples.append(max(0.0, loop.time() - started - self.tick_s) * 1000.0)
+
+    def start(self) -> LoopMonitor:
+        self._task = asyncio.create_task(self._run(), name="bench-loop-monitor")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def take(self) -> list[float]:
+        """The samples so far; starts a new window."""
+        samples, self.samples = self.samples, []
+        return samples
+
+    @staticmethod
+    def p99(samples: list[float]) -> float:
+        return percentile(samples, 99) if samples else 0.0
+
+    async def __aenter__(self) -> LoopMonitor:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+async def seed_bridge_tokens(db_url: str, admin_token: str, n: int) -> list[str]:
+    """Migrate the store at ``db_url`` and give it ``n`` bridges with one token each (bulk
+    insert, the rows ``POST /v1/tokens`` would write); returns the secrets."""
+    from sqlalchemy import insert, select
+
+    from controller.auth import ADMIN_USER, ensure_bootstrap_admin, generate_token, hash_token
+    from controller.store import Store
+    from controller.store.models import Bridge, Token, TokenKind, User, new_id, utcnow
+
+    secrets_: list[str] = []
+    bridges: list[dict[str, Any]] = []
+    tokens: list[dict[str, Any]] = []
+    async with Store(db_url) as store:
+        await store.migrate()
+        await ensure_bootstrap_admin(store, admin_token)
+        async with store.session() as session, session.begin():
+            owner = (await session.execute(select(User.id).where(User.name == ADMIN_USER))).scalar_one()
+            at = utcnow()
+            for i in range(n):
+                bridge_id = new_id()
+                secret = generate_token(TokenKind.BRIDGE)
+                name = f"bench-{i:05d}"
+                bridges.append({"id": bridge_id, "name": name, "owner_id": owner, "created_at": at})
+                tokens.append({"id": new_id(), "kind": TokenKind.BRIDGE.value, "name": name,
+                               "hash": hash_token(secret), "owner_id": owner,
+                               "bridge_id": bridge_id, "scopes": [], "created_at": at})
+                secrets_.append(secret)
+            if n:
+                await session.execute(insert(Bridge), bridges)
+                await session.execute(insert(Token), tokens)
+    return secrets_
+
+
+# -- server processes -----------------------------------------------------------------------
+
+
+class ServerProcess:
+    """``python -m bench.stack KIND …`` in a process of its own (a controller or a bare server)."""
+
+    def __init__(self, kind: str, port: int, *, db_url: str | None = None,
+                 admin_token: str | None = None, log: Path | None = None) -> None:
+        self.kind = kind
+        self.port = port
+        self.argv = [sys.executable, "-m", "bench.stack", kind, "--port", str(port)]
+        if db_url is not None:
+            self.argv += ["--db", db_url]
+        self.env = dict(os.environ)
+        if admin_token is not None:
+            self.env["DROIDWIRE_BOOTSTRAP_TOKEN"] = admin_token  # never in argv (ps shows it)
+        self.log = log
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    async def _line(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
+        if not raw:
+            raise RuntimeError(f"{self.kind} server exited (log: {self.log})")
+        return dict(json.loads(raw))
+
+    async def start(self) -> ServerProcess:
+        stderr = self.log.open("ab") if self.log is not None else subprocess.DEVNULL
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=stderr, cwd=str(Path(__file__).resolve().parent.parent),
+            )
+        finally:
+            if self.log is not None:
+                stderr.close()  # type: ignore[union-attr]
+        ready = await self._line()
+        if ready.get("ready") != self.port:
+            raise RuntimeError(f"{self.kind} server did not start: {ready}")
+        return self
+
+    async def loop_delays(self) -> list[float]:
+        """The server's loop-delay samples (ms) since the last call."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGUSR1)
+        return list((await self._line())["loop_ms"])
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    async def wait(self, timeout: float = START_TIMEOUT_S) -> None:
+        if self.proc is None:
+            return
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def stop(self) -> None:
+        self.terminate()
+        await self.wait()
+
+
+async def _serve_controller(port: int, db_url: str) -> None:
+    import uvicorn
+
+    from controller.cli.serve import uvicorn_config
+    from controller.config import ControllerConfig
+
+    config = ControllerConfig(db_url=db_url, bootstrap_token=os.environ.get(
+        "DROIDWIRE_BOOTSTRAP_TOKEN"))
+    # The same uvicorn configuration as `droidwire controller`, on a socket we made.
+    server = uvicorn.Server(uvicorn_config(config, log_level="warning", log_config=None))
+    sock = _listen(port, reuse_port=True)
+    monitor = LoopMonitor().start()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, _report, monitor)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task
+            raise RuntimeError("the controller did not start")
+        await asyncio.sleep(0.01)
+    _say({"ready": port})
+    await task
+
+
+async def _serve_bare(port: int) -> None:
+    from websockets.asyncio.server import ServerConnection, serve
+
+    from protocol.settings import DEFAULTS
+
+    async def handler(ws: ServerConnection) -> None:
+        # One round trip, as hello/welcome, then hold the connection.
+        with contextlib.suppress(Exception):
+            await ws.send(await ws.recv())
+            await ws.wait_closed()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    monitor = LoopMonitor().start()
+    loop.add_signal_handler(signal.SIGUSR1, _report, monitor)
+    async with serve(handler, sock=_listen(port, reuse_port=True), compression=None,
+                     max_size=DEFAULTS.max_frame_bytes, ping_interval=DEFAULTS.ping_interval_s,
+                     ping_timeout=DEFAULTS.ping_timeout_s):
+        _say({"ready": port})
+        await stop.wait()
+
+
+def _say(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _report(monitor: LoopMonitor) -> None:
+    _say({"loop_ms": [round(s, 3) for s in monitor.take()]})
+
+
+# -- lightweight bridges --------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What a crowd of clients did: connections made, refusals (failed attempts) by reason."""
+
+    open: int = 0
+    refused: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    back: int = 0  # (re)connected since :meth:`mark`
+    epoch: int = 0
+    all_back: asyncio.Event = field(default_factory=asyncio.Event)
+    target: int = 0
+
+    def refuse(self, exc: BaseException) -> None:
+        self.refused += 1
+        reason = type(exc).__name__
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status is not None:
+            reason += f" {status}"
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def mark(self, target: int) -> None:
+        """Start counting clients that come back (after a restart)."""
+        self.epoch += 1
+        self.back = 0
+        self.target = target
+        self.all_back.clear()
+
+
+class _Client:
+    """One reconnecting client: connect, handshake, stay until closed, back off, again."""
+
+    def __init__(self, url: str, tally: Tally, rng: Callable[[], float]) -> None:
+        self.url = url
+        self.tally = tally
+        self.rng = rng
+        self.epoch = -1  # the tally epoch of the last successful handshake
+        self.task: asyncio.Task[None] | None = None
+        self.opened = asyncio.Event()
+
+    async def _open(self) -> Any:  # the connection, handshake done
+        raise NotImplementedError
+
+    async def _idle(self, ws: Any) -> None:
+        await ws.wait_closed()
+
+    async def run(self, *, reconnect: bool) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        from protocol.settings import DEFAULTS, backoff
+
+        delays = None
+        while True:
+            try:
+                ws = await self._open()
+            except (OSError, TimeoutError, ConnectionClosed, Exception) as exc:
+                self.tally.refuse(exc)
+                if not reconnect:
+                    return
+                if delays is None:
+                    delays = backoff(DEFAULTS, self.rng, quick_first=False)
+                await asyncio.sleep(next(delays))
+                continue
+            delays = None
+            self.tally.open += 1
+            if self.epoch != self.tally.epoch:
+                self.epoch = self.tally.epoch
+                self.tally.back += 1
+                if self.tally.back >= self.tally.target > 0:
+                    self.tally.all_back.set()
+            self.opened.set()
+            try:
+                await self._idle(ws)
+            finally:
+                self.tally.open -= 1
+                await ws.close()
+            if not reconnect:
+                return
+            # The session had opened: the first retry comes quickly (the bridge's policy).
+            delays = backoff(DEFAULTS, self.rng)
+            await asyncio.sleep(next(delays))
+
+    def start(self, *, reconnect: bool) -> _Client:
+        self.task = asyncio.create_task(self.run(reconnect=reconnect))
+        return self
+
+
+class BridgeClient(_Client):
+    """A lightweight bridge: the real handshake and hello/welcome, then pongs to pings."""
+
+    def __init__(self, url: str, token: str, tally: Tally, rng: Callable[[], float]) -> None:
+        from protocol.codec import Codec
+        from protocol.envelope import Hello, new_request_id
+
+        super().__init__(url.rstrip("/") + "/v1/bridge", tally, rng)
+        self.token = token
+        self.codec = Codec()
+        self.hello = self.codec.encode(Hello(session=new_request_id(), software="bench"))
+
+    async def _open(self) -> Any:
+        from websockets.asyncio.client import connect
+
+        from protocol.envelope import SUBPROTOCOL, Welcome
+        from protocol.settings import DEFAULTS
+
+        ws = await connect(
+            self.url, subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+            additional_headers={"Authorization": f"Bearer {self.token}"},
+            compression=None, max_size=DEFAULTS.max_frame_bytes,
+            ping_interval=DEFAULTS.ping_interval_s, ping_timeout=DEFAULTS.ping_timeout_s,
+            close_timeout=DEFAULTS.close_timeout_s, open_timeout=DEFAULTS.handshake_timeout_s,
+        )
+        try:
+            await ws.send(self.hello)
+            async with asyncio.timeout(DEFAULTS.handshake_timeout_s):
+                frame = self.codec.decode(await ws.recv())
+            if not isinstance(frame, Welcome):
+                raise RuntimeError(f"expected welcome, got {frame.t}")
+        except BaseException:
+            await ws.close()
+            raise
+        return ws
+
+    async def _idle(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        from protocol.envelope import Ping, Pong
+
+        with contextlib.suppress(ConnectionClosed):
+            async for data in ws:
+                frame = self.codec.decode(data)
+                if isinstance(frame, Ping):
+                    await ws.send(self.codec.encode(Pong(id=frame.id)))
+
+
+class BareClient(_Client):
+    """A bare websockets client: one echoed message (as hello/welcome), then idle."""
+
+    HELLO = secrets.token_bytes(120)  # about the size of our hello
+
+    async def _open(self) -> Any:
+        from websockets.asyncio.client import connect
+
+        from protocol.settings import DEFAULTS
+
+        ws = await connect(
+            self.url, compression=None, max_size=DEFAULTS.max_frame_bytes,
+            ping_interval=DEFAULTS.ping_interval_s, ping_timeout=DEFAULTS.ping_timeout_s,
+            close_timeout=DEFAULTS.close_timeout_s, open_timeout=DEFAULTS.handshake_timeout_s,
+        )
+        try:
+            await ws.send(self.HELLO)
+            async with asyncio.timeout(DEFAULTS.handshake_timeout_s):
+                await ws.recv()
+        except BaseException:
+            await ws.close()
+            raise
+        return ws
+
+
+async def open_crowd(clients: list[_Client], *, reconnect: bool, concurrency: int = 100,
+                     timeout_s: float = 300.0) -> None:
+    """Start ``clients`` at most ``concurrency`` handshakes at a time; return when each has
+    opened once or given up (without ``reconnect``)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(client: _Client) -> None:
+        async with gate:
+            client.start(reconnect=reconnect)
+            assert client.task is not None
+            opened = asyncio.create_task(client.opened.wait())
+            await asyncio.wait({opened, client.task}, return_when=asyncio.FIRST_COMPLETED)
+            opened.cancel()
+
+    await asyncio.wait_for(asyncio.gather(*(one(c) for c in clients)), timeout_s)
+
+
+async def close_crowd(clients: list[_Client]) -> None:
+    tasks = [c.task for c in clients if c.task is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- the in-process device stack ------------------------------------------------------------
+
+
+@dataclass
+class DeviceStack:
+    """A controller, a bridge and simulated devices behind a private adb server."""
+
+    url: str
+    http: Any  # httpx.AsyncClient with the admin token
+    serials: list[str]
+    adb: Any  # tests.adb_support.AdbServer
+    app: Any
+
+
+@contextlib.asynccontextmanager
+async def device_stack(devices: int = 1) -> AsyncIterator[DeviceStack]:
+    """Everything ``droidwire demo`` starts, with ``devices`` simulated devices."""
+    import httpx
+    import uvicorn
+
+    from controller.cli.serve import uvicorn_config
+    from controller.config import ControllerConfig
+    from device_bridge.bridge import Bridge
+    from device_bridge.config import HostConfig
+    from tests.adb_support import connected_sim, start_adb_server
+
+    admin = secrets.token_urlsafe(32)
+    with tempfile.TemporaryDirectory(prefix="droidwire-bench-") as tmp_name, \
+            contextlib.ExitStack() as sync:
+        tmp = Path(tmp_name)
+        adb = start_adb_server()
+        sync.callback(adb.kill)
+        sims = [sync.enter_context(connected_sim(adb)) for _ in range(devices)]
+        serials = [s.address for s in sims]
+        config = ControllerConfig(db_url=f"sqlite:///{tmp / 'controller.db'}",
+                                  bootstrap_token=admin)
+        sock = _listen(0)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        uv = uvicorn_config(config, log_level="warning", log_config=None)
+        server = uvicorn.Server(uv)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=300.0,
+                                         headers={"Authorization": f"Bearer {admin}"}) as http:
+                (await http.get("/healthz")).raise_for_status()
+                created = await http.post("/v1/tokens", json={"kind": "bridge", "name": "bench"})
+                created.raise_for_status()
+                host = HostConfig.from_mapping({
+                    "controller": {"url": [url.replace("http://", "ws://")]},
+                    "adb": {"connect": serials, "server_port": adb.port, "start_server": False},
+                    "build": {"toolchain": "simulated", "state_dir": str(tmp / "workspaces")},
+                }, base=tmp)
+                async with Bridge(host, token=created.json()["token"]) as bridge:
+                    await bridge.wait_open(START_TIMEOUT_S)
+                    await _wait_devices(http, set(serials))
+                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app)
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, START_TIMEOUT_S)
+            sock.close()
+
+
+async def _wait_devices(http: Any, serials: set[str]) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + START_TIMEOUT_S
+    while True:
+        response = await http.get("/v1/devices")
+        ready = {d.get("serial") for d in response.json() if d.get("state") == "device"}
+        if serials <= ready:
+            return
+        if loop.time() > end:
+            raise RuntimeError(f"devices {sorted(serials - ready)} never reached the controller")
+        await asyncio.sleep(0.05)  # start-up of a benchmark, not a race in a test
+
+
+@contextlib.contextmanager
+def timer() -> Iterator[Callable[[], float]]:
+    """``with timer() as elapsed: …; elapsed()`` → seconds (frozen at exit)."""
+    started = time.perf_counter()
+    end: list[float] = []
+    yield lambda: (end[0] if end else time.perf_counter()) - started
+    end.append(time.perf_counter())
+
+
+# -- the server processes' entry point ------------------------------------------------------
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.stack")
+    parser.add_argument("kind", choices=("controller", "bare"))
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--db")
+    args = parser.parse_args(argv)
+    if args.kind == "controller":
+        asyncio.run(_serve_controller(args.port, args.db))
+    else:
+        asyncio.run(_serve_bare(args.port))
+
+
+if __name__ == "__main__":
+    _main()
