@@ -63,6 +63,7 @@ __all__ = [
 #: comparison drops SYNs the other would have queued.
 BACKLOG = 2048
 START_TIMEOUT_S = 60.0
+ROOT = str(Path(__file__).resolve().parent.parent)  # where `python -m bench.stack` works
 LOOP_TICK_S = 0.005
 
 
@@ -228,7 +229,7 @@ class ServerProcess:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=stderr, cwd=str(Path(__file__).resolve().parent.parent),
+                stderr=stderr, cwd=ROOT,
             )
         finally:
             if self.log is not None:
@@ -249,11 +250,11 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
 
-    async def wait(self, timeout: float = START_TIMEOUT_S) -> None:
+    async def wait(self, limit_s: float = START_TIMEOUT_S) -> None:
         if self.proc is None:
             return
         try:
-            await asyncio.wait_for(self.proc.wait(), timeout)
+            await asyncio.wait_for(self.proc.wait(), limit_s)
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
