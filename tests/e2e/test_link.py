@@ -147,21 +147,32 @@ async def wait_until(predicate: Any, world: World | None = None) -> None:
 
 
 @pytest.fixture
-async def world(tmp_path: Path, sim_device: ConnectedSim) -> AsyncIterator[World]:
+async def base(tmp_path: Path, sim_device: ConnectedSim) -> AsyncIterator[World]:
+    """Controller and proxy (no bridge yet)."""
     w = World(tmp_path, sim_device)
     controller = await w.start_controller()
     w.proxy = await Proxy(controller.port).start()
     w.token = await controller.bridge_token("pi")
-    w.bridge = BridgeProcess(w.proxy.url, w.token, sim_device.server, tmp_path / "bridge.log")
-    await w.bridge.start()
     try:
-        await w.device_ready()
         yield w
     finally:
-        await w.bridge.stop()
+        if w.bridge is not None:
+            await w.bridge.stop()
         await w.proxy.close()
         assert w.controller is not None
         await w.controller.stop()
+
+
+@pytest.fixture
+async def world(base: World) -> World:
+    """Controller, proxy, and a bridge connected through it with the device."""
+    assert base.proxy is not None
+    base.bridge = BridgeProcess(
+        base.proxy.url, base.token, base.sim.server, base.tmp_path / "bridge.log"
+    )
+    await base.bridge.start()
+    await base.device_ready()
+    return base
 
 
 def _shell_lines(world: World, needle: str) -> int:
@@ -193,8 +204,7 @@ async def test_device_appears_shell_works_policy_refuses(world: World) -> None:
     bridges = (await world.http.get("/v1/bridges")).json()
     assert [(b["name"], b["state"]) for b in bridges] == [("pi", "connected")]
 
-
-async def test_cli_device_list_shows_the_device(world: World) -> None:
+    # And what a person types: `droidwire device list` / `device shell`.
     from typer.testing import CliRunner
 
     from controller.cli import app as cli
@@ -304,9 +314,8 @@ async def test_calls_made_while_reconnecting_complete_when_it_is_back(world: Wor
     assert [r.json()["stdout"] for r in responses] == [f"queued-{i}\n" for i in range(3)]
 
 
-async def test_wrong_token_exits_non_zero_after_one_attempt(
-    tmp_path: Path, world: World
-) -> None:
+async def test_wrong_token_exits_non_zero_after_one_attempt(tmp_path: Path, base: World) -> None:
+    world = base
     assert world.proxy is not None
     before = world.proxy.connections
     bad = BridgeProcess(world.proxy.url, "dw_b_not-a-real-token", world.sim.server,
