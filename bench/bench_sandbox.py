@@ -1,0 +1,86 @@
+"""``sandbox_overhead_ms`` and ``fanout_cost``: the sandbox executor's own cost.
+
+Simulated devices behind a private adb server, a controller and a real bridge with the
+simulated toolchain, all in this process (:func:`bench.stack.device_stack`); each run is a
+``POST /v1/sandbox/execute`` (wait for the verdict) of the demo's first test (a disk read on
+the main thread), as an agent would send it.
+
+* ``sandbox_overhead_ms``: per run, from the run's own ``timings``: ``total_ms −
+  compile_ms − device time``, where device time is the four device phases the executor times
+  around its calls to the bridge (``install_ms + run_ms + logcat_ms + cleanup_ms``: installing
+  both APKs, the instrumentation, the logcat dump, uninstalling). What is left is the
+  executor's own work: planning and authorization, analysis of the log, the verdict, its rows
+  in the store. Baseline: the device time of the same runs — the ratio is what the executor
+  adds per unit of device work. Medians over the runs.
+* ``fanout_cost``: wall time of one request fanned out to N simulated devices (``"device":
+  N``; N = 8 full, 3 quick) against the same request on one device; repetitions alternate
+  (5 full, 3 quick); ratio of the medians (1.0 would be perfect parallelism, N fully serial).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.common import figure, median
+from bench.stack import device_stack, noted
+
+__all__ = ["run"]
+
+DEVICE_PHASES = ("install_ms", "run_ms", "logcat_ms", "cleanup_ms")
+
+
+def _test_code() -> str:
+    from controller.cli.demo import DEMO_TESTS
+
+    return DEMO_TESTS[0].code
+
+
+async def _run(devices: int, reps: int) -> list[dict[str, Any]]:
+    code = _test_code()
+    overhead: list[float] = []
+    device_ms: list[float] = []
+    one: list[float] = []
+    many: list[float] = []
+    async with device_stack(devices) as stack:
+
+        async def execute(count: int) -> tuple[float, list[dict[str, Any]]]:
+            started = time.perf_counter()
+            response = await stack.http.post(
+                "/v1/sandbox/execute", json={"test_code": code, "device": count})
+            elapsed = time.perf_counter() - started
+            response.raise_for_status()
+            body = response.json()
+            results = body.get("results", [body])
+            if len(results) != count:
+                raise RuntimeError(f"asked for {count} devices, got {len(results)} results")
+            return elapsed, results
+
+        await execute(1)  # warm-up: the first compile fills the cache, code paths load
+        for _ in range(reps):
+            elapsed, results = await execute(1)
+            one.append(elapsed)
+            for result in results:
+                t = result["timings"]
+                device = sum(t.get(phase, 0) for phase in DEVICE_PHASES)
+                overhead.append(t["total_ms"] - t.get("compile_ms", 0) - device)
+                device_ms.append(device)
+            elapsed, _ = await execute(devices)
+            many.append(elapsed)
+    return [
+        noted(figure("sandbox_overhead_ms", median(overhead), "ms", median(device_ms)),
+              f"{len(overhead)} runs on a simulated device; from each run's timings, value: "
+              "total_ms - compile_ms - device time (planning, analysis, verdict, store); "
+              "baseline: device time = install_ms + run_ms + logcat_ms + cleanup_ms (through "
+              f"the bridge); per run {overhead} ms vs {device_ms} ms"),
+        noted(figure("fanout_cost", median(many), "s", median(one)),
+              f"one test fanned out to N={devices} simulated devices vs one device, wall time "
+              f"of POST /v1/sandbox/execute, {reps} alternating repetitions; "
+              f"N: {[round(x, 2) for x in many]} s, one: {[round(x, 2) for x in one]} s",
+              n=devices),
+    ]
+
+
+def run(quick: bool, *, devices: int | None = None, reps: int | None = None) -> list[dict[str, Any]]:
+    return asyncio.run(_run(devices or (3 if quick else 8), reps or (3 if quick else 5)))
