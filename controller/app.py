@@ -30,6 +30,7 @@ from fastapi.websockets import WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
+from controller.api.errors import ERROR_RESPONSES, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
@@ -200,6 +201,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
         # The bundled API browsers load scripts from a CDN; the schema stays at /openapi.json.
         docs_url=None,
         redoc_url=None,
+        responses=ERROR_RESPONSES,  # every route declares the typed error body
     )
     app.state.config = config
     app.state.metrics = Metrics()
@@ -222,4 +224,5 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)
+    install_openapi(app)
     return app

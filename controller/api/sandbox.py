@@ -115,7 +115,10 @@ async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> Non
             log.exception("audit write failed for run %s", result.get("run_id"))
 
 
-@router.post("/sandbox/execute")
+@router.post(
+    "/sandbox/execute",
+    responses={202: {"description": "wait=false: {run_id, run_ids, status: queued} at once"}},
+)
 async def execute(
     body: ExecuteRequest,
     request: Request,
