@@ -22,6 +22,7 @@ from tests.controller.test_hub_support import (
     FakeBridge,
     InLoopController,
     echo_handler,
+    fast_settings,
     in_loop_controller,
 )
 
@@ -504,3 +505,40 @@ async def test_an_incompatible_protocol_is_closed_with_4426(
             await asyncio.wait_for(ws.recv(), WAIT_S)
         assert ws.protocol.close_rcvd is not None
         assert ws.protocol.close_rcvd.code == CloseCode.INCOMPATIBLE
+
+
+async def test_no_hello_in_time_closes_with_1013(tmp_path: Path) -> None:
+    async with in_loop_controller(tmp_path, fast_settings(handshake_timeout_s=0.2)) as c:
+        token = await c.bridge_token("pi")
+        async with connect(
+            c.ws_url + "/v1/bridge", additional_headers=bearer(token),
+            subprotocols=[SUBPROTOCOL], open_timeout=WAIT_S,  # type: ignore[list-item]
+        ) as ws:
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), WAIT_S)
+            assert ws.protocol.close_rcvd is not None
+            assert ws.protocol.close_rcvd.code == CloseCode.TRY_AGAIN_LATER
+        # The bridge is known now, and away: calls to it fail or wait, never hang forever.
+        [entry] = c.hub.entries()
+        bridges = (await c.http.get("/v1/bridges")).json()
+        assert [(b["name"], b["state"]) for b in bridges] == [("pi", entry.state.value)]
+
+
+async def test_calling_an_unknown_bridge_is_unavailable(controller: InLoopController) -> None:
+    with pytest.raises(RpcError) as info:
+        await controller.hub.call("no-such-bridge", "ping", {})
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    with pytest.raises(RpcError) as bad:
+        await controller.hub.call("no-such-bridge", "no.such.method", {})
+    assert bad.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_unknown_methods_and_bad_params_are_bad_requests(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    entry = controller.hub.entries()[0]
+    for method, params in [("no.such.method", {}), ("ping", {"payload": 5})]:
+        with pytest.raises(RpcError) as info:
+            await controller.hub.call(entry.id, method, params)
+        assert info.value.code is ErrorCode.BAD_REQUEST
+    assert entry.session.pending_count == 0
