@@ -36,44 +36,20 @@ from device_bridge.config import HostConfig
 from tests.adb_support import AdbServer, ConnectedSim
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
-from tests.controller.test_hub_support import InLoopController, fast_settings, in_loop_controller
+from tests.controller.test_hub_support import InLoopController, in_loop_controller
 from tests.faults.figures import record, record_times, size
 from tests.faults.netem import FaultProxy
+from tests.faults.timing import SETTINGS, WAIT_S, wait_until
 
 pytestmark = pytest.mark.adb
 
 AREA = "network faults (bridge <-> controller)"
-WAIT_S = 30.0 * TIME_SCALE
-PING_S = 0.3 * TIME_SCALE
-SETTINGS = fast_settings(
-    ping_interval_s=PING_S,
-    ping_timeout_s=PING_S,
-    close_timeout_s=0.2 * TIME_SCALE,
-    handshake_timeout_s=3.0 * TIME_SCALE,
-    grace_period_s=20.0 * TIME_SCALE,
-    liveness_interval_s=0.3 * TIME_SCALE,
-    rpc_timeout_s=30.0 * TIME_SCALE,
-    backoff_first_max_s=0.02 * TIME_SCALE,
-    backoff_base_s=0.02 * TIME_SCALE,
-    backoff_cap_s=0.2 * TIME_SCALE,
-    logcat_flush_s=0.02,
-)
 #: The order faults come in; every profile sees each at least once.
 MODES = ["cut", "blackhole", "cut", "half_open", "cut", "delay", "cut", "stall", "cut",
          "bandwidth"]
 DISCONNECTING = {"cut", "blackhole", "half_open", "stall"}
 CALLS_PER_FAULT = 4
 LINES_PER_FAULT = 20
-
-
-async def wait_until(predicate: Any, what: str, limit_s: float = WAIT_S) -> None:
-    """Bounded wait on state that has no event of its own (the hub's registry)."""
-    try:
-        async with asyncio.timeout(limit_s):
-            while not predicate():  # noqa: ASYNC110 - polling state owned by other components
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not reached in {limit_s:g} s") from None
 
 
 class Stream:
@@ -186,6 +162,7 @@ async def _fault(r: Rig, mode: str, index: int, nonce: str) -> tuple[list[tuple[
     return results, recovered
 
 
+@pytest.mark.timeout(size(1800, 120))
 async def test_faults_during_rpcs_and_a_logcat_stream(
     tmp_path: Path, adb_server: AdbServer, sim_device: ConnectedSim
 ) -> None:
@@ -202,6 +179,7 @@ async def test_faults_during_rpcs_and_a_logcat_stream(
         await asyncio.wait_for(stream.opened.wait(), WAIT_S)
         await wait_until(lambda: any(e.streams for e in r.controller.hub.entries()), "stream")
         all_calls: list[str] = []
+        seen_shell: set[str] = set()  # the device's log is a ring: read it after every fault
         for i in range(faults):
             mode = MODES[i % len(MODES)]
             results, took = await _fault(r, mode, i, nonce)
@@ -220,6 +198,7 @@ async def test_faults_during_rpcs_and_a_logcat_stream(
             await asyncio.to_thread(sim_device.run, lambda s=start: sim_device.device.log_burst(
                 LINES_PER_FAULT, tag=tag, message=f"line {s}+{{i}}"))
             sent_lines += LINES_PER_FAULT
+            seen_shell.update(r.shell_log())
         # Every line logged reaches the consumer (or is announced as lost).
         expected = [f"{s}+{i}" for s in range(0, sent_lines, LINES_PER_FAULT)
                     for i in range(LINES_PER_FAULT)]
@@ -230,8 +209,8 @@ async def test_faults_during_rpcs_and_a_logcat_stream(
         stream.task.cancel()
         with contextlib.suppress(BaseException):
             await stream.task
-        log = r.shell_log()
-    ran = collections.Counter(line.split("SimShell: ", 1)[-1].strip() for line in log)
+        seen_shell.update(r.shell_log())
+    ran = collections.Counter(line.split("SimShell: ", 1)[-1].strip() for line in seen_shell)
     doubled = [c for c in all_calls if ran[c] > 1]
     never_ran = [c for c in all_calls if ran[c] == 0]
     got = stream.lines

@@ -123,6 +123,7 @@ async def test_the_bridge_process_exits_non_zero_after_one_attempt(
     assert peer.attempts == 1
 
 
+@pytest.mark.timeout(size(1800, 120))
 async def test_error_and_close_races_never_make_two_connections() -> None:
     rounds = size(10_000, 200)
     rnd = random.Random(4409)
