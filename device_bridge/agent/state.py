@@ -107,8 +107,10 @@ def parse_battery(battery: str) -> int | None:
 class ActivityTrail:
     """The last :data:`TRAIL_LENGTH` Activities each device showed, oldest first.
 
-    The bridge feeds it every Activity it observes (each state read, and every action reads
-    the state after it), so consecutive repeats are one entry.
+    The bridge feeds it, on each state read (every action reads the state after it), the
+    resumes the device's event log recorded since the previous read
+    (``wm_set_resumed_activity``), then the current Activity: pages visited between two agent
+    calls count too. Consecutive repeats are one entry.
     """
 
     def __init__(self, length: int = TRAIL_LENGTH) -> None:

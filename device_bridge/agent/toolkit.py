@@ -79,6 +79,12 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 _WM_SIZE = re.compile(r"(Physical|Override) size: (\d+)x(\d+)")
 _STANDARD = Policy(PolicyConfig(profile=Profile.STANDARD))
+# `wm_set_resumed_activity` (Android 10+) / `am_set_resumed_activity` (≤ 9) in the event log:
+# "[USER,PKG/CLASS,REASON]" (AOSP services/core/java/com/android/server/wm/EventLogTags.logtags).
+_RESUMED_EVENT = re.compile(
+    r"[wa]m_set_resumed_activity\s*: \[\d+,(?P<pkg>[A-Za-z0-9_.]+)/(?P<cls>[A-Za-z0-9_.$]+)"
+)
+_EVENT_LINES = 200
 _MAX_DUMP_BYTES = 4 * 1024 * 1024
 
 
@@ -109,6 +115,7 @@ class AgentToolkit:
         self.sleep = sleep
         self.trail = ActivityTrail()
         self._sizes: dict[str, tuple[int, int]] = {}
+        self._last_event: dict[str, str] = {}  # the last resume event read, per device
 
     @classmethod
     def install(cls, rpc: Dispatcher, **options: Any) -> AgentToolkit:
@@ -145,15 +152,20 @@ class AgentToolkit:
 
     async def state(self, serial: str) -> DeviceStateResult:
         adb = self._adb
-        activities, window, ime, battery = await asyncio.gather(
+        activities, window, ime, battery, events = await asyncio.gather(
             adb.shell(serial, ["dumpsys", "activity", "activities"]),
             adb.shell(serial, ["dumpsys", "window"]),
             adb.shell(serial, ["dumpsys", "input_method"]),
             adb.shell(serial, ["dumpsys", "battery"]),
+            adb.logcat_dump(serial, lines=_EVENT_LINES, buffers=["events"]),
         )
         size = await self.screen_size(serial)
         rotation = parse_rotation(window.stdout)
         focus = parse_focus(activities.stdout, window.stdout)
+        # Resumes since the last read, from the device's own event log: pages visited between
+        # two agent calls (by a script, a test, a hand on the phone) are in the trail too.
+        for activity in self._resumed_since(serial, events):
+            self.trail.observe(serial, activity)
         trail = self.trail.observe(serial, focus.activity if focus else None)
         keyboard = parse_keyboard(ime.stdout, window.stdout)
         width, height = size if rotation % 2 == 0 else (size[1], size[0])
@@ -168,6 +180,23 @@ class AgentToolkit:
             battery=parse_battery(battery.stdout),
             text=state_text(focus, trail, keyboard=keyboard),
         )
+
+    def _resumed_since(self, serial: str, lines: list[str]) -> list[str]:
+        last = self._last_event.get(serial)
+        start = 0
+        if last is not None:
+            for i in range(len(lines) - 1, -1, -1):
+                if lines[i] == last:
+                    start = i + 1
+                    break
+        out = []
+        for line in lines[start:]:
+            match = _RESUMED_EVENT.search(line)
+            if match is not None:
+                self._last_event[serial] = line
+                pkg, cls = match["pkg"], match["cls"]
+                out.append(pkg + cls if cls.startswith(".") else cls)
+        return out
 
     async def screen_size(self, serial: str) -> tuple[int, int]:
         if serial not in self._sizes:

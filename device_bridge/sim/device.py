@@ -512,6 +512,10 @@ class SimDevice:
         if comp != self.focus:
             self.typed_text = ""
             self.keyboard_shown = False
+            # The event log records every resume, as Android's does (AOSP event.logtags).
+            tag = "wm_set_resumed_activity" if self.profile.sdk >= 29 else "am_set_resumed_activity"
+            self.log("I", tag, f"[0,{comp},resumeTopActivity]", pid=self.system_pid,
+                     tid=self.system_pid + 17, buffer="events")
         self.focus = comp
         if comp in self.recent:
             self.recent.remove(comp)

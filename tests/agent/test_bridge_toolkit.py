@@ -67,6 +67,21 @@ async def test_the_trail_keeps_the_last_five_changes(bridge: Dispatcher, sim: Co
     assert state.recent_activities == [MAIN, SETTINGS, MAIN, SETTINGS, MAIN]
 
 
+async def test_the_trail_sees_pages_visited_between_calls(
+    bridge: Dispatcher, sim: ConnectedSim
+) -> None:
+    """Navigation by plain shell commands, no state read in between: the event log has it."""
+    await call(bridge, sim, "device.state")
+    settings = next(e for e in await elements(bridge, sim) if e.text == "Settings")
+    x, y = settings.center
+    await call(bridge, sim, "device.shell", argv=["input", "tap", str(x), str(y)])
+    await call(bridge, sim, "device.shell", argv=["input", "keyevent", "KEYCODE_BACK"])
+    state = DeviceStateResult.model_validate(await call(bridge, sim, "device.state"))
+    assert state.recent_activities[-3:] == [MAIN, SETTINGS, MAIN]
+    again = DeviceStateResult.model_validate(await call(bridge, sim, "device.state"))
+    assert again.recent_activities == state.recent_activities  # nothing new, nothing repeated
+
+
 async def test_ui_dump_parses_the_hierarchy(bridge: Dispatcher, sim: ConnectedSim) -> None:
     found = await elements(bridge, sim)
     assert [e.index for e in found] == list(range(len(found)))
