@@ -1,4 +1,4 @@
-"""``droidwire device list|shell|logcat``: devices behind any bridge (DESIGN.md §9).
+"""``droidwire device list|shell|logcat|state|screenshot``: devices behind any bridge (§9).
 
 ``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
 ``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -118,6 +119,69 @@ def logcat(
         _follow(url, token or "")
 
 
+@app.command()
+def state(
+    device: DeviceArg,
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Where the device is: foreground app and activity, keyboard, screen size."""
+    with cli_errors(), Client(controller, token) as client:
+        current: dict[str, Any] = client.get(_path(device, "state"))
+    if json_out:
+        print_json(current)
+        return
+    screen = current.get("screen") or {}
+    typer.echo(f"package:  {current.get('package') or '-'}")
+    typer.echo(f"activity: {current.get('activity') or '-'}")
+    typer.echo(f"keyboard: {'shown' if current.get('keyboard') else 'hidden'}")
+    typer.echo(f"screen:   {screen.get('width', '?')}x{screen.get('height', '?')}")
+
+
+@app.command()
+def screenshot(
+    device: DeviceArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file to write.")],
+    marks: Annotated[
+        bool, typer.Option("--marks", help="Number the actionable elements (Set-of-Marks).")
+    ] = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Save the device's screen as a PNG."""
+    import httpx
+
+    with cli_errors(), Client(controller, token) as client:
+        # The one binary answer of the API: the shared client speaks JSON, so fetch it here,
+        # with the same base URL, header and no redirects.
+        try:
+            response = httpx.get(
+                client.base_url + _path(device, "screenshot"),
+                params={"marks": "1"} if marks else None,
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=DEFAULT_TIMEOUT_S,
+                follow_redirects=False,
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(0, "unavailable", f"cannot reach {client.base_url}: {exc}") from exc
+        if not response.is_success:
+            raise _api_error(response.status_code, response.content)
+        if not response.content.startswith(b"\x89PNG"):
+            raise ApiError(response.status_code, "bad_response", "the answer is not a PNG")
+        output.write_bytes(response.content)
+    typer.echo(f"wrote {output} ({len(response.content)} bytes)")
+
+
+def _api_error(status: int, body: bytes) -> ApiError:
+    try:
+        error = json.loads(body or b"{}")["error"]
+        return ApiError(status, str(error["code"]), str(error["message"]),
+                        {k: v for k, v in error.items() if k not in ("code", "message")})
+    except (ValueError, KeyError, TypeError):
+        return ApiError(status, "http_error", f"HTTP {status}")
+
+
 def _follow(url: str, token: str) -> None:
     from websockets.exceptions import ConnectionClosed, InvalidStatus
     from websockets.sync.client import connect
@@ -143,13 +207,7 @@ def _follow(url: str, token: str) -> None:
                     print(f"--- end of stream: {chunk.get('reason')} ---", file=sys.stderr)
                     return
     except InvalidStatus as exc:
-        response = exc.response
-        try:
-            error = json.loads(response.body or b"{}")["error"]
-            code, message = str(error["code"]), str(error["message"])
-        except (ValueError, KeyError, TypeError):
-            code, message = "http_error", f"HTTP {response.status_code}"
-        raise ApiError(response.status_code, code, message) from exc
+        raise _api_error(exc.response.status_code, bytes(exc.response.body or b"")) from exc
     except ConnectionClosed as exc:
         raise ApiError(0, "unavailable", f"the log stream was cut: {exc}") from exc
     except OSError as exc:

@@ -221,6 +221,18 @@ async def test_device_appears_shell_works_policy_refuses(world: World) -> None:
         env=env,
     )
     assert (shell.exit_code, shell.stdout) == (0, "cli\n")
+    state = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["device", "state", world.sim.address, "--json"], env=env
+    )
+    assert state.exit_code == 0, state.output
+    assert json.loads(state.stdout)["screen"]["width"] > 0
+    png = world.tmp_path / "screen.png"
+    shot = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["device", "screenshot", world.sim.address, "-o", str(png)],
+        env=env,
+    )
+    assert shot.exit_code == 0, shot.output
+    assert png.read_bytes().startswith(b"\x89PNG")
 
 
 async def test_ten_thousand_logcat_lines_none_lost_in_order(world: World) -> None:
