@@ -157,6 +157,15 @@ def bridge(
     handshake_timeout: Annotated[
         float | None, typer.Option(help=_secs(_D.handshake_timeout_s))
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            envvar="DROIDWIRE_BRIDGE_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (default off).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run a device bridge: dial out to the controller, serve this host's adb devices."""
@@ -209,7 +218,22 @@ def bridge(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await runner.run(stop)
+        metrics = None
+        if metrics_port is not None:
+            from device_bridge.metrics import serve_metrics
+
+            try:
+                metrics = serve_metrics(runner, metrics_port)
+            except OSError as exc:
+                raise ConfigError(f"--metrics-port {metrics_port}: {exc.strerror or exc}") from exc
+            logging.getLogger("droidwire.bridge").info(
+                "metrics on http://127.0.0.1:%d/metrics", metrics.port
+            )
+        try:
+            await runner.run(stop)
+        finally:
+            if metrics is not None:
+                await asyncio.to_thread(metrics.close)  # joins the server's thread
 
     try:
         asyncio.run(main())

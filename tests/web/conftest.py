@@ -1,5 +1,5 @@
-"""One real stack per test module: a controller on uvicorn (this event loop), the real bridge
-dialling it over a WebSocket, the real adb server and a simulated device; three users and
+"""One real stack shared by the tests of this folder: a controller on uvicorn (this event
+loop), the real bridge dialling it over a WebSocket, the real adb server and a simulated device; three users and
 two real runs.
 
 - ``olivia`` owns the bridge ``desk`` (she created its token) and so the device; she lends
@@ -43,6 +43,7 @@ class Stack:
     bridge_token: str
     run_id: str  # olivia's CONFIRMED run
     refused_run_id: str  # sam's run with no usable device
+    bridge: Bridge
 
     @property
     def url(self) -> str:
@@ -66,7 +67,7 @@ async def grant_to_bob(olivia: httpx.AsyncClient, device_id: str) -> httpx.Respo
     return await olivia.post("/v1/grants", json={"device": device_id, "user": "bob"})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def stack(
     adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Stack]:
@@ -119,6 +120,6 @@ async def stack(
                                 json={"test_code": llm_style_test("formatTitle(\"a\", 1)")}))
                         assert refused["verification_status"] == "PENDING", refused
                         yield Stack(controller, sim.address, device_id, tokens, bridge_token,
-                                    result["run_id"], refused["run_id"])
+                                    result["run_id"], refused["run_id"], bridge)
                 finally:
                     await adb.aclose()

@@ -21,7 +21,9 @@ from controller.web import COOKIE_NAME
 from tests.conftest import require_or_skip
 from tests.web.conftest import WAIT_S, Stack
 
-pytestmark = [pytest.mark.adb, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.adb, pytest.mark.browser, pytest.mark.asyncio(loop_scope="package"),
+]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -16,7 +16,7 @@ from controller.web import COOKIE_NAME
 from tests.web.conftest import WAIT_S, Stack
 from tests.web.support import sign_in
 
-pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package")]
 
 
 async def session_cookie(stack: Stack, user: str) -> str:

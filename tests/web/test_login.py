@@ -9,7 +9,7 @@ from controller.web import COOKIE_NAME
 from tests.web.conftest import Stack
 from tests.web.support import attributes, set_cookie_header, sign_in
 
-pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package")]
 
 
 async def test_sign_in_sets_an_opaque_strict_httponly_cookie(stack: Stack) -> None:

@@ -30,7 +30,7 @@ def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str
 
 
 @pytest.mark.adb
-@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.asyncio(loop_scope="package")
 async def test_metrics_after_activity_name_no_serial(stack: Stack) -> None:
     async with stack.api("olivia") as api:
         shell = await api.post(f"/v1/devices/{stack.device_id}/shell", json={"argv": ["echo"]})

@@ -13,7 +13,7 @@ import pytest
 from tests.web.conftest import Stack
 from tests.web.support import sign_in
 
-pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package")]
 
 
 @contextlib.asynccontextmanager
