@@ -403,6 +403,10 @@ async def test_device_cli(controller: InLoopController) -> None:
     assert dumped.stdout == "a\nb\n"
     missing = await asyncio.to_thread(_cli, controller, "device", "logcat", "nope", "-f")
     assert missing.exit_code == 4
+    for args in (["state", "nope"], ["screenshot", "nope", "-o", "/nonexistent/x.png"]):
+        refused = await asyncio.to_thread(_cli, controller, "device", *args)
+        assert refused.exit_code == 4, refused.output
+        assert "not_found" in refused.stderr
     follow = asyncio.create_task(
         asyncio.to_thread(_cli, controller, "device", "logcat", "emulator-5554", "-f")
     )
