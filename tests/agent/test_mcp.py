@@ -24,7 +24,12 @@ from protocol.envelope import DeviceInfo
 from tests.adb_support import ConnectedSim
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
-from tests.controller.test_hub_support import FakeBridge, InLoopController, in_loop_controller
+from tests.controller.test_hub_support import (
+    FakeBridge,
+    InLoopController,
+    fast_settings,
+    in_loop_controller,
+)
 
 pytestmark = pytest.mark.adb
 
@@ -35,7 +40,8 @@ WAIT_S = 30.0 * TIME_SCALE
 async def controller(
     tmp_path: Path, bridge: Dispatcher, sim: ConnectedSim
 ) -> AsyncIterator[InLoopController]:
-    async with in_loop_controller(tmp_path) as ctl:
+    # Actions wait for settled frames: a generous RPC deadline for slow machines.
+    async with in_loop_controller(tmp_path, fast_settings(rpc_timeout_s=60 * TIME_SCALE)) as ctl:
         ctl.app.state.agent_planner = RulePlanner()
         link = FakeBridge(ctl.url, await ctl.bridge_token("desk"), handler=bridge,
                           devices=[DeviceInfo(serial=sim.address, state="device", sdk=34)])

@@ -20,8 +20,14 @@ from device_bridge.rpc import Dispatcher
 from protocol.envelope import DeviceInfo
 from tests.adb_support import ConnectedSim
 from tests.agent.support import shell_log, toast_shown
+from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
-from tests.controller.test_hub_support import FakeBridge, InLoopController, in_loop_controller
+from tests.controller.test_hub_support import (
+    FakeBridge,
+    InLoopController,
+    fast_settings,
+    in_loop_controller,
+)
 
 pytestmark = pytest.mark.adb
 
@@ -30,7 +36,8 @@ pytestmark = pytest.mark.adb
 async def controller(
     tmp_path: Path, bridge: Dispatcher, sim: ConnectedSim
 ) -> AsyncIterator[InLoopController]:
-    async with in_loop_controller(tmp_path) as ctl:
+    # Actions wait for settled frames: a generous RPC deadline for slow machines.
+    async with in_loop_controller(tmp_path, fast_settings(rpc_timeout_s=60 * TIME_SCALE)) as ctl:
         ctl.app.state.agent_planner = RulePlanner()  # no LLM in the environment, whatever it says
         token = await ctl.bridge_token("desk")
         link = FakeBridge(ctl.url, token, handler=bridge,
