@@ -2,7 +2,7 @@
 
 The controller runs in a process of its own (the uvicorn configuration of ``droidwire
 controller``, SQLite in a temporary directory, one bridge token per bridge seeded in bulk);
-this process opens idle bridges to it in steps — 1,000, 5,000, 10,000 (full) or 250, 500
+this process opens idle bridges to it in steps — 1,000, 5,000, 10,000 (full) or 500
 (quick) — at most 100 handshakes at a time, and reads the controller's resident memory
 (``/proc/PID/status`` VmRSS) after each step. KB per bridge = (RSS at N − RSS after a warm-up
 of 20 bridges) / N, at the largest N reached: a step with more than 1 % refused connections
@@ -43,13 +43,14 @@ from bench.stack import (
 __all__ = ["run"]
 
 FULL_STEPS = (1_000, 5_000, 10_000)
-QUICK_STEPS = (250, 500)
+QUICK_STEPS = (500,)
 WARM = 20
 MAX_REFUSED = 0.01
 SETTLE_S = 1.0  # let the server finish each step's bookkeeping before reading its memory
 
 
-async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...]) -> dict[str, Any]:
+async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...],
+                 settle_s: float) -> dict[str, Any]:
     """Open clients up to each step; RSS per step and refusals."""
     tally = Tally()
     clients: list[Any] = []
@@ -57,7 +58,7 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...]) -> di
     try:
         clients += [make(i, tally, rng) for i in range(WARM)]
         await open_crowd(clients, reconnect=False)
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(settle_s)
         base = rss_kb(server.pid)
         per_step: dict[int, float] = {}
         reached = 0
@@ -66,7 +67,7 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...]) -> di
             fresh = [make(WARM + i, tally, rng) for i in range(len(clients) - WARM, n)]
             clients += fresh
             await open_crowd(fresh, reconnect=False)
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(settle_s)
             open_now = tally.open - WARM
             if open_now <= 0:
                 break
@@ -80,23 +81,26 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...]) -> di
         await close_crowd(clients)
 
 
-async def _run(steps: tuple[int, ...]) -> list[dict[str, Any]]:
+async def _run(steps: tuple[int, ...], settle_s: float) -> list[dict[str, Any]]:
     raise_nofile(max(steps) * 2 + 2048)
     admin = "bench-" + secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="droidwire-bench-") as tmp:
         db = f"sqlite:///{Path(tmp) / 'controller.db'}"
         tokens = await seed_bridge_tokens(db, admin, max(steps) + WARM)
-        controller = await ServerProcess("controller", free_port(), db_url=db,
-                                         admin_token=admin, log=Path(tmp) / "c.log").start()
+        # Both start at once (an idle server costs the other nothing); they climb in turn.
+        controller, bare = await asyncio.gather(
+            ServerProcess("controller", free_port(), db_url=db, admin_token=admin,
+                          log=Path(tmp) / "c.log").start(),
+            ServerProcess("bare", free_port()).start())
         try:
             ours = await _climb(
-                controller, lambda i, t, r: BridgeClient(controller.url, tokens[i], t, r), steps)
+                controller, lambda i, t, r: BridgeClient(controller.url, tokens[i], t, r), steps,
+                settle_s)
+            await controller.stop()
+            base = await _climb(bare, lambda i, t, r: BareClient(bare.url, t, r), steps,
+                                settle_s)
         finally:
             await controller.stop()
-        bare = await ServerProcess("bare", free_port()).start()
-        try:
-            base = await _climb(bare, lambda i, t, r: BareClient(bare.url, t, r), steps)
-        finally:
             await bare.stop()
     n = ours["reached"]
     value = ours["per_step"].get(max(ours["per_step"], default=0), float("nan"))
@@ -114,5 +118,6 @@ async def _run(steps: tuple[int, ...]) -> list[dict[str, Any]]:
                   baseline_refused=base["refused"])]
 
 
-def run(quick: bool, *, steps: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
-    return asyncio.run(_run(steps or (QUICK_STEPS if quick else FULL_STEPS)))
+def run(quick: bool, *, steps: tuple[int, ...] | None = None,
+        settle_s: float = SETTLE_S) -> list[dict[str, Any]]:
+    return asyncio.run(_run(steps or (QUICK_STEPS if quick else FULL_STEPS), settle_s))

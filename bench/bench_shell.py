@@ -66,4 +66,4 @@ async def _run(batch: int, reps: int) -> list[dict[str, Any]]:
 
 
 def run(quick: bool, *, batch: int | None = None, reps: int = 5) -> list[dict[str, Any]]:
-    return asyncio.run(_run(batch or (20 if quick else 200), reps))
+    return asyncio.run(_run(batch or (10 if quick else 200), reps))

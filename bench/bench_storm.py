@@ -70,6 +70,7 @@ class _Side:
         self.refused: list[int] = []
         self.back: list[int] = []
         self.starts = 0
+        self.next: asyncio.Task[ServerProcess] | None = None
 
     def _process(self) -> ServerProcess:
         self.starts += 1
@@ -77,14 +78,23 @@ class _Side:
         return ServerProcess(self.kind, self.port, db_url=self.db, admin_token=self.admin,
                              log=log)
 
-    async def open(self) -> None:
+    async def start(self) -> None:
         self.server = await self._process().start()
-        await open_crowd(self.clients, reconnect=True, concurrency=100)
 
-    async def restart(self) -> None:
-        assert self.server is not None
+    async def open(self) -> None:
+        await open_crowd(self.clients, reconnect=True, concurrency=100)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Start the next server now, listening beside the current one (SO_REUSEPORT): no
+        connection is being made until the restart, and then the current one has stopped
+        listening, so every reconnect lands on the new one."""
+        self.next = asyncio.create_task(self._process().start())
+
+    async def restart(self, *, again: bool) -> None:
+        assert self.server is not None and self.next is not None
         old = self.server
-        new = await self._process().start()  # listening beside the old one (SO_REUSEPORT)
+        new = await self.next
         await new.loop_delays()  # start its window now
         refused = self.tally.refused
         self.tally.mark(self.n)
@@ -100,9 +110,14 @@ class _Side:
         self.loop_p99.append(LoopMonitor.p99(await new.loop_delays()))
         await old.wait()
         self.server = new
+        self.next = None
+        if again:
+            self._prepare()
 
     async def close(self) -> None:
         await close_crowd(self.clients)
+        if self.next is not None:
+            await (await self.next).stop()
         if self.server is not None:
             await self.server.stop()
 
@@ -117,11 +132,12 @@ async def _run(n: int, reps: int) -> list[dict[str, Any]]:
         ours = _Side("controller", n, tmp, db, admin, tokens)
         bare = _Side("bare", n, tmp)
         try:
-            await ours.open()
-            await bare.open()
-            for _ in range(reps):
-                await ours.restart()
-                await bare.restart()
+            await asyncio.gather(ours.start(), bare.start())
+            await asyncio.gather(ours.open(), bare.open())
+            for rep in range(reps):
+                again = rep < reps - 1
+                await ours.restart(again=again)
+                await bare.restart(again=again)
         finally:
             await ours.close()
             await bare.close()
