@@ -29,6 +29,7 @@ from bench.common import figure
 from bench.stack import (
     BareClient,
     BridgeClient,
+    LoopMonitor,
     ServerProcess,
     Tally,
     close_crowd,
@@ -75,8 +76,9 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...],
             reached = open_now
             if tally.refused - before > MAX_REFUSED * len(fresh):
                 break
+        loop_ms = LoopMonitor.p99(await server.loop_delays())
         return {"per_step": per_step, "reached": reached, "refused": tally.refused,
-                "reasons": dict(tally.reasons)}
+                "reasons": dict(tally.reasons), "loop_p99_ms": loop_ms}
     finally:
         await close_crowd(clients)
 
@@ -112,7 +114,9 @@ async def _run(steps: tuple[int, ...], settle_s: float) -> list[dict[str, Any]]:
              "its own process, VmRSS delta / N; per step KB: "
              + ", ".join(f"{k}: {v:.1f}" for k, v in ours["per_step"].items())
              + "; bare websockets: "
-             + ", ".join(f"{k}: {v:.1f}" for k, v in base["per_step"].items()))
+             + ", ".join(f"{k}: {v:.1f}" for k, v in base["per_step"].items())
+             + f"; server loop delay p99 during the climb {ours['loop_p99_ms']:.1f} ms vs bare "
+             f"{base['loop_p99_ms']:.1f} ms")
     return [noted(figure("idle_bridge_kb", value, "KB", baseline), notes, n=n,
                   refused=ours["refused"], refused_by=ours["reasons"],
                   baseline_refused=base["refused"])]
