@@ -34,6 +34,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -286,6 +287,12 @@ class McpEndpoint:
         service: McpService | None = getattr(connection.app.state, "mcp", None)
         if service is None:
             raise RpcError(ErrorCode.UNAVAILABLE, "the MCP server is not running")
+        if scope["method"] == "GET":
+            # A stateless server has no stream of its own to offer: the transport's spec
+            # answer is 405 (a GET would otherwise hold an idle SSE stream open).
+            raise StarletteHTTPException(
+                405, "this MCP server is stateless: POST messages", headers={"Allow": "POST"}
+            )
         scope[PRINCIPAL_KEY] = principal
         await service.handle(scope, receive, send)
 

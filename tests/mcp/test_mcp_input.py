@@ -62,6 +62,10 @@ async def test_malformed_http_gets_4xx_and_the_server_lives_on(rig: Rig) -> None
                 assert all("error" in m for m in _results(response.text)), response.text[:300]
             else:
                 assert 400 <= response.status_code < 500, (method, body[:40], response.text[:300])
+        stream = await http.get(rig.mcp_url, headers=HEADERS)
+        assert stream.status_code == 405  # stateless: no standalone SSE stream to hold open
+        assert stream.json()["error"]["code"] == "method_not_allowed"
+        assert (await http.get(rig.mcp_url)).status_code == 401  # auth comes first
         alive = await http.post(rig.mcp_url, headers=HEADERS,
                                 json=_rpc("tools/call", {"name": "list_devices", "arguments": {}}))
     [message] = _results(alive.text)
