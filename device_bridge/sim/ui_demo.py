@@ -215,6 +215,11 @@ class DemoUi:
                 tid=dev.pid_of(DEMO_PACKAGE) or dev.system_pid)
         return True
 
+    def reset(self) -> None:
+        """Back to a fresh install's state (tests)."""
+        self.dark = self.saved_dark = False
+        self._toast_until = 0.0
+
     def stopped(self) -> None:
         """The process died: unsaved changes are lost."""
         self.dark = self.saved_dark

@@ -39,5 +39,6 @@ async def bridge(adb: AdbDevices, sim: ConnectedSim) -> AsyncIterator[Dispatcher
     dispatcher = Dispatcher(policy=Policy(PolicyConfig()), devices=adb)
     AgentToolkit.install(dispatcher, sleep=ui_sleep(sim))
     sim.call(lambda: sim.device.force_stop(DEMO_PACKAGE))
+    sim.call(lambda: sim.device.app_ui.reset())
     await install_demo(dispatcher, sim.address)
     yield dispatcher
