@@ -42,6 +42,7 @@ from controller.web.sessions import (
     SESSION_TTL,
     SessionStore,
     same_origin,
+    secure_context,
     session_principal,
 )
 from protocol.errors import ErrorCode, RpcError
@@ -195,9 +196,15 @@ async def login(request: Request) -> Response:
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure_context(request),
     )
     log.info("dashboard sign-in by %s", principal.actor)
+    audit = getattr(request.app.state, "audit", None)
+    if audit is not None:
+        try:
+            await audit.record(principal, "web.login")
+        except Exception:  # the audit write never blocks a sign-in; the failure is logged
+            log.exception("audit write failed for a dashboard sign-in")
     return response
 
 
@@ -209,7 +216,7 @@ async def logout(request: Request) -> Response:
     response = _to_login()
     response.delete_cookie(
         COOKIE_NAME, path="/", httponly=True, samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure_context(request),
     )
     return response
 

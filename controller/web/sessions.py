@@ -40,6 +40,7 @@ __all__ = [
     "SESSION_TTL",
     "SessionStore",
     "same_origin",
+    "secure_context",
     "session_principal",
 ]
 
@@ -141,21 +142,38 @@ async def session_principal(conn: HTTPConnection) -> Principal | None:
     return principal
 
 
-def same_origin(conn: HTTPConnection) -> bool:
-    """Whether a state-changing request comes from this site's own pages (see module doc)."""
+def _claimed_origin(conn: HTTPConnection) -> str | None:
     claimed = conn.headers.get("origin")
     if claimed is None:
         referer = conn.headers.get("referer")
         if referer is None:
-            return True  # not a browser: no ambient cookie to abuse
+            return None
         parts = urlsplit(referer)
         claimed = f"{parts.scheme}://{parts.netloc}"
-    if claimed == "null":
-        return False
+    return claimed
+
+
+def same_origin(conn: HTTPConnection) -> bool:
+    """Whether a state-changing request comes from this site's own pages (see module doc).
+
+    The origin's host must be the request's ``Host``; its scheme the request's, or https:
+    behind a TLS-terminating proxy the controller itself sees plain http.
+    """
+    claimed = _claimed_origin(conn)
+    if claimed is None:
+        return True  # not a browser: no ambient cookie to abuse
     host = conn.headers.get("host")
-    if not host:
+    if claimed == "null" or not host:
         return False
-    scheme = conn.url.scheme
-    if scheme in ("ws", "wss"):
-        scheme = "https" if scheme == "wss" else "http"
-    return claimed.lower() == f"{scheme}://{host}".lower()
+    parts = urlsplit(claimed.lower())
+    ours = "https" if conn.url.scheme in ("https", "wss") else "http"
+    return parts.netloc == host.lower() and parts.scheme in (ours, "https")
+
+
+def secure_context(conn: HTTPConnection) -> bool:
+    """Whether the browser talks https to us (directly, or through a proxy): the cookie then
+    gets ``Secure``, so it never travels over plain http."""
+    if conn.url.scheme in ("https", "wss"):
+        return True
+    claimed = _claimed_origin(conn)
+    return claimed is not None and claimed.lower().startswith("https://")

@@ -141,3 +141,29 @@ async def test_the_dashboard_cookie_does_not_open_the_api(stack: Stack) -> None:
     async with stack.client() as browser:
         await sign_in(browser, stack.tokens["olivia"])
         assert (await browser.get("/v1/devices")).status_code == 401
+
+
+async def test_behind_a_tls_proxy_the_cookie_is_secure(stack: Stack) -> None:
+    """nginx terminates TLS and forwards plain http: the browser's origin says https."""
+    https_origin = stack.url.replace("http://", "https://")
+    async with stack.client() as browser:
+        response = await sign_in(browser, stack.tokens["olivia"], origin=https_origin)
+        assert response.status_code == 303
+        assert "secure" in attributes(set_cookie_header(response))
+        other_port = stack.url.rsplit(":", 1)[0] + ":1"
+        refused = await sign_in(browser, stack.tokens["olivia"], origin=other_port)
+        assert refused.status_code == 403
+
+
+async def test_sign_ins_are_audited(stack: Stack) -> None:
+    from sqlalchemy import select
+
+    from controller.store import AuditEntry
+
+    async with stack.client() as browser:
+        await sign_in(browser, stack.tokens["bob"])
+    async with stack.controller.app.state.store.session() as session:
+        actors = (await session.execute(
+            select(AuditEntry.actor).where(AuditEntry.action == "web.login")
+        )).scalars().all()
+    assert "bob" in actors
