@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from controller.audit import AuditLog
 from controller.auth import Principal, current_principal, current_user
+from controller.executor.steps import Progress, ProgressListener
 from controller.mcp.tools import (
     RUN_URI_PREFIX,
     TOOLS,
@@ -58,6 +59,7 @@ log = logging.getLogger("droidwire.controller.mcp")
 MCP_PATH = "/mcp"
 PRINCIPAL_KEY = "droidwire.principal"  # ASGI scope key: the principal of this HTTP request
 SHUTDOWN_TIMEOUT_S = 10.0  # the manager cancels its sessions' tasks; they end promptly
+PROGRESS_FLUSH_S = 5.0  # progress notifications still queued when a tool ends
 RESOURCE_NOT_FOUND = -32002  # MCP's code for an unknown resource
 INSTRUCTIONS = (
     "droidwire: Android devices lent to you, and a sandbox that compiles and runs an "
@@ -150,7 +152,14 @@ class McpService:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        caller = _caller(ctx)
+        async with _progress_reporter(ctx) as progress:
+            caller = _caller(ctx)
+            caller.progress = progress
+            return await self._run_tool(caller, params)
+
+    async def _run_tool(
+        self, caller: Caller, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         args = dict(params.arguments or {})
         action = f"mcp.{params.name[:64]}"
         spec = TOOLS.get(params.name)
@@ -295,6 +304,45 @@ class McpEndpoint:
             )
         scope[PRINCIPAL_KEY] = principal
         await service.handle(scope, receive, send)
+
+
+@contextlib.asynccontextmanager
+async def _progress_reporter(
+    ctx: ServerRequestContext[Any],
+) -> AsyncIterator[ProgressListener]:
+    """A sandbox run's stages as MCP progress notifications (sent only if the client gave a
+    progress token), each on this request's stream before its result. Notifications also
+    keep a long run's stream busy, so a client's read timeout measures silence, not work."""
+    sent: list[asyncio.Task[None]] = []
+    count = 0
+
+    def listener(progress: Progress) -> None:
+        nonlocal count
+        count += 1
+        message = progress.stage
+        if progress.round is not None:
+            message += f" (round {progress.round}/{progress.max_rounds})"
+        if progress.device:
+            message += f" on {progress.device}"
+        previous = sent[-1] if sent else None
+
+        async def send(n: int = count) -> None:
+            if previous is not None:  # in order
+                await asyncio.gather(previous, return_exceptions=True)
+            await ctx.session.report_progress(n, None, message)
+
+        sent.append(asyncio.create_task(send()))
+
+    try:
+        yield listener
+    finally:
+        if sent:
+            done, pending = await asyncio.wait(sent, timeout=PROGRESS_FLUSH_S)
+            for task in pending:
+                task.cancel()
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    log.debug("progress notification failed: %r", task.exception())
 
 
 def _caller(ctx: ServerRequestContext[Any]) -> Caller:

@@ -31,6 +31,7 @@ from starlette.requests import Request
 from controller.agent.mcp import agent_tools
 from controller.auth import Principal, Scope
 from controller.executor import ExecuteRequest, tool_schema
+from controller.executor.steps import ProgressListener
 from controller.hub import Hub, list_devices, resolve_device
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
@@ -56,6 +57,8 @@ class Caller:
 
     principal: Principal
     request: Request  # the HTTP request that carried the MCP message
+    # Where a long tool reports its stages (MCP progress notifications), if anywhere.
+    progress: ProgressListener | None = None
 
     @property
     def app(self) -> FastAPI:
@@ -167,7 +170,7 @@ async def _sandbox_executor(caller: Caller, args: dict[str, Any]) -> Outcome:
 
     executor = executor_of(caller.request)
     plan = await executor.plan(body, caller.principal)
-    results = await executor.run(plan)
+    results = await executor.run(plan, listener=caller.progress)
     data = results[0] if len(results) == 1 else {"results": results}
     devices = [str((r.get("device") or {}).get("id")) for r in results if r.get("device")]
     return Outcome(data=data, devices=devices, runs=results)

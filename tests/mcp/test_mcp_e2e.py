@@ -111,13 +111,24 @@ async def test_devices_shell_logcat_and_screenshot(rig: Rig) -> None:
 
 
 async def test_sandbox_runs_and_their_resources(rig: Rig) -> None:
+    stages: list[tuple[float, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        stages.append((done, message))
+
     async with rig.session() as session:
         blocking = _data(await session.call_tool(
             "sandbox_executor",
             {"test_code": llm_style_test("loadSettingsFromDisk()"), "device": rig.device_id},
             read_timeout_seconds=4 * WAIT_S,
+            progress_callback=progress,
         ))
         assert blocking["verification_status"] == "CONFIRMED"
+        # The run's stages arrived as progress notifications, in order, before the result.
+        assert [n for n, _ in stages] == sorted(n for n, _ in stages)
+        messages = [m or "" for _, m in stages]
+        assert any(m.startswith("compiling") for m in messages)
+        assert any(m.startswith("running") for m in messages), messages
         assert blocking["summary"].startswith("StrictMode violations: DiskRead | ")
         fast = _data(await session.call_tool(
             "sandbox_executor", {"test_code": llm_style_test("loadAvatarAsync()")},
