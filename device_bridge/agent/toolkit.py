@@ -116,6 +116,7 @@ class AgentToolkit:
         self.trail = ActivityTrail()
         self._sizes: dict[str, tuple[int, int]] = {}
         self._last_event: dict[str, str] = {}  # the last resume event read, per device
+        self._rotations: dict[str, int] = {}  # the last rotation read, per device
 
     @classmethod
     def install(cls, rpc: Dispatcher, **options: Any) -> AgentToolkit:
@@ -157,7 +158,7 @@ class AgentToolkit:
             adb.shell(serial, ["dumpsys", "window"]),
             adb.shell(serial, ["dumpsys", "input_method"]),
             adb.shell(serial, ["dumpsys", "battery"]),
-            adb.logcat_dump(serial, lines=_EVENT_LINES, buffers=["events"]),
+            self._events(serial),
         )
         size = await self.screen_size(serial)
         rotation = parse_rotation(window.stdout)
@@ -168,7 +169,8 @@ class AgentToolkit:
             self.trail.observe(serial, activity)
         trail = self.trail.observe(serial, focus.activity if focus else None)
         keyboard = parse_keyboard(ime.stdout, window.stdout)
-        width, height = size if rotation % 2 == 0 else (size[1], size[0])
+        self._rotations[serial] = rotation
+        width, height = self._oriented(serial, size)
         return DeviceStateResult(
             package=focus.package if focus else None,
             activity=focus.activity if focus else None,
@@ -180,6 +182,19 @@ class AgentToolkit:
             battery=parse_battery(battery.stdout),
             text=state_text(focus, trail, keyboard=keyboard),
         )
+
+    async def _events(self, serial: str) -> list[str]:
+        """The tail of the event log; none when the device will not give it (the trail then
+        has only what the state reads saw)."""
+        try:
+            return await self._adb.logcat_dump(serial, lines=_EVENT_LINES, buffers=["events"])
+        except RpcError as exc:
+            log.info("event log of %s unavailable: %s", serial, exc)
+            return []
+
+    def _oriented(self, serial: str, size: tuple[int, int]) -> tuple[int, int]:
+        """``wm size`` is the natural orientation's; input coordinates follow the rotation."""
+        return size if self._rotations.get(serial, 0) % 2 == 0 else (size[1], size[0])
 
     def _resumed_since(self, serial: str, lines: list[str]) -> list[str]:
         last = self._last_event.get(serial)
@@ -239,6 +254,8 @@ class AgentToolkit:
         screen = self._sizes.get(serial)
         if argv[:2] in (["input", "tap"], ["input", "swipe"]) and screen is None:
             screen = await self.screen_size(serial)
+        if screen is not None:
+            screen = self._oriented(serial, screen)
         context = self.rpc.context(serial, screen=screen)
         if policy.profile_for(serial) is Profile.FULL:
             return policy.check_shell(serial, argv, context)
@@ -372,7 +389,9 @@ class AgentToolkit:
             model = validate_params(method, {**params, "serial": serial})
             if isinstance(model, ShellParams):
                 command = model.argv if model.argv is not None else model.command or ""
-                context = self.rpc.context(serial, screen=self._sizes.get(serial))
+                size = self._sizes.get(serial)
+                screen = self._oriented(serial, size) if size is not None else None
+                context = self.rpc.context(serial, screen=screen)
                 argv = self.rpc.policy.check_shell(serial, command, context)
                 return CheckOutcome(ok=True, command=argv)
             self.rpc.policy.check_ui(serial)
