@@ -39,6 +39,7 @@ from bench.stack import (
     raise_nofile,
     rss_kb,
     seed_bridge_tokens,
+    start_all,
 )
 
 __all__ = ["run"]
@@ -90,10 +91,10 @@ async def _run(steps: tuple[int, ...], settle_s: float) -> list[dict[str, Any]]:
         db = f"sqlite:///{Path(tmp) / 'controller.db'}"
         tokens = await seed_bridge_tokens(db, admin, max(steps) + WARM)
         # Both start at once (an idle server costs the other nothing); they climb in turn.
-        controller, bare = await asyncio.gather(
-            ServerProcess("controller", free_port(), db_url=db, admin_token=admin,
-                          log=Path(tmp) / "c.log").start(),
-            ServerProcess("bare", free_port()).start())
+        controller = ServerProcess("controller", free_port(), db_url=db, admin_token=admin,
+                                   log=Path(tmp) / "c.log")
+        bare = ServerProcess("bare", free_port())
+        await start_all(controller, bare)
         try:
             ours = await _climb(
                 controller, lambda i, t, r: BridgeClient(controller.url, tokens[i], t, r), steps,

@@ -21,6 +21,7 @@ during its storm.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import secrets
 import tempfile
@@ -41,6 +42,7 @@ from bench.stack import (
     open_crowd,
     raise_nofile,
     seed_bridge_tokens,
+    start_all,
 )
 
 __all__ = ["run"]
@@ -70,7 +72,8 @@ class _Side:
         self.refused: list[int] = []
         self.back: list[int] = []
         self.starts = 0
-        self.next: asyncio.Task[ServerProcess] | None = None
+        self.next: ServerProcess | None = None  # started ahead of the next restart
+        self.starting: asyncio.Task[ServerProcess] | None = None
 
     def _process(self) -> ServerProcess:
         self.starts += 1
@@ -78,8 +81,9 @@ class _Side:
         return ServerProcess(self.kind, self.port, db_url=self.db, admin_token=self.admin,
                              log=log)
 
-    async def start(self) -> None:
-        self.server = await self._process().start()
+    def first(self) -> ServerProcess:
+        self.server = self._process()
+        return self.server
 
     async def open(self) -> None:
         await open_crowd(self.clients, reconnect=True, concurrency=100)
@@ -89,12 +93,13 @@ class _Side:
         """Start the next server now, listening beside the current one (SO_REUSEPORT): no
         connection is being made until the restart, and then the current one has stopped
         listening, so every reconnect lands on the new one."""
-        self.next = asyncio.create_task(self._process().start())
+        self.next = self._process()
+        self.starting = asyncio.create_task(self.next.start())
 
     async def restart(self, *, again: bool) -> None:
-        assert self.server is not None and self.next is not None
+        assert self.server is not None and self.starting is not None
         old = self.server
-        new = await self.next
+        new = await self.starting
         await new.loop_delays()  # start its window now
         refused = self.tally.refused
         self.tally.mark(self.n)
@@ -110,14 +115,17 @@ class _Side:
         self.loop_p99.append(LoopMonitor.p99(await new.loop_delays()))
         await old.wait()
         self.server = new
-        self.next = None
+        self.next = self.starting = None
         if again:
             self._prepare()
 
     async def close(self) -> None:
         await close_crowd(self.clients)
+        if self.starting is not None:
+            with contextlib.suppress(Exception):
+                await self.starting
         if self.next is not None:
-            await (await self.next).stop()
+            await self.next.stop()
         if self.server is not None:
             await self.server.stop()
 
@@ -132,7 +140,7 @@ async def _run(n: int, reps: int) -> list[dict[str, Any]]:
         ours = _Side("controller", n, tmp, db, admin, tokens)
         bare = _Side("bare", n, tmp)
         try:
-            await asyncio.gather(ours.start(), bare.start())
+            await start_all(ours.first(), bare.first())
             await asyncio.gather(ours.open(), bare.open())
             for rep in range(reps):
                 again = rep < reps - 1

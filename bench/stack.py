@@ -57,6 +57,7 @@ __all__ = [
     "raise_nofile",
     "rss_kb",
     "seed_bridge_tokens",
+    "start_all",
 ]
 
 #: The listen backlog of every server here (uvicorn's default), so neither side of a
@@ -262,6 +263,16 @@ class ServerProcess:
     async def stop(self) -> None:
         self.terminate()
         await self.wait()
+
+
+async def start_all(*servers: ServerProcess) -> None:
+    """Start ``servers`` concurrently; if one fails, stop them all and raise its error."""
+    outcomes = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    if failed:
+        for server in servers:
+            await server.stop()
+        raise failed[0]
 
 
 async def _serve_controller(port: int, db_url: str) -> None:
