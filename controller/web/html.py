@@ -90,8 +90,10 @@ def page(
     principal: Principal | None = None,
     active: str | None = None,
     scripts: Sequence[str] = (),
+    refresh_s: int | None = None,
 ) -> str:
-    """A whole document: header with navigation and sign-out (when signed in), then ``body``."""
+    """A whole document: header with navigation and sign-out (when signed in), then ``body``.
+    ``refresh_s``: reload every so many seconds (a run still going), no script needed."""
     nav = ""
     if principal is not None:
         active_attr = ' class="active"'
@@ -105,6 +107,9 @@ def page(
             f'<span class="who">{who}</span><button type="submit">Sign out</button></form>'
         )
     script_tags = "".join(f'<script src="{esc(s)}" defer></script>' for s in scripts)
+    if refresh_s is not None:
+        script_tags += f'<meta http-equiv="refresh" content="{int(refresh_s)}">'
+
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -35,7 +35,7 @@ from controller.auth import (
     may,
 )
 from controller.hub import list_devices, resolve_device
-from controller.store import Run, RunStep, TestResult, TokenKind, User
+from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
@@ -58,6 +58,7 @@ STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; char
 MAX_FORM_BYTES = 4096
 MAX_RUNS = 100
 LIVE_TAIL_LINES = 50
+RUNNING_REFRESH_S = 3  # a run's page reloads itself while the run is going
 # Logcat lines worth a highlight even when the analysis did not name them.
 _HIGHLIGHT_MARKERS = ("StrictMode", "ANR in ", "FATAL EXCEPTION")
 
@@ -399,6 +400,12 @@ def _step_rows(steps: list[RunStep]) -> tuple[list[list[object]], list[str | Non
             what = f"{error.get('code', '')}: {error.get('message', '')}"
             if error.get("rule"):
                 what += f" (rule {error['rule']})"
+        elif s.kind == "fix":
+            what = " · ".join(str(x) for x in (
+                f"round {d['round']}" if d.get("round") is not None else "",
+                f"fixer {d['fixer']}" if d.get("fixer") else "",
+                d.get("note") or "",
+            ) if x)
         else:
             what = str(error or d.get("detail") or d.get("note") or "")
         ms = d.get("ms")
@@ -543,7 +550,9 @@ async def run_page(run_id: str, request: Request) -> Response:
                  f'{esc(", ".join(violations) or "none")}</p>')
         + _logcat(result)
     )
-    return _html(page(f"Run {run.id[:12]}", body, principal=principal, active="/runs"))
+    going = run.status in (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+    return _html(page(f"Run {run.id[:12]}", body, principal=principal, active="/runs",
+                      refresh_s=RUNNING_REFRESH_S if going else None))
 
 
 # --- static files --------------------------------------------------------------------------

@@ -158,3 +158,25 @@ async def test_static_files_are_served_locally_and_nothing_else(stack: Stack) ->
         for path in ("/devices", "/runs", f"/runs/{stack.run_id}", f"/devices/{stack.device_id}"):
             page = (await browser.get(path)).text
             assert "http://" not in page and "https://" not in page, path  # no CDN, no links out
+
+
+async def test_a_run_still_going_reloads_itself(stack: Stack) -> None:
+    from sqlalchemy import select
+
+    from controller.store import Run, RunStep, User
+
+    store = stack.controller.app.state.store
+    async with store.session() as session, session.begin():
+        olivia = (await session.execute(select(User).where(User.name == "olivia"))).scalar_one()
+        going = Run(user_id=olivia.id, status="running", request={"device_id": stack.device_id})
+        session.add(going)
+        await session.flush()
+        session.add(RunStep(run_id=going.id, seq=0, kind="device_busy", status="running",
+                            detail={"device": stack.device_id}))
+    async with signed_in(stack, "olivia") as browser:
+        running = (await browser.get(f"/runs/{going.id}")).text
+        finished = (await browser.get(f"/runs/{stack.run_id}")).text
+    assert '<meta http-equiv="refresh"' in running and "device_busy" in running
+    assert '<meta http-equiv="refresh"' not in finished
+    async with store.session() as session, session.begin():  # leave no run "going" behind
+        await session.delete(await session.get(Run, going.id))
