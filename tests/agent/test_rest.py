@@ -158,3 +158,40 @@ async def test_other_users_cannot_use_the_device(
             response = await other.request(method, path(sim, tail), json=body)
             assert response.status_code in (403, 404), response.text
     assert ADMIN_TOKEN not in made.text
+
+
+async def test_the_real_bridge_serves_the_toolkit(
+    tmp_path: Path, adb_server: Any, adb: Any, sim: ConnectedSim
+) -> None:
+    """``droidwire bridge``'s own Bridge (not a test double) advertises and serves the toolkit."""
+    import asyncio
+
+    from device_bridge.bridge import Bridge
+    from device_bridge.config import HostConfig
+
+    wait_s = 30 * TIME_SCALE
+    async with in_loop_controller(tmp_path, fast_settings(rpc_timeout_s=60 * TIME_SCALE)) as ctl:
+        token = await ctl.bridge_token("real")
+        host = HostConfig.from_mapping({
+            "controller": {"url": [ctl.ws_url]},
+            "adb": {"server_port": adb_server.port, "start_server": False},
+        })
+        async with Bridge(host, token=token, devices=adb) as real:
+            await real.wait_open(wait_s)
+            assert {"device.state", "ui.dump", "ui.tap", "agent.check"} <= set(
+                real.dispatcher.methods())
+
+            def ready() -> bool:
+                return any(serial == sim.address and info.state == "device"
+                           for entry in ctl.hub.entries()
+                           for serial, info in entry.live_devices().items())
+
+            async with asyncio.timeout(wait_s):
+                while not ready():  # noqa: ASYNC110 - the hub's registry has no event to wait on
+                    await asyncio.sleep(0.01)
+            state = await ctl.http.get(path(sim, "state"))
+            assert state.status_code == 200, state.text
+            assert state.json()["text"].startswith("[Device State] App: ")
+            home = await ctl.http.post(path(sim, "actions"), json={"action": "key", "key": "HOME"})
+            assert home.status_code == 200 and home.json()["ok"] is True, home.text
+            assert sim.call(lambda: sim.device.focus) == sim.call(lambda: sim.device.launcher)
