@@ -61,6 +61,8 @@ PRINCIPAL_KEY = "droidwire.principal"  # ASGI scope key: the principal of this H
 SHUTDOWN_TIMEOUT_S = 10.0  # the manager cancels its sessions' tasks; they end promptly
 PROGRESS_FLUSH_S = 5.0  # progress notifications still queued when a tool ends
 RESOURCE_NOT_FOUND = -32002  # MCP's code for an unknown resource
+# JSON-RPC 2.0's codes.
+INVALID_REQUEST, INVALID_PARAMS, INTERNAL_ERROR = -32600, -32602, -32603
 INSTRUCTIONS = (
     "droidwire: Android devices lent to you, and a sandbox that compiles and runs an "
     "instrumented Kotlin test to verify main-thread blocking. Start with list_devices; "
@@ -170,11 +172,10 @@ class McpService:
         except RpcError as exc:
             await self._audit(caller.principal, action, args, error=exc)
             return _error_result(exc)
-        except Exception as exc:  # a bug must still answer the agent, and never leak details
+        except Exception:  # a bug must still answer the agent, and never leak details
             log.exception("MCP tool %s failed", params.name[:64])
             error = RpcError(ErrorCode.INTERNAL, "internal error")
             await self._audit(caller.principal, action, args, error=error)
-            del exc
             return _error_result(error)
         await self._audit(caller.principal, action, args, outcome=outcome)
         return _result(outcome)
@@ -188,7 +189,9 @@ class McpService:
         try:
             runs = await list_run_resources(caller)
         except RpcError as exc:
-            raise _mcp_error(exc, RESOURCE_NOT_FOUND) from exc
+            await self._audit(caller.principal, "mcp.list_resources", {}, error=exc)
+            raise _mcp_error(exc) from exc
+        await self._audit(caller.principal, "mcp.list_resources", {}, outcome=Outcome())
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -226,8 +229,7 @@ class McpService:
             run = await read_run_resource(caller, uri)
         except RpcError as exc:
             await self._audit(caller.principal, "mcp.read_resource", detail, error=exc)
-            code = RESOURCE_NOT_FOUND if exc.code is ErrorCode.NOT_FOUND else -32602
-            raise _mcp_error(exc, code) from exc
+            raise _mcp_error(exc) from exc
         await self._audit(caller.principal, "mcp.read_resource", detail, outcome=Outcome())
         return types.ReadResourceResult(
             contents=[
@@ -352,7 +354,7 @@ def _caller(ctx: ServerRequestContext[Any]) -> Caller:
         if isinstance(principal, Principal):
             return Caller(principal, request)
     # Only reachable if the SDK were served without McpEndpoint in front of it.
-    raise MCPError(code=-32600, message="unauthenticated")
+    raise MCPError(code=INVALID_REQUEST, message="unauthenticated")
 
 
 def _error_body(exc: RpcError) -> dict[str, Any]:
@@ -370,7 +372,13 @@ def _error_result(exc: RpcError) -> types.CallToolResult:
     )
 
 
-def _mcp_error(exc: RpcError, code: int) -> MCPError:
+def _mcp_error(exc: RpcError) -> MCPError:
+    """A refused resource request as a JSON-RPC error, with the REST error body as data."""
+    code = {
+        ErrorCode.NOT_FOUND: RESOURCE_NOT_FOUND,
+        ErrorCode.BAD_REQUEST: INVALID_PARAMS,
+        ErrorCode.FORBIDDEN: INVALID_REQUEST,
+    }.get(exc.code, INTERNAL_ERROR)
     return MCPError(code=code, message=exc.message, data=_error_body(exc)["error"])
 
 

@@ -151,8 +151,9 @@ async def test_sandbox_runs_and_their_resources(rig: Rig) -> None:
 
         missing = _error(await session.call_tool("get_run", {"run_id": "nosuchrun"}))
         assert missing["code"] == "not_found"
-        with pytest.raises(MCPError):
+        with pytest.raises(MCPError) as unknown:
             await session.read_resource("run://nosuchrun")
+        assert unknown.value.error.code == -32002  # MCP's "resource not found"
         extra = _error(await session.call_tool(
             "sandbox_executor", {"test_code": "x", "apks": {"app": "", "test": ""}}
         ))
