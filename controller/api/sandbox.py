@@ -8,6 +8,17 @@
 * ``GET /v1/runs`` — the caller's runs, newest first (an admin sees everyone's);
   ``?limit=N`` (≤ 200), ``?status=queued|running|finished|cancelled``.
 * ``GET /v1/runs/{id}`` — one run: status, verdict, request, result, and its step log.
+* ``POST /v1/runs/{id}/cancel`` — cancel a queued or running run (its owner or an admin):
+  202 ``{"id", "status": "cancelling"}``; the run ends ``cancelled`` once its device is
+  cleaned up. 409 for a run already over (or one another replica runs).
+
+Scopes: execute and cancel need ``runs:write``, reading runs ``runs:read``
+(:data:`controller.auth.RunWriter` / :data:`~controller.auth.RunReader`); the devices a run
+may use are still decided per device by :func:`controller.auth.authorize`.
+
+At start-up (this router's lifespan, inside the app's: the store is open), runs left
+``queued``/``running`` by a controller process that is gone are ended PENDING
+``controller_restarted`` (:mod:`controller.executor.recovery`).
 * ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the seed's
   ``sandbox_executor``.
 
@@ -20,7 +31,8 @@ environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); a test may set
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -28,18 +40,66 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
 
-from controller.auth import UserPrincipal
+from controller.auth import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
-from controller.store import Run, RunStatus, RunStep
+from controller.executor.recovery import recover_runs
+from controller.store import Run, RunStatus, RunStep, new_id
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["close_executor", "executor_of", "router"]
+__all__ = ["close_executor", "executor_of", "instance_of", "recover", "router"]
 
 log = logging.getLogger("droidwire.controller.api.sandbox")
 
-router = APIRouter(prefix="/v1", tags=["sandbox"])
-
 MAX_RUNS = 200
+_FINAL = (RunStatus.FINISHED.value, RunStatus.CANCELLED.value)
+
+
+def instance_of(app: Any) -> str:
+    """This controller process's name in run records: its cluster replica id, else an id
+    drawn once per app."""
+    state = app.state
+    hub = getattr(state, "hub", None)
+    cluster = getattr(hub, "cluster", None) if hub is not None else None
+    replica = getattr(cluster, "replica_id", None)
+    if isinstance(replica, str) and replica:
+        return replica
+    instance: str | None = getattr(state, "run_instance", None)
+    if instance is None:
+        instance = state.run_instance = new_id()
+    return instance
+
+
+async def recover(app: Any) -> list[str]:
+    """End the runs a dead controller process left unfinished (see the module docstring)."""
+    store = getattr(app.state, "store", None)
+    if store is None:
+        return []
+    hub = getattr(app.state, "hub", None)
+    cluster = getattr(hub, "cluster", None) if hub is not None else None
+    alive = None
+    if cluster is not None:
+
+        async def alive(replica: str) -> bool:
+            try:
+                return bool(await cluster.redis.exists(cluster._k("replica", replica)))
+            except Exception:  # Redis away: assume alive rather than end a live run
+                log.warning("cannot tell whether replica %s is alive", replica)
+                return True
+
+    try:
+        return await recover_runs(store, instance=instance_of(app), alive=alive)
+    except Exception:  # recovery must not keep the controller from starting
+        log.exception("run recovery failed")
+        return []
+
+
+@asynccontextmanager
+async def _lifespan(app: Any) -> AsyncIterator[None]:
+    await recover(app)
+    yield
+
+
+router = APIRouter(prefix="/v1", tags=["sandbox"], lifespan=_lifespan)
 
 
 def executor_of(request: Request) -> SandboxExecutor:
@@ -54,7 +114,8 @@ def executor_of(request: Request) -> SandboxExecutor:
         from fixer import LlmClient
 
         executor = SandboxExecutor(
-            HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state)
+            HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state),
+            instance=instance_of(request.app),
         )
         state.executor = executor
     return executor
@@ -122,7 +183,7 @@ async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> Non
 async def execute(
     body: ExecuteRequest,
     request: Request,
-    principal: UserPrincipal,
+    principal: RunWriter,
     wait: Annotated[bool, Query(description="Wait for the verdict (false: run ids at once).")] = True,
 ) -> Any:
     executor = executor_of(request)
@@ -159,7 +220,7 @@ def _summary(run: Run) -> dict[str, Any]:
 @router.get("/runs")
 async def list_runs(
     request: Request,
-    principal: UserPrincipal,
+    principal: RunReader,
     limit: Annotated[int, Query(ge=1, le=MAX_RUNS)] = 50,
     status: Annotated[RunStatus | None, Query()] = None,
 ) -> dict[str, Any]:
@@ -173,14 +234,44 @@ async def list_runs(
     return {"runs": [_summary(r) for r in runs]}
 
 
-@router.get("/runs/{run_id}")
-async def get_run(run_id: str, request: Request, principal: UserPrincipal) -> dict[str, Any]:
+async def _visible_run(request: Request, principal: Any, run_id: str) -> Run:
     if not run_id.isalnum() or len(run_id) > 64:
         raise RpcError(ErrorCode.NOT_FOUND, "no such run")
     async with request.app.state.store.session() as session:
         run = (await session.execute(select(Run).where(Run.id == run_id))).scalar_one_or_none()
-        if run is None or not (principal.is_admin or run.user_id == principal.user_id):
-            raise RpcError(ErrorCode.NOT_FOUND, "no such run")  # others' runs are not disclosed
+    if run is None or not (principal.is_admin or run.user_id == principal.user_id):
+        raise RpcError(ErrorCode.NOT_FOUND, "no such run")  # others' runs are not disclosed
+    return run
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=202,
+    responses={409: {"description": "the run is over, or runs on another replica"}},
+)
+async def cancel_run(run_id: str, request: Request, principal: RunWriter) -> dict[str, Any]:
+    run = await _visible_run(request, principal, run_id)
+    if run.status in _FINAL:
+        raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is already {run.status}",
+                       {"status": run.status})
+    executor: SandboxExecutor | None = getattr(request.app.state, "executor", None)
+    if executor is None or not executor.cancel(run_id, by=principal.user_name):
+        raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is not running on this controller",
+                       {"status": run.status})
+    audit = getattr(request.app.state, "audit", None)
+    if audit is not None:
+        try:
+            await audit.record(principal, "run.cancel", device=(run.request or {}).get("device_id"),
+                               outcome="ok", detail={"run_id": run_id})
+        except Exception:
+            log.exception("audit write failed for cancel of run %s", run_id)
+    return {"id": run_id, "status": "cancelling"}
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: str, request: Request, principal: RunReader) -> dict[str, Any]:
+    run = await _visible_run(request, principal, run_id)
+    async with request.app.state.store.session() as session:
         steps = (
             await session.execute(
                 select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)

@@ -30,6 +30,7 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.sim", "sim_device", None),
     ("controller.cli.device", "app", "device"),
     ("controller.cli.run", "run", None),
+    ("controller.cli.runs", "app", "runs"),
     ("controller.cli.demo", "demo", None),
     ("controller.cli.logcat", "app", "logcat"),
     ("controller.cli.instrumentation", "app", "instrumentation"),

@@ -3,9 +3,11 @@
 Submits the test (``POST /v1/sandbox/execute?wait=false``), follows each run's step log
 (``GET /v1/runs/{id}``) with a live view on stderr — compiling, fix round n/3, installing,
 running, collecting logcat — and prints a verdict table, or ``{"results": [...]}`` with
-``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device). Exit codes are
-the client's (:class:`~controller.cli.client.ExitCode`); findings never fail the command
-unless ``--fail-on`` names their status (exit 1).
+``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device, each test case
+with its attempts and its logcat slice). ``--retries N`` runs the failed tests again, alone.
+Ctrl-C cancels the runs (their devices are still cleaned up). Exit codes are the client's
+(:class:`~controller.cli.client.ExitCode`); findings never fail the command unless
+``--fail-on`` names their status (exit 1).
 """
 
 from __future__ import annotations
@@ -139,8 +141,24 @@ def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
                 element.text = str(t.get("stack") or "")
             elif status in ("ignored", "assumption_failure"):
                 ET.SubElement(case, "skipped")
+            if int(t.get("attempts") or 1) > 1 or t.get("flaky"):
+                case_props = ET.SubElement(case, "properties")
+                ET.SubElement(case_props, "property", name="attempts", value=str(t.get("attempts")))
+                ET.SubElement(case_props, "property", name="flaky", value=str(bool(t.get("flaky"))).lower())
+            if t.get("logcat"):
+                ET.SubElement(case, "system-out").text = _xml_text(str(t["logcat"]))
         ET.SubElement(suite, "system-out").text = str(r.get("summary", ""))
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+_XML_ILLEGAL = dict.fromkeys(
+    [c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)] + [0xFFFE, 0xFFFF], "\ufffd"
+)
+
+
+def _xml_text(text: str) -> str:
+    """Text XML 1.0 can hold: a device's log may carry control characters."""
+    return text.translate(_XML_ILLEGAL)
 
 
 def _parse_fail_on(values: Sequence[str]) -> set[str]:
@@ -205,6 +223,25 @@ def follow(
     return results
 
 
+def _follow_live(
+    client: Client, run_ids: Sequence[str], deadline: float, err: Console
+) -> list[dict[str, Any]]:
+    """Follow the runs, with a live view of their stages when stderr is a terminal."""
+    if not err.is_terminal:
+        return follow(client, run_ids, deadline_s=deadline)
+    with Live(console=err, transient=True, refresh_per_second=8) as live:
+
+        def show(runs: dict[str, dict[str, Any]]) -> None:
+            table = Table.grid(padding=(0, 2))
+            for run_id in run_ids:
+                r = runs.get(run_id, {})
+                where = (r.get("device") or "no device")
+                table.add_row(f"[bold]{where}[/]", stage_of(r) if r else "queued")
+            live.update(table)
+
+        return follow(client, run_ids, deadline_s=deadline, on_update=show)
+
+
 def run(
     test: Annotated[str, typer.Argument(help="The Kotlin instrumented test file ('-': stdin).")],
     device: Annotated[
@@ -217,6 +254,10 @@ def run(
     ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=1, max=3600, help="Deadline of a run, seconds.")
+    ] = None,
+    retries: Annotated[
+        int | None, typer.Option("--retries", min=0, max=3, help="Run the failed tests again "
+                                 "(alone, -e class Cls#method) up to N times.")
     ] = None,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write a JUnit XML report to FILE.")
@@ -240,26 +281,25 @@ def run(
         body["project_dir"] = project
     if timeout:
         body["timeout_s"] = timeout
+    if retries is not None:
+        body["retries"] = retries
     err = Console(stderr=True)
     with cli_errors(), Client(controller, token, timeout=60.0) as client:
         accepted = client.request("POST", "/v1/sandbox/execute", json_body=body,
                                   params={"wait": "false"})
         run_ids = list(accepted["run_ids"])
         deadline = (timeout or 600.0) + 120.0
-        if err.is_terminal:
-            with Live(console=err, transient=True, refresh_per_second=8) as live:
-
-                def show(runs: dict[str, dict[str, Any]]) -> None:
-                    table = Table.grid(padding=(0, 2))
-                    for run_id in run_ids:
-                        r = runs.get(run_id, {})
-                        where = (r.get("device") or "no device")
-                        table.add_row(f"[bold]{where}[/]", stage_of(r) if r else "queued")
-                    live.update(table)
-
-                results = follow(client, run_ids, deadline_s=deadline, on_update=show)
-        else:
-            results = follow(client, run_ids, deadline_s=deadline)
+        try:
+            results = _follow_live(client, run_ids, deadline, err)
+        except KeyboardInterrupt:
+            # Ctrl-C: the runs would go on without anyone waiting for them.
+            for run_id in run_ids:
+                try:
+                    client.post(f"/v1/runs/{run_id}/cancel")
+                except ApiError:
+                    pass  # already over
+            err.print(f"cancelled {len(run_ids)} run(s): {', '.join(run_ids)}")
+            raise typer.Exit(130) from None
     if junit is not None:
         try:
             write_junit(junit, results)

@@ -6,8 +6,15 @@ once) and then *run*: one compile — through the fixer's compile→fix→recomp
 ``max_fix_rounds`` fix rounds, on any bridge with ``build`` — cached by the hash of project and
 test code (:mod:`controller.executor.cache`), then on every device at once::
 
-    logcat -c → install app + test APKs → am instrument -w -r → logcat -d -v threadtime
+    logcat -c → install app + test APKs → am instrument -w -r [→ the failed tests again,
+    ``-e class Cls#method``, ``retries`` times] → logcat -d -v threadtime
     → analysis attributed to the app under test → verdict → pm clear + uninstall
+
+Scheduling (:mod:`controller.executor.queue`): a device serves one run at a time; runs wait in
+its queue, FIFO per user and round robin across users, and the wait counts against the run's
+deadline. A run can be cancelled (:meth:`SandboxExecutor.cancel`) while it waits, compiles or
+runs: it ends ``cancelled`` with a PENDING result, its device cleaned up all the same. Each
+test's result keeps its own slice of the logcat (:mod:`controller.executor.slices`).
 
 Nothing here raises to the caller: every failure becomes a PENDING result whose
 ``reason_code`` says why (``skipped``, ``compile_failed``, ``no_device``, ``adb_unavailable``,
@@ -26,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from controller.analysis import (
     Thresholds,
@@ -36,12 +43,14 @@ from controller.analysis import (
 from controller.auth import Action, Principal, authorize
 from controller.executor.cache import ApkCache, CompiledTest, cache_key
 from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
+from controller.executor.queue import Scheduler
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
 from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
+from controller.executor.slices import slice_by_test
 from controller.executor.steps import ProgressListener, StepLog
-from controller.store import Run, RunStatus, Store, TestResult, new_id, utcnow
+from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
 from fixer import ChatCompleter, compile_fix_loop_async
 from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
@@ -64,6 +73,7 @@ DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
 class ExecutorSettings:
     # Rounds
     max_fix_rounds: int = 3
+    retries: int = 0  # failed tests run again this often, unless the request says otherwise
     # Timeouts
     default_timeout_s: float = DEFAULT_TIMEOUT_S
     compile_timeout_s: float = 900.0  # one compile, within the run's deadline
@@ -171,6 +181,41 @@ def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
+async def _value(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+async def _raise_cancelled() -> list[dict[str, Any]]:
+    raise asyncio.CancelledError
+
+
+def _failed(tests: Sequence[Any]) -> list[tuple[str, str]]:
+    """(class, method) of the tests that failed or erred, in order, without duplicates."""
+    out: list[tuple[str, str]] = []
+    for t in tests:
+        key = (t.class_name, t.name)
+        if t.status in ("failed", "error") and t.name != "null" and key not in out:
+            out.append(key)
+    return out
+
+
+def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict[str, Any]]]) -> None:
+    """Each retried test takes its latest status; ``attempts`` counts its runs, and a test
+    that passed on a retry is marked ``flaky`` (its first failure kept as ``first_stack``)."""
+    by_key = {(t["class"], t["name"]): t for t in tests}
+    for records in attempts:
+        for record in records:
+            test = by_key.get((record["class"], record["name"]))
+            if test is None:
+                continue
+            first = test.get("first_stack", test["stack"])
+            test.update(status=record["status"], stack=record["stack"],
+                        attempts=test["attempts"] + 1)
+            if record["status"] == "passed":
+                test["flaky"] = True
+                test["first_stack"] = first
+
+
 def test_class_of(code: str) -> str | None:
     """The fully-qualified name of the test's first top-level class."""
     names = declared_names(code, top_level_only=True)
@@ -208,6 +253,7 @@ class SandboxExecutor:
         llm: ChatCompleter | None = None,
         cache: ApkCache | None = None,
         observer: Callable[[dict[str, Any]], None] | None = None,
+        instance: str | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
@@ -215,8 +261,15 @@ class SandboxExecutor:
         self.llm = llm
         self.cache = cache if cache is not None else ApkCache()
         self.observer = observer  # sees every finished result (metrics)
+        self.scheduler = Scheduler()
+        # Which controller process ran a run (kept in its request record): after a restart,
+        # runs of a process that is gone are ended (controller.executor.recovery).
+        self.instance = instance or new_id()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._device_locks: dict[str, asyncio.Lock] = {}
+        self._plan_tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> its plan's task
+        self._plan_runs: dict[str, tuple[str, ...]] = {}  # run id -> its plan's run ids
+        self._jobs: dict[str, asyncio.Task[Any]] = {}  # run id -> its device job
+        self._cancelled: dict[str, str] = {}  # run id -> who cancelled it
 
     # -- public ------------------------------------------------------------------------------
 
@@ -246,9 +299,31 @@ class SandboxExecutor:
             if then is not None:
                 await then(results)
 
+        for run_id in plan.run_ids:  # cancellable from now on
+            self._plan_runs[run_id] = tuple(plan.run_ids)
         task = asyncio.get_running_loop().create_task(background())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def active(self, run_id: str) -> bool:
+        """Whether ``run_id`` is running (or waiting) in this executor."""
+        return run_id in self._plan_runs
+
+    def cancel(self, run_id: str, *, by: str = "user") -> bool:
+        """Cancel a run of this executor: waiting for its device, compiling or running. It
+        ends ``cancelled`` (PENDING, reason ``cancelled``) once its device is cleaned up.
+        False when the run is not active here (finished, unknown, or on another replica)."""
+        if run_id not in self._plan_runs:
+            return False
+        self._cancelled.setdefault(run_id, by)
+        job = self._jobs.get(run_id)
+        plan_task = self._plan_tasks.get(run_id)
+        if job is not None:
+            job.cancel()
+        elif plan_task is not None and all(r in self._cancelled for r in self._plan_runs[run_id]):
+            plan_task.cancel()  # before the devices: nothing of the plan is left to do
+        # Not started yet: run() finds it cancelled; a compile under way: its job never starts.
+        return True
 
     async def aclose(self) -> None:
         """Cancel background runs (their rows end ``cancelled``)."""
@@ -269,12 +344,16 @@ class SandboxExecutor:
             devices, abort = [None], _Abort("skipped", "the test body could not be generated")
         else:
             usable, refusals = await self._usable_devices(principal)
-            chosen = select_devices(request.selectors, usable)
+            context = {
+                "me": principal.user_id if principal is not None else None,
+                "owner_names": await self._owner_names(request.selectors),
+            }
+            chosen = select_devices(request.selectors, usable, **context)
             if chosen:
                 devices = list(chosen)
             else:
                 devices = [None]
-                abort = self._why_none(request.selectors, usable)
+                abort = self._why_none(request.selectors, usable, context)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -295,11 +374,32 @@ class SandboxExecutor:
                 devices=len(plan.refusals),
                 codes=sorted({r["code"] for r in plan.refusals}),
             )
+        for run_id in plan.run_ids:
+            self._plan_runs[run_id] = tuple(plan.run_ids)
+        inner = asyncio.get_running_loop().create_task(
+            self._run(plan, steps, deadline)
+            if not all(r in self._cancelled for r in plan.run_ids)
+            else _raise_cancelled()
+        )
+        for run_id in plan.run_ids:
+            self._plan_tasks[run_id] = inner
         try:
-            results = await self._run(plan, steps, deadline)
+            results = await inner
         except asyncio.CancelledError:
-            await asyncio.shield(self._cancelled(plan.run_ids))
-            raise
+            this = asyncio.current_task()
+            if (this is not None and this.cancelling()) or not all(
+                r in self._cancelled for r in plan.run_ids
+            ):
+                for run_id in plan.run_ids:
+                    self._cancelled.pop(run_id, None)
+                await asyncio.shield(self._mark_cancelled(plan.run_ids))
+                raise
+            # Cancelled through cancel() before any device work: every run says so.
+            await steps.record("cancel", "ok", by=self._cancelled[plan.run_ids[0]])
+            results = [
+                self._cancelled_result(run_id, device)
+                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
+            ]
         except Exception as exc:  # a bug here must still answer with a verdict
             log.exception("sandbox run %s failed", plan.run_ids)
             await steps.record("internal", "failed", error=repr(exc)[:500])
@@ -307,10 +407,17 @@ class SandboxExecutor:
                 pending_result(run_id, device, "internal", f"controller error: {type(exc).__name__}")
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
+        finally:
+            for run_id in plan.run_ids:
+                self._plan_tasks.pop(run_id, None)
+                self._plan_runs.pop(run_id, None)
+                self._jobs.pop(run_id, None)
         total = _ms_since(started)
         for result in results:
             result["timings"].setdefault("total_ms", total)
         await self._finish(plan.run_ids, results)
+        for run_id in plan.run_ids:
+            self._cancelled.pop(run_id, None)
         if self.observer is not None:
             for result in results:
                 try:
@@ -341,8 +448,21 @@ class SandboxExecutor:
             usable.append(device)
         return usable, refusals
 
-    def _why_none(self, selectors: Sequence[str], usable: Sequence[DeviceView]) -> _Abort:
-        named = select_devices(selectors, usable, only_ready=False) if selectors else list(usable)
+    async def _owner_names(self, selectors: Sequence[str]) -> dict[str, str]:
+        """User id → name, when a selector names an owner (``owner=alice``)."""
+        if self.store is None or not any(s.strip().startswith("owner") for s in selectors):
+            return {}
+        async with self.store.session() as session:
+            rows = (await session.execute(select(User.id, User.name))).all()
+        return {str(i): str(n) for i, n in rows}
+
+    def _why_none(
+        self, selectors: Sequence[str], usable: Sequence[DeviceView], context: dict[str, Any]
+    ) -> _Abort:
+        named = (
+            select_devices(selectors, usable, only_ready=False, **context)
+            if selectors else list(usable)
+        )
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")
@@ -361,7 +481,11 @@ class SandboxExecutor:
                 id=new_id(),
                 user_id=principal.user_id if principal is not None else None,
                 status=RunStatus.QUEUED.value,
-                request={**request.for_record(), "device_id": d.id if d else None},
+                request={
+                    **request.for_record(),
+                    "device_id": d.id if d else None,
+                    "controller": self.instance,
+                },
             )
             for d in devices
         ]
@@ -409,13 +533,32 @@ class SandboxExecutor:
                 result["timings"]["compile_ms"] = compile_ms
                 results.append(result)
             return results
+        loop = asyncio.get_running_loop()
+        user = plan.principal.user_id if plan.principal is not None else ""
         jobs = []
         for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
             assert device is not None
-            jobs.append(
-                self._on_device(steps.fork(run_id, device.id), run_id, device, compiled, deadline)
+            if run_id in self._cancelled:
+                await steps.fork(run_id, device.id).record("cancel", "ok", by=self._cancelled[run_id])
+                jobs.append(loop.create_task(_value(self._cancelled_result(run_id, device))))
+                continue
+            job = loop.create_task(
+                self._on_device(
+                    steps.fork(run_id, device.id), run_id, device, compiled, deadline, user,
+                    plan.request.retries,
+                )
             )
-        results = list(await asyncio.gather(*jobs))
+            self._jobs[run_id] = job
+            jobs.append(job)
+        outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+        results = []
+        for run_id, device, outcome in zip(plan.run_ids, plan.devices, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                results.append(self._cancelled_result(run_id, device))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results.append(outcome)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         return results
@@ -573,27 +716,49 @@ class SandboxExecutor:
         device: DeviceView,
         compiled: CompiledTest,
         deadline: float,
+        user: str = "",
+        retries: int | None = None,
     ) -> dict[str, Any]:
         """One run on one device at a time: two runs installing and clearing the same app
         would spoil each other's evidence. Waiting counts against the run's deadline."""
-        lock = self._device_locks.setdefault(device.id, asyncio.Lock())
         waited = None
-        if lock.locked():
+        if self.scheduler.busy(device.id):
             steps.progress("waiting for the device")
             waited = await steps.begin("device_busy", device=device.id)
+        turn = self.scheduler.turn(device.id, user, run_id)
         try:
             async with asyncio.timeout_at(deadline):
-                await lock.acquire()
+                await turn.__aenter__()
         except TimeoutError:
             if waited is not None:
                 await steps.end(waited, "failed", detail="busy with another run until the deadline")
             return pending_result(run_id, device, "timeout", f"{device.id} stayed busy with another run")
+        except asyncio.CancelledError:
+            if waited is not None:
+                await asyncio.shield(steps.end(waited, "failed", detail="cancelled while waiting"))
+            await self._note_cancel(steps, run_id)
+            raise
         try:
             if waited is not None:
                 await steps.end(waited, "ok")
-            return await self._on_device_locked(steps, run_id, device, compiled, deadline)
+            return await self._on_device_locked(
+                steps, run_id, device, compiled, deadline,
+                self.settings.retries if retries is None else retries,
+            )
+        except asyncio.CancelledError:
+            await self._note_cancel(steps, run_id)
+            raise
         finally:
-            lock.release()
+            await turn.__aexit__(None, None, None)
+
+    async def _note_cancel(self, steps: StepLog, run_id: str) -> None:
+        if run_id in self._cancelled:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(steps.record("cancel", "ok", by=self._cancelled[run_id]))
+
+    def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+        by = self._cancelled.get(run_id, "shutdown")
+        return pending_result(run_id, device, "cancelled", f"cancelled by {by}")
 
     async def _on_device_locked(
         self,
@@ -602,6 +767,7 @@ class SandboxExecutor:
         device: DeviceView,
         compiled: CompiledTest,
         deadline: float,
+        retries: int = 0,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         gw = _RecordingGateway(self.gateway, steps)
@@ -634,6 +800,7 @@ class SandboxExecutor:
 
         assert compiled.app_apk is not None and compiled.test_apk is not None
         test_package: str | None = None
+        retried: list[list[dict[str, Any]]] = []  # each retry's test records
         try:
             t = time.monotonic()
             await call("device.logcat.clear", {})
@@ -675,10 +842,16 @@ class SandboxExecutor:
             except ValueError as exc:
                 abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
             timings["run_ms"] = _ms_since(t)
+            if instrument is not None and abort is None and retries > 0:
+                t = time.monotonic()
+                retried = await self._retry_failed(
+                    gw, target, serial, test_package, instrument.output, retries, remaining
+                )
+                timings["retry_ms"] = _ms_since(t)
         except _Abort as exc:
             abort = exc
         except asyncio.CancelledError:
-            # Cancelled (shutdown, a client gone): still leave nothing behind on the device.
+            # Cancelled (cancel(), shutdown, a client gone): leave nothing behind on the device.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     asyncio.shield(self._cleanup(gw, target, serial, app_package, installed)),
@@ -731,13 +904,58 @@ class SandboxExecutor:
             package=app_package or None,
         )
         if parsed is not None:
-            result["tests"] = [
-                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack}
+            tests = [
+                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack,
+                 "attempts": 1}
                 for x in parsed.tests
             ]
+            _merge_retries(tests, retried)
+            slices = slice_by_test(logcat.splitlines()) if logcat_ok else {}
+            for test in tests:
+                test["logcat"] = slices.get((test["class"], test["name"]), "")
+            result["tests"] = tests
             result["run_status"] = parsed.run_status
         result["timings"].update(timings)
         return result
+
+    async def _retry_failed(
+        self,
+        gw: _RecordingGateway,
+        target: Target,
+        serial: str,
+        test_package: str,
+        output: str,
+        retries: int,
+        remaining: Callable[[], float],
+    ) -> list[list[dict[str, Any]]]:
+        """Run the failed tests again (``-e class Cls#m,Cls#n``), up to ``retries`` times or
+        until they pass; each attempt's test records. A failed retry ends the retries, never
+        the run: the first attempt's results stand."""
+        attempts: list[list[dict[str, Any]]] = []
+        failing = _failed(parse_instrumentation(output).tests)
+        for _ in range(retries):
+            if not failing:
+                break
+            try:
+                budget = remaining()
+                raw = await gw.call(
+                    target,
+                    "device.instrument",
+                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
+                     "args": {"class": ",".join(f"{c}#{n}" for c, n in failing)},
+                     "timeout_s": round(budget, 1)},
+                    timeout_s=budget + self.settings.rpc_grace_s,
+                )
+                again = parse_instrumentation(InstrumentResult.model_validate(raw).output)
+            except (RpcError, ValueError, _Abort):
+                break
+            records = [
+                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack}
+                for x in again.tests
+            ]
+            attempts.append(records)
+            failing = _failed(again.tests)
+        return attempts
 
     async def _cleanup(
         self,
@@ -775,7 +993,7 @@ class SandboxExecutor:
         except Exception:
             log.exception("could not mark runs %s %s", run_ids, status.value)
 
-    async def _cancelled(self, run_ids: Sequence[str]) -> None:
+    async def _mark_cancelled(self, run_ids: Sequence[str]) -> None:
         if self.store is None:
             return
         with contextlib.suppress(Exception):
@@ -792,11 +1010,12 @@ class SandboxExecutor:
         try:
             async with self.store.session() as session, session.begin():
                 for run_id, result in zip(run_ids, results, strict=True):
+                    cancelled = result.get("reason_code") == "cancelled"
                     await session.execute(
                         update(Run)
                         .where(Run.id == run_id)
                         .values(
-                            status=RunStatus.FINISHED.value,
+                            status=(RunStatus.CANCELLED if cancelled else RunStatus.FINISHED).value,
                             verdict=result["verification_status"],
                             result=result,
                             finished_at=utcnow(),

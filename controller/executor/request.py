@@ -1,8 +1,9 @@
 """The sandbox executor's input (DESIGN.md §5): the seed's tool arguments plus ours.
 
 ``test_code`` (required) and ``project_dir`` are the seed's; ``device`` (a selector or a list
-of them, see :mod:`controller.executor.selection`), ``timeout_s`` and ``apks`` (prebuilt app
-and test APKs, base64, which skip the compile) are droidwire's.
+of them, see :mod:`controller.executor.selection`), ``timeout_s``, ``retries`` (how many times
+the failed tests alone are run again, ``-e class Cls#method``) and ``apks`` (prebuilt app and
+test APKs, base64, which skip the compile) are droidwire's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_RETRIES",
     "MAX_TIMEOUT_S",
     "SKIP_MARKER",
     "ExecuteRequest",
@@ -24,6 +26,7 @@ __all__ = [
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 3600.0
+MAX_RETRIES = 3
 MAX_TEST_CHARS = 1 << 20
 MAX_APK_B64_CHARS = 200 * 1024 * 1024
 # What the seed's generator writes when it could not produce a test (DESIGN.md §5: skipped).
@@ -62,6 +65,7 @@ class ExecuteRequest(BaseModel):
     project_dir: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
     device: _Selector | list[_Selector] | None = Field(default=None)
     timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = None
+    retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] | None = None
     apks: PrebuiltApks | None = None
 
     @field_validator("device", mode="before")

@@ -4,10 +4,13 @@ A selector is one of:
 
 * an id: the device's serial when it is unique, or ``BRIDGE~SERIAL``;
 * ``all``: every ready device the caller may use;
+* ``any``: one ready device (the default when no selector is given);
 * a count ``N`` (1–100): that many ready devices;
 * a property test ``KEY OP VALUE`` with KEY ``sdk`` (integer compare) or ``model``,
   ``release``, ``manufacturer``, ``abi``, ``bridge`` (``=`` / ``!=`` on the text), OP one of
-  ``>= <= > < = == !=``: every ready device that matches.
+  ``>= <= > < = == !=``: every ready device that matches;
+* ``owner=WHO`` / ``owner!=WHO``: devices whose bridge belongs (or not) to WHO, a user's name
+  or id, or ``me`` (the caller).
 
 Several selectors are a union, in order, without duplicates. No selector at all picks one
 ready device. A selector that names nothing is not an error here: the executor reports
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from controller.executor.gateway import DeviceView
@@ -28,7 +31,7 @@ __all__ = ["MAX_COUNT", "parse_selector", "select_devices"]
 
 MAX_COUNT = 100
 MAX_SELECTOR_CHARS = 200
-_PROPERTY = re.compile(r"^(sdk|model|release|manufacturer|abi|bridge)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
+_PROPERTY = re.compile(r"^(sdk|model|release|manufacturer|abi|bridge|owner)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -41,13 +44,20 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 Matcher = Callable[[Sequence[DeviceView]], list[DeviceView]]
 
 
-def parse_selector(text: str) -> Matcher:
-    """A function picking devices from the ready ones; ``bad_request`` for a malformed one."""
+def parse_selector(
+    text: str, *, me: str | None = None, owner_names: Mapping[str, str] | None = None
+) -> Matcher:
+    """A function picking devices from the ready ones; ``bad_request`` for a malformed one.
+
+    ``me`` is the caller's user id and ``owner_names`` maps user ids to names, for ``owner``.
+    """
     sel = text.strip()
     if not sel or len(sel) > MAX_SELECTOR_CHARS or not sel.isprintable():
         raise RpcError(ErrorCode.BAD_REQUEST, "a device selector must be 1-200 printable chars")
     if sel == "all":
         return lambda devices: list(devices)
+    if sel == "any":
+        return lambda devices: list(devices)[:1]
     if sel.isdigit():
         count = int(sel)
         if not 1 <= count <= MAX_COUNT:
@@ -65,11 +75,22 @@ def parse_selector(text: str) -> Matcher:
         else:
             raise RpcError(ErrorCode.BAD_REQUEST, f"{key} compares with = or != only")
         compare = _OPS[op]
+        names = owner_names or {}
+
+        def owner_of(d: DeviceView) -> str | None:
+            if want == "me":
+                return "me" if me is not None and d.owner_id == me else d.owner_id
+            return want if want in (d.owner_id, names.get(d.owner_id)) else d.owner_id
 
         def by_property(devices: Sequence[DeviceView]) -> list[DeviceView]:
             out = []
             for d in devices:
-                value = d.bridge_name if key == "bridge" else d.info.get(key)
+                if key == "owner":
+                    value: Any = owner_of(d)
+                elif key == "bridge":
+                    value = d.bridge_name
+                else:
+                    value = d.info.get(key)
                 if value is None:
                     continue
                 if key == "sdk" and not isinstance(value, int):
@@ -97,13 +118,18 @@ def parse_selector(text: str) -> Matcher:
 
 
 def select_devices(
-    selectors: Iterable[str], devices: Sequence[DeviceView], *, only_ready: bool = True
+    selectors: Iterable[str],
+    devices: Sequence[DeviceView],
+    *,
+    only_ready: bool = True,
+    me: str | None = None,
+    owner_names: Mapping[str, str] | None = None,
 ) -> list[DeviceView]:
     """The ready devices the selectors pick (union, in order); one device when none given.
 
     ``only_ready=False`` looks at every device, to tell *why* nothing was picked.
     """
-    matchers = [parse_selector(s) for s in selectors]
+    matchers = [parse_selector(s, me=me, owner_names=owner_names) for s in selectors]
     ready = [d for d in devices if d.ready or not only_ready]
     if not matchers:
         return ready[:1]
