@@ -165,8 +165,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.migrate()
         if config.bootstrap_token is not None:
             await ensure_bootstrap_admin(store, config.bootstrap_token)
-        if config.redis_url is not None:
-            log.warning("--redis is accepted but cluster mode is not implemented yet: ignored")
         app.state.store = store
         app.state.audit = AuditLog(store)
         # Components start here, after the store, and stop in reverse order before it:
@@ -180,6 +178,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             )
         )
         app.state.hub = hub
+        if config.redis_url is not None:
+            # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
+            from controller.cluster import Cluster
+
+            hub.cluster = await stack.enter_async_context(Cluster(config.redis_url, hub=hub))
+            stack.callback(setattr, hub, "cluster", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.

@@ -66,6 +66,12 @@ class Settings:
     liveness_missed_max: int = 3  # unanswered liveness pings before the bridge counts as dead
     handler_concurrency: int = 16  # RPC handlers running at once on a bridge
 
+    # Cluster mode (controller replicas on Redis, docs/cluster.md): a replica renews its own
+    # liveness key and its bridges' ownership every heartbeat; a dead replica's keys expire
+    # after the TTL, so its bridges leave cluster-wide listings on their own.
+    cluster_heartbeat_s: float = _t(2.0)
+    cluster_ttl_s: float = _t(6.0)
+
     # Streams (logcat).
     logcat_batch_lines: int = 100  # lines per ``evt`` frame
     logcat_flush_s: float = _t(0.025)  # a partial batch is sent after this long

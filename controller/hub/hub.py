@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
@@ -64,7 +64,7 @@ from protocol.methods import METHODS, DevicesChanged, LogBatch
 from protocol.session import Completion, ControllerSession, Duplicate, Liveness, Resume
 from protocol.settings import Settings
 
-__all__ = ["BridgeEntry", "BridgeState", "Connection", "Hub"]
+__all__ = ["BridgeEntry", "BridgeState", "ClusterHooks", "Connection", "Hub"]
 
 log = logging.getLogger("droidwire.controller.hub")
 
@@ -165,6 +165,23 @@ class BridgeEntry:
         return dict(self.devices) if self.is_open else {}
 
 
+class ClusterHooks(Protocol):
+    """What the hub asks of cluster mode (:class:`controller.cluster.Cluster`), when on.
+
+    ``claimed``/``inventory``/``released`` tell the cluster about this replica's bridges;
+    ``owner_elsewhere`` and ``forward`` route a call to the replica holding the bridge.
+    """
+
+    async def claimed(self, entry: BridgeEntry) -> None: ...
+    async def inventory(self, entry: BridgeEntry) -> None: ...
+    async def released(self, entry: BridgeEntry) -> None: ...
+    async def owner_elsewhere(self, bridge_id: str) -> str | None: ...
+    async def forward(
+        self, replica: str, target: DeviceRef | str, method: str, params: dict[str, Any],
+        *, timeout_s: float | None = None,
+    ) -> dict[str, Any]: ...
+
+
 class Hub:
     """The registry of bridges and the one way to call them. Use as an async context."""
 
@@ -186,6 +203,7 @@ class Hub:
         self._liveness: asyncio.Task[None] | None = None
         self._started = 0.0
         self._closing = False
+        self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
 
     # -- lifecycle
 
@@ -260,14 +278,26 @@ class Hub:
         *,
         timeout_s: float | None = None,
         on_result: Callable[[dict[str, Any]], None] | None = None,
+        route: bool = True,
     ) -> dict[str, Any]:
         """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
 
         Returns the result, or raises :class:`RpcError`: ``bad_request`` (unknown method, bad
         params), ``unavailable`` (bridge away past its grace period, or restarted while a
         non-idempotent call was in flight), ``timeout``, or the bridge's own typed error.
-        A call made while the bridge is reconnecting waits for it.
+        A call made while the bridge is reconnecting waits for it. In cluster mode, a call
+        for a bridge connected to another replica is forwarded there (``route=False``: the
+        forwarded end, which never forwards again).
         """
+        if route and self.cluster is not None and on_result is None:
+            bridge_id = target.bridge_id if isinstance(target, DeviceRef) else target
+            local = self._entries.get(bridge_id)
+            if local is None or local.conn is None:
+                replica = await self.cluster.owner_elsewhere(bridge_id)
+                if replica is not None:
+                    return await self.cluster.forward(
+                        replica, target, method, dict(params or {}), timeout_s=timeout_s
+                    )
         p = dict(params or {})
         if isinstance(target, DeviceRef):
             p["serial"] = target.serial
@@ -484,6 +514,8 @@ class Hub:
             entry.grace_task.cancel()
             entry.grace_task = None
         entry.session.connection_made()
+        if self.cluster is not None:
+            await self._persist(self.cluster.claimed(entry))
         self.metrics.reconnects.inc()
         self._count_bridges()
         if self._closing:
@@ -516,6 +548,8 @@ class Hub:
         entry.conn = None
         entry.session.connection_lost()
         entry.streams.clear()  # the bridge ends its streams with the link; resumed on return
+        if self.cluster is not None:
+            await self._persist(self.cluster.released(entry))
         entry.away_since = asyncio.get_running_loop().time()
         log.info("bridge %s disconnected; %d calls pending, grace %.3gs", entry.name,
                  entry.session.pending_count, self.settings.grace_period_s)
@@ -696,6 +730,8 @@ class Hub:
         await asyncio.sleep(0)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
+        if self.cluster is not None:
+            await self._persist(self.cluster.inventory(entry))
         inventory = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}
         if inventory:
             await self._persist(devices_seen(self.store, entry.id, inventory))
@@ -703,7 +739,7 @@ class Hub:
     async def _persist(self, work: Any) -> None:
         try:
             await work
-        except Exception:  # the store being down must not take the link down
+        except Exception:  # the store (or Redis) being down must not take the link down
             log.exception("store write failed")
 
     # -- liveness and revocation

@@ -1,0 +1,491 @@
+"""Cluster mode: several controller replicas sharing Redis (routing) and PostgreSQL (state).
+
+DESIGN.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
+``hub.cluster`` (the hub calls the four hooks of :class:`controller.hub.hub.ClusterHooks`).
+
+Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
+``settings.cluster_ttl_s``, renewed every ``settings.cluster_heartbeat_s``):
+
+* ``P:replica:RID`` — the replica is alive (a string, with TTL);
+* ``P:bridge:BID`` — a hash: ``owner`` (``RID/CLAIM``, the replica and the connection that
+  hold the bridge's one session), ``replica``, ``name``, ``owner_id``, ``devices`` (JSON
+  inventory); with TTL, so a dead replica's bridges vanish from listings on their own;
+* ``P:bridges`` — the set of bridge ids that may have a hash (pruned when one is missing).
+
+Messages travel on pub/sub, one channel per replica, ``P:rpc:RID``, msgpack maps:
+``req`` (forwarded call) → ``res`` (its result, to the caller's channel), ``cancel`` (the
+caller gave up), ``replace`` (a newer session of a bridge took over elsewhere: close ours
+with 4409). Why pub/sub and not streams: docs/cluster.md.
+
+Ownership changes are atomic Lua scripts: a claim returns the previous owner, renewals and
+releases only touch a hash that still names the caller's claim, so a slow replica can never
+take a bridge back from the replica that holds its newer session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgpack
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from controller.auth import DeviceRef
+from controller.hub.devices import DeviceRecord
+from controller.hub.hub import BridgeEntry, Hub
+from protocol.closecodes import CloseCode
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import timeout_for
+
+__all__ = ["DEFAULT_PREFIX", "Cluster", "ClusterUrl", "parse_redis_url"]
+
+log = logging.getLogger("droidwire.controller.cluster")
+
+DEFAULT_PREFIX = "droidwire"
+# Prefixes are key material: keep them to a safe alphabet and length.
+_PREFIX_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+_PREFIX_MAX = 64
+
+# KEYS[1] bridge hash, KEYS[2] bridges set. ARGV: claim, ttl_ms, replica, name, owner_id, bid.
+# Returns the previous owner (or false).
+_CLAIM = """
+local old = redis.call('HGET', KEYS[1], 'owner')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'replica', ARGV[3], 'name', ARGV[4],
+           'owner_id', ARGV[5], 'devices', '{}')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[6])
+return old
+"""
+# KEYS[1] bridge hash. ARGV: claim, ttl_ms. 1 renewed, 0 someone else's, -1 gone.
+_RENEW = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+elseif owner then
+  return 0
+end
+return -1
+"""
+# KEYS[1] bridge hash. ARGV: claim, devices JSON. 1 written, 0 not ours.
+_INVENTORY = """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'devices', ARGV[2])
+  return 1
+end
+return 0
+"""
+# KEYS[1] bridge hash, KEYS[2] bridges set. ARGV: claim, bid.
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    """``--redis`` split in two: the URL for redis-py, and our key prefix (``?prefix=``)."""
+
+    url: str
+    prefix: str
+
+
+def parse_redis_url(text: str) -> ClusterUrl:
+    """``redis://[:PASSWORD@]HOST:PORT/DB[?prefix=NAME]`` (``rediss://`` for TLS)."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"--redis takes redis://, rediss:// or unix:// URLs, not {parts.scheme!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    prefix = DEFAULT_PREFIX
+    rest = []
+    for key, value in query:
+        if key == "prefix":
+            prefix = value
+        else:
+            rest.append((key, value))
+    if not prefix or len(prefix) > _PREFIX_MAX or not set(prefix) <= _PREFIX_CHARS:
+        raise ValueError(f"a cluster prefix is 1–{_PREFIX_MAX} of [A-Za-z0-9-_.:]")
+    return ClusterUrl(urlunsplit(parts._replace(query=urlencode(rest))), prefix)
+
+
+def _pack(message: dict[str, Any]) -> bytes:
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def _unpack(data: Any) -> dict[str, Any] | None:
+    if not isinstance(data, bytes | bytearray):
+        return None
+    try:
+        message = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _error(e: Any) -> RpcError:
+    if not isinstance(e, dict):
+        return RpcError(ErrorCode.INTERNAL, "a replica sent a malformed error")
+    data = e.get("data")
+    return RpcError(str(e.get("code", "internal")), str(e.get("message", ""))[:2000],
+                    data if isinstance(data, dict) else None)
+
+
+class Cluster:
+    """One replica's membership: heartbeat, bridge ownership, forwarding. An async context."""
+
+    def __init__(self, redis_url: str, *, hub: Hub, replica_id: str | None = None) -> None:
+        parsed = parse_redis_url(redis_url)
+        self.prefix = parsed.prefix
+        self.redis: Redis = Redis.from_url(parsed.url)
+        self.hub = hub
+        self.settings = hub.settings
+        self.replica_id = replica_id or uuid.uuid4().hex
+        if self.settings.cluster_ttl_s <= self.settings.cluster_heartbeat_s:
+            raise ValueError("cluster_ttl_s must be longer than cluster_heartbeat_s")
+        self._claims: dict[str, tuple[object, str]] = {}  # bridge id → (connection, claim)
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pubsub: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+        self._claim = self.redis.register_script(_CLAIM)
+        self._renew = self.redis.register_script(_RENEW)
+        self._inventory = self.redis.register_script(_INVENTORY)
+        self._release = self.redis.register_script(_RELEASE)
+
+    # -- keys
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def channel(self, replica_id: str) -> str:
+        return self._k("rpc", replica_id)
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.settings.cluster_ttl_s * 1000))
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> Cluster:
+        await self.redis.ping()  # fail the start-up loudly when Redis is unreachable
+        self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(self.channel(self.replica_id))
+        await self._beat()
+        loop = asyncio.get_running_loop()
+        self._listener = loop.create_task(self._listen(), name="cluster-listen")
+        self._heartbeat = loop.create_task(self._heartbeat_loop(), name="cluster-heartbeat")
+        log.info("cluster: replica %s joined (prefix %s)", self.replica_id, self.prefix)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Leave: stop the loops, fail what waits on other replicas, drop our keys."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [t for t in (self._listener, self._heartbeat, *self._tasks,
+                             *self._serving.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        error = RpcError(ErrorCode.UNAVAILABLE, "the controller is shutting down",
+                         {"reason": "shutdown"})
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(error)
+        with contextlib.suppress(RedisError, OSError):
+            for bridge_id, (_conn, claim) in list(self._claims.items()):
+                await self._release(keys=[self._k("bridge", bridge_id), self._k("bridges")],
+                                    args=[claim, bridge_id])
+            await self.redis.delete(self._k("replica", self.replica_id))
+        self._claims.clear()
+        with contextlib.suppress(RedisError, OSError, RuntimeError):
+            await self._pubsub.aclose()
+        with contextlib.suppress(RedisError, OSError, RuntimeError):
+            await self.redis.aclose()
+        log.info("cluster: replica %s left", self.replica_id)
+
+    # -- heartbeat
+
+    async def _beat(self) -> None:
+        await self.redis.set(self._k("replica", self.replica_id),
+                             json.dumps({"pid": os.getpid()}), px=self._ttl_ms)
+        for bridge_id, (conn, claim) in list(self._claims.items()):
+            entry = self.hub.entry(bridge_id)
+            if entry is None or entry.conn is not conn:
+                self._claims.pop(bridge_id, None)
+                continue
+            renewed = await self._renew(keys=[self._k("bridge", bridge_id)],
+                                        args=[claim, self._ttl_ms])
+            if renewed == 0:
+                log.info("cluster: bridge %s is held elsewhere now: closing ours (4409)",
+                         entry.name)
+                self._claims.pop(bridge_id, None)
+                conn_obj = entry.conn
+                if conn_obj is not None:
+                    conn_obj.kick(CloseCode.REPLACED, "replaced by a newer session of this bridge")
+            elif renewed == -1:  # expired (we stalled past the TTL) but still ours: claim again
+                await self.claimed(entry)
+                await self.inventory(entry)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.cluster_heartbeat_s)
+            try:
+                await self._beat()
+            except (RedisError, OSError) as exc:
+                log.warning("cluster: heartbeat failed: %s", exc)
+
+    # -- hooks called by the hub
+
+    async def claimed(self, entry: BridgeEntry) -> None:
+        """A connection of ``entry`` was accepted here: it holds the bridge's one session."""
+        if self._closed or entry.conn is None:
+            return
+        claim = f"{self.replica_id}/{uuid.uuid4().hex}"
+        self._claims[entry.id] = (entry.conn, claim)
+        old = await self._claim(
+            keys=[self._k("bridge", entry.id), self._k("bridges")],
+            args=[claim, self._ttl_ms, self.replica_id, entry.name, entry.owner_id, entry.id],
+        )
+        if isinstance(old, bytes):
+            old_replica = old.decode(errors="replace").partition("/")[0]
+            if old_replica and old_replica != self.replica_id:
+                log.info("cluster: bridge %s moved here from replica %s", entry.name,
+                         old_replica)
+                await self.redis.publish(self.channel(old_replica),
+                                         _pack({"k": "replace", "bridge": entry.id,
+                                                "by": self.replica_id}))
+
+    async def inventory(self, entry: BridgeEntry) -> None:
+        """The bridge's device inventory changed: publish it for the other replicas."""
+        held = self._claims.get(entry.id)
+        if self._closed or held is None:
+            return
+        devices = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}
+        await self._inventory(keys=[self._k("bridge", entry.id)],
+                              args=[held[1], json.dumps(devices)])
+
+    async def released(self, entry: BridgeEntry) -> None:
+        """The bridge's connection here ended (it may be reconnecting elsewhere)."""
+        held = self._claims.pop(entry.id, None)
+        if self._closed or held is None:
+            return
+        await self._release(keys=[self._k("bridge", entry.id), self._k("bridges")],
+                            args=[held[1], entry.id])
+
+    async def owner_elsewhere(self, bridge_id: str) -> str | None:
+        """The live replica holding ``bridge_id``'s session, when it is not this one."""
+        if self._closed:
+            return None
+        try:
+            replica = await self.redis.hget(self._k("bridge", bridge_id), "replica")
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: cannot read the registry (routing locally): %s", exc)
+            return None
+        if not isinstance(replica, bytes):
+            return None
+        text = replica.decode(errors="replace")
+        return None if text == self.replica_id else text
+
+    async def remote_devices(self) -> list[DeviceRecord]:
+        """Live devices of bridges held by other replicas (the cluster-wide overlay); none
+        while Redis is unreachable (the store's list, all ``disconnected``, still answers)."""
+        if self._closed:
+            return []
+        try:
+            return await self._remote_devices()
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: cannot read the registry: %s", exc)
+            return []
+
+    async def _remote_devices(self) -> list[DeviceRecord]:
+        ids = sorted(b.decode(errors="replace") for b in await self.redis.smembers(
+            self._k("bridges")))
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bridge_id in ids:
+                pipe.hgetall(self._k("bridge", bridge_id))
+            rows = await pipe.execute()
+        records: list[DeviceRecord] = []
+        missing = []
+        for bridge_id, row in zip(ids, rows, strict=True):
+            if not row:
+                missing.append(bridge_id)
+                continue
+            fields = {k.decode(): v.decode(errors="replace") for k, v in row.items()}
+            if fields.get("replica") == self.replica_id:
+                continue  # ours: the hub's own live view covers it
+            try:
+                devices = json.loads(fields.get("devices") or "{}")
+            except ValueError:
+                continue
+            if not isinstance(devices, dict):
+                continue
+            for serial, info in devices.items():
+                if not isinstance(info, dict):
+                    continue
+                records.append(DeviceRecord(
+                    bridge_id, fields.get("name", bridge_id), fields.get("owner_id", ""),
+                    str(serial), str(info.get("state", "unknown")), info,
+                ))
+        if missing:
+            await self.redis.srem(self._k("bridges"), *missing)
+        return records
+
+    # -- forwarding: the calling side
+
+    async def forward(
+        self,
+        replica: str,
+        target: DeviceRef | str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Run ``hub.call`` on ``replica`` (which holds the bridge) and return its result.
+
+        Raises :class:`RpcError`: the call's own typed error, or ``unavailable`` when the
+        replica is unreachable or dies while we wait (its liveness key expires).
+        """
+        request_id = uuid.uuid4().hex
+        message: dict[str, Any] = {"k": "req", "id": request_id, "from": self.replica_id,
+                                   "m": method, "p": params, "timeout": timeout_s}
+        if isinstance(target, DeviceRef):
+            message.update(bridge=target.bridge_id, serial=target.serial,
+                           owner_id=target.owner_id, name=target.bridge_name)
+        else:
+            message["bridge"] = target
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        gone = RpcError(ErrorCode.UNAVAILABLE, f"the replica holding the bridge of {target} "
+                        "is unreachable", {"reason": "replica_unreachable"})
+        deadline = timeout_for(method, self.settings, timeout_s) + self.settings.cluster_ttl_s
+        try:
+            if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
+                raise gone  # nobody subscribed: the replica is dead, its keys not yet expired
+            async with asyncio.timeout(deadline):
+                while True:
+                    done, _ = await asyncio.wait({future},
+                                                 timeout=self.settings.cluster_heartbeat_s)
+                    if done:
+                        return future.result()
+                    if not await self.redis.exists(self._k("replica", replica)):
+                        raise gone
+        except TimeoutError:
+            raise RpcError(ErrorCode.TIMEOUT, f"{method} forwarded to replica {replica} "
+                           "timed out") from None
+        except (RedisError, OSError) as exc:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
+                           {"reason": "redis_unavailable"}) from exc
+        except asyncio.CancelledError:
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.publish(self.channel(replica), _pack(
+                    {"k": "cancel", "id": request_id, "from": self.replica_id}))
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+
+    # -- the listening side
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=None)
+            except (RedisError, OSError) as exc:
+                log.warning("cluster: subscription failed (%s); resubscribing", exc)
+                await asyncio.sleep(self.settings.cluster_heartbeat_s)
+                with contextlib.suppress(RedisError, OSError):
+                    await self._pubsub.subscribe(self.channel(self.replica_id))
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            body = _unpack(message.get("data"))
+            if body is None:
+                log.warning("cluster: dropped a malformed message")
+                continue
+            self._dispatch(body)
+
+    def _dispatch(self, body: dict[str, Any]) -> None:
+        kind = body.get("k")
+        if kind == "res":
+            future = self._waiting.get(str(body.get("id")))
+            if future is None or future.done():
+                return
+            if body.get("e") is not None:
+                future.set_exception(_error(body["e"]))
+            else:
+                result = body.get("r")
+                future.set_result(result if isinstance(result, dict) else {})
+        elif kind == "req":
+            sender, request_id = body.get("from"), body.get("id")
+            if not isinstance(sender, str) or not isinstance(request_id, str):
+                return
+            task = asyncio.get_running_loop().create_task(self._serve(body))
+            key = (sender, request_id)
+            self._serving[key] = task
+            task.add_done_callback(lambda _t: self._serving.pop(key, None))
+        elif kind == "cancel":
+            task = self._serving.get((str(body.get("from")), str(body.get("id"))))
+            if task is not None:
+                task.cancel()
+        elif kind == "replace":
+            self._replaced(str(body.get("bridge")), str(body.get("by")))
+
+    def _replaced(self, bridge_id: str, by: str) -> None:
+        held = self._claims.pop(bridge_id, None)
+        entry = self.hub.entry(bridge_id)
+        if entry is None or entry.conn is None or (held is not None and held[0] is not entry.conn):
+            return
+        log.info("cluster: bridge %s: a newer session on replica %s replaces ours (4409)",
+                 entry.name, by)
+        entry.conn.kick(CloseCode.REPLACED, "replaced by a newer session of this bridge")
+
+    async def _serve(self, body: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"k": "res", "id": body["id"]}
+        try:
+            method, params = body.get("m"), body.get("p")
+            bridge_id = body.get("bridge")
+            if not isinstance(method, str) or not isinstance(params, dict) \
+                    or not isinstance(bridge_id, str):
+                raise RpcError(ErrorCode.BAD_REQUEST, "malformed forwarded request")
+            timeout = body.get("timeout")
+            timeout_s = float(timeout) if isinstance(timeout, int | float) else None
+            target: DeviceRef | str = bridge_id
+            if isinstance(body.get("serial"), str):
+                target = DeviceRef(bridge_id, body["serial"], str(body.get("owner_id", "")),
+                                   body.get("name") if isinstance(body.get("name"), str)
+                                   else None)
+            reply["r"] = await self.hub.call(target, method, params, timeout_s=timeout_s,
+                                             route=False)
+        except RpcError as exc:
+            reply["e"] = exc.to_wire()
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("cluster: forwarded %s failed", body.get("m"))
+            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
+        try:
+            await self.redis.publish(self.channel(str(body["from"])), _pack(reply))
+        except (RedisError, OSError, TypeError, ValueError) as exc:
+            log.warning("cluster: result of %s not returned: %s", body.get("id"), exc)
