@@ -34,7 +34,7 @@ from controller.auth import (
     authenticate,
     may,
 )
-from controller.hub import list_devices, resolve_device
+from controller.hub import Hub, list_devices, resolve_device
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
@@ -69,6 +69,13 @@ def sessions_of(app: Any) -> SessionStore:
     if sessions is None:
         sessions = app.state.web_sessions = SessionStore()
     return sessions
+
+
+def _hub(request: Request) -> Hub:
+    hub: Hub | None = getattr(request.app.state, "hub", None)
+    if hub is None:
+        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
+    return hub
 
 
 def _html(content: str, status: int = 200) -> HTMLResponse:
@@ -247,7 +254,7 @@ async def devices_page(request: Request) -> Response:
         return _to_login()
     if not principal.allows(Scope.DEVICES_READ):
         return _message("Devices", "This token may not read devices.", 403, principal)
-    hub = devices_api._hub(request.app.state)
+    hub = _hub(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
     owners = await _user_names(request, {r.owner_id for r in records})
@@ -289,7 +296,7 @@ async def device_page(device: str, request: Request) -> Response:
     principal = await _signed_in(request)
     if principal is None:
         return _to_login()
-    hub = devices_api._hub(request.app.state)
+    hub = _hub(request)
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError as exc:
