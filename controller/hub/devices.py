@@ -87,6 +87,13 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
                 entry.id, entry.name, entry.owner_id, serial, info.state,
                 info.model_dump(mode="json"),
             )
+        if not entry.is_open:
+            # Away: what it last reported, even if the store has not caught up yet.
+            for serial, info in entry.devices.items():
+                records.setdefault((entry.id, serial), DeviceRecord(
+                    entry.id, entry.name, entry.owner_id, serial, DISCONNECTED,
+                    info.model_dump(mode="json"),
+                ))
     return sorted(records.values(), key=lambda r: (r.bridge, r.serial))
 
 

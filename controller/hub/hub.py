@@ -149,6 +149,7 @@ class BridgeEntry:
     streams: dict[str, LogStream] = field(default_factory=dict)  # by live channel
     subscriptions: set[LogStream] = field(default_factory=set)  # across reconnects
     grace_task: asyncio.Task[None] | None = None
+    store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # inventory writes in order
 
     @property
     def state(self) -> BridgeState:
@@ -697,8 +698,8 @@ class Hub:
             entry.name, resume.welcome.session, "resumed" if resume.resumed else "new",
             len(entry.devices), len(resume.resent), len(resume.failed),
         )
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
         await self._persist_devices(entry)
+        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
         if evt.ch == DEVICES_CHANNEL:
@@ -734,6 +735,12 @@ class Hub:
             await self._persist(self.cluster.inventory(entry))
         inventory = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}
         if inventory:
+            # A task of its own: the reader is cancelled with its connection, and a bridge
+            # that drops right after hello must still be remembered with its devices.
+            self._spawn(self._write_inventory(entry, inventory))
+
+    async def _write_inventory(self, entry: BridgeEntry, inventory: dict[str, Any]) -> None:
+        async with entry.store_lock:  # FIFO: the latest inventory is written last
             await self._persist(devices_seen(self.store, entry.id, inventory))
 
     async def _persist(self, work: Any) -> None:
