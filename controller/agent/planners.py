@@ -1,7 +1,8 @@
 """Instruction → :class:`~controller.agent.plan.Plan`: rule templates, or the LLM.
 
 :class:`RulePlanner` (no LLM configured) covers, clause by clause (split on "and", "then",
-commas): open an app or a screen by name, tap an element by its text, turn a switch on/off,
+commas): open an app (alias or package) or a screen by name (an element's text, or an
+Activity class of the app in front), tap an element by its text, turn a switch on/off,
 type text (optionally into a field), go back, go home. A clause no rule covers refuses the
 whole instruction with a clear message — never a guess.
 
@@ -79,6 +80,8 @@ _TYPE = re.compile(
     r"(?:\s+(?:in|into)\s+(?:the\s+)?(?P<field>.+?)(?:\s+field)?)?",
     re.I,
 )
+_QUOTED = re.compile(r"(?<!\w)\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)")
+_ACTIVITY = re.compile(r"[A-Z][A-Za-z0-9_]*Activity")
 _BARE = re.compile(r"(?P<name>save|ok|cancel|done|submit|load|help)", re.I)
 
 
@@ -109,10 +112,19 @@ class RulePlanner:
         if not text or len(text) > MAX_INSTRUCTION:
             raise Refused(f"an instruction is 1 to {MAX_INSTRUCTION} characters")
         steps: list[PlanStep] = []
-        for clause in _SPLIT.split(text.rstrip(".!")):
+        # Quoted text is one piece: "and", commas and dots inside it do not split clauses.
+        quoted: list[str] = []
+
+        def hide(m: re.Match[str]) -> str:
+            quoted.append(m[0])
+            return f"\x00{len(quoted) - 1}\x00"
+
+        masked = _QUOTED.sub(hide, text.rstrip(".!"))
+        for piece in _SPLIT.split(masked):
+            clause = re.sub(r"\x00(\d+)\x00", lambda m: quoted[int(m[1])], piece)
             clause = re.sub(r"^(?:please\s+|now\s+)+", "", clause.strip(), flags=re.I)
             if clause:
-                steps += self._clause(clause)
+                steps += self._clause(clause, state)
         if not steps:
             raise Refused("the instruction has nothing to do")
         return Plan(steps=steps[:20], source="rules")
@@ -123,7 +135,7 @@ class RulePlanner:
             return self.apps[key]
         return key if _PACKAGE.fullmatch(key) else None
 
-    def _clause(self, clause: str) -> list[PlanStep]:
+    def _clause(self, clause: str, state: Mapping[str, Any]) -> list[PlanStep]:
         if _BACK.fullmatch(clause):
             return [PlanStep(action="key", target="BACK")]
         if _HOME.fullmatch(clause):
@@ -152,6 +164,17 @@ class RulePlanner:
         if m is not None:
             name = _unquote(m["name"])
             package = self._app(name)
+            current = state.get("package")
+            if _ACTIVITY.fullmatch(name) and isinstance(current, str) and current:
+                # A screen of the app in front, by its class name: start it directly.
+                return [
+                    PlanStep(
+                        action="start",
+                        target=current,
+                        activity=f".{name}",
+                        expect=Check(activity=name),
+                    )
+                ]
             if package is not None or (m["kind"] or "").lower() in ("app", "application"):
                 if package is None:
                     raise Refused(f"no known app is called {name!r}")
