@@ -59,7 +59,7 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...],
     rng = random.Random(1).random
     try:
         clients += [make(i, tally, rng) for i in range(WARM)]
-        await open_crowd(clients, reconnect=False)
+        tally.late += await open_crowd(clients, reconnect=False)
         await asyncio.sleep(settle_s)
         base = rss_kb(server.pid)
         per_step: dict[int, float] = {}
@@ -68,18 +68,20 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...],
             before = tally.refused
             fresh = [make(WARM + i, tally, rng) for i in range(len(clients) - WARM, n)]
             clients += fresh
-            await open_crowd(fresh, reconnect=False)
+            late = await open_crowd(fresh, reconnect=False)
+            tally.late += late
             await asyncio.sleep(settle_s)
             open_now = tally.open - WARM
             if open_now <= 0:
                 break
             per_step[n] = (rss_kb(server.pid) - base) / open_now
             reached = open_now
-            if tally.refused - before > MAX_REFUSED * len(fresh):
+            if late or tally.refused - before > MAX_REFUSED * len(fresh):
                 break
         loop_ms = LoopMonitor.p99(await server.loop_delays())
         return {"per_step": per_step, "reached": reached, "refused": tally.refused,
-                "reasons": dict(tally.reasons), "loop_p99_ms": loop_ms}
+                "reasons": dict(tally.reasons), "loop_p99_ms": loop_ms,
+                "late": tally.late}
     finally:
         await close_crowd(clients)
 
@@ -119,7 +121,7 @@ async def _run(steps: tuple[int, ...], settle_s: float) -> list[dict[str, Any]]:
              + f"; server loop delay p99 during the climb {ours['loop_p99_ms']:.1f} ms vs bare "
              f"{base['loop_p99_ms']:.1f} ms")
     return [noted(figure("idle_bridge_kb", value, "KB", baseline), notes, n=n,
-                  refused=ours["refused"], refused_by=ours["reasons"],
+                  refused=ours["refused"], refused_by=ours["reasons"], late=ours["late"],
                   baseline_refused=base["refused"])]
 
 

@@ -72,6 +72,7 @@ class _Side:
         self.refused: list[int] = []
         self.back: list[int] = []
         self.starts = 0
+        self.late = 0
         self.next: ServerProcess | None = None  # started ahead of the next restart
         self.starting: asyncio.Task[ServerProcess] | None = None
 
@@ -86,7 +87,10 @@ class _Side:
         return self.server
 
     async def open(self) -> None:
-        await open_crowd(self.clients, reconnect=True, concurrency=100)
+        self.late = await open_crowd(self.clients, reconnect=True, concurrency=100)
+        # Those not connected in time were stopped: the storm counts the ones that were.
+        self.clients = [c for c in self.clients if c.opened.is_set()]
+        self.n = len(self.clients)
         self._prepare()
 
     def _prepare(self) -> None:
@@ -149,11 +153,13 @@ async def _run(n: int, reps: int) -> list[dict[str, Any]]:
         finally:
             await ours.close()
             await bare.close()
-    all_back = all(b == n for b in ours.back)
-    notes = (f"N={n} bridges, {reps} restart(s) each side, alternating; lightweight protocol "
-             "clients (real handshake + hello/welcome) in one process; rolling restart on one "
-             "port (SO_REUSEPORT), time from SIGTERM of the old controller until every bridge "
-             f"has its welcome; back per restart {ours.back}; times {_r(ours.times)} s vs bare "
+    all_back = all(b == ours.n for b in ours.back)
+    n = ours.n
+    notes = (f"N={n} bridges (of {len(tokens)}; {ours.late} not connected in time), {reps} "
+             "restart(s) each side, alternating; lightweight protocol clients (real handshake "
+             "+ hello/welcome) in one process; rolling restart on one port (SO_REUSEPORT), time "
+             "from SIGTERM of the old controller until every bridge has its welcome; "
+             f"back per restart {ours.back}; times {_r(ours.times)} s vs bare "
              f"{_r(bare.times)} s" + ("" if all_back else "; NOT ALL BACK (timed out)"))
     return [
         noted(figure("reconnect_storm_s", median(ours.times), "s", median(bare.times)), notes,

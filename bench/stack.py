@@ -341,6 +341,7 @@ class Tally:
     open: int = 0
     refused: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    late: int = 0  # not open when the ramp's time ran out (stopped, not retried)
     back: int = 0  # (re)connected since :meth:`mark`
     epoch: int = 0
     all_back: asyncio.Event = field(default_factory=asyncio.Event)
@@ -494,9 +495,11 @@ class BareClient(_Client):
 
 
 async def open_crowd(clients: list[_Client], *, reconnect: bool, concurrency: int = 100,
-                     timeout_s: float = 300.0) -> None:
+                     timeout_s: float | None = None) -> int:
     """Start ``clients`` at most ``concurrency`` handshakes at a time; return when each has
-    opened once or given up (without ``reconnect``)."""
+    opened once or given up (without ``reconnect``), or when ``timeout_s`` (default: a minute
+    plus 50 ms a client) has passed: clients not open by then are stopped and counted (the
+    return value)."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(client: _Client) -> None:
@@ -507,7 +510,21 @@ async def open_crowd(clients: list[_Client], *, reconnect: bool, concurrency: in
             await asyncio.wait({opened, client.task}, return_when=asyncio.FIRST_COMPLETED)
             opened.cancel()
 
-    await asyncio.wait_for(asyncio.gather(*(one(c) for c in clients)), timeout_s)
+    if not clients:
+        return 0
+    limit = 60.0 + 0.05 * len(clients) if timeout_s is None else timeout_s
+    waiters = [asyncio.create_task(one(c)) for c in clients]
+    _, pending = await asyncio.wait(waiters, timeout=limit)
+    for waiter in pending:
+        waiter.cancel()
+    late = [c for c in clients if not c.opened.is_set() and c.task is not None
+            and not c.task.done()] + [c for c in clients if c.task is None]
+    for client in late:
+        if client.task is not None:
+            client.task.cancel()
+    await asyncio.gather(*pending, *(c.task for c in late if c.task is not None),
+                         return_exceptions=True)
+    return len(late)
 
 
 async def close_crowd(clients: list[_Client]) -> None:
