@@ -23,11 +23,13 @@ from sqlalchemy import update
 from controller.executor.steps import Step, StepLog
 from controller.store import Run, RunStatus, Store, new_id, utcnow
 
-__all__ = ["KEEP_TRACES", "FrameStore", "Trace", "TraceStore", "frame_path"]
+__all__ = ["KEEP_BYTES", "KEEP_TRACES", "FrameStore", "Trace", "TraceStore", "frame_path"]
 
 log = logging.getLogger("droidwire.controller.agent")
 
 KEEP_TRACES = 64
+#: Bytes of frames kept at most (a real device's PNG is 1-3 MB): the oldest traces go first.
+KEEP_BYTES = 256 * 1024 * 1024
 FRAME_KEYS = ("at_action_png", "settled_png", "composite_png")
 
 
@@ -44,17 +46,23 @@ class _Frames:
 class FrameStore:
     """PNG frames by trace, the newest :data:`KEEP_TRACES` traces only."""
 
-    def __init__(self, keep: int = KEEP_TRACES) -> None:
+    def __init__(self, keep: int = KEEP_TRACES, *, max_bytes: int = KEEP_BYTES) -> None:
         self.keep = keep
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self._traces: OrderedDict[str, _Frames] = OrderedDict()
 
     def put(self, trace_id: str, user_id: str | None, name: str, png: bytes) -> str:
         entry = self._traces.get(trace_id)
         if entry is None:
             entry = self._traces[trace_id] = _Frames(user_id)
-            while len(self._traces) > self.keep:
-                self._traces.popitem(last=False)
+        self.bytes += len(png) - len(entry.pngs.get(name, b""))
         entry.pngs[name] = png
+        while len(self._traces) > 1 and (
+            len(self._traces) > self.keep or self.bytes > self.max_bytes
+        ):
+            _, dropped = self._traces.popitem(last=False)
+            self.bytes -= sum(len(p) for p in dropped.pngs.values())
         return frame_path(trace_id, name)
 
     def get(self, trace_id: str, name: str) -> tuple[str | None, bytes] | None:

@@ -223,3 +223,18 @@ async def test_check_is_a_dry_run(bridge: Dispatcher, sim: ConnectedSim) -> None
     assert results[2]["rule"] == "outside_screen" and results[3]["rule"] == "reboot"
     assert results[5]["code"] == "bad_request"
     assert shell_log(sim)[before:] == []
+
+
+async def test_swipe_reaches_the_device_within_bounds(
+    bridge: Dispatcher, sim: ConnectedSim
+) -> None:
+    swiped = await act(bridge, sim, "ui.swipe", x1=540, y1=1800, x2=540, y2=600, duration_ms=200)
+    assert swiped.ok and swiped.command == ["input", "swipe", "540", "1800", "540", "600", "200"]
+    kind, args = sim.call(lambda: sim.device.input_log[-1])
+    assert kind == "swipe" and (args["y1"], args["y2"], args["ms"]) == (1800.0, 600.0, 200)
+    with pytest.raises(RpcError) as info:
+        await call(bridge, sim, "ui.swipe", x1=1, y1=1, x2=1, y2=1, duration_ms=10_001)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+    with pytest.raises(RpcError) as info:
+        await call(bridge, sim, "ui.swipe", x1=1, y1=1, x2=1, y2=2400)
+    assert info.value.data["rule"] == "outside_screen"
