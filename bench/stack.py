@@ -381,15 +381,13 @@ class _Client:
         await ws.wait_closed()
 
     async def run(self, *, reconnect: bool) -> None:
-        from websockets.exceptions import ConnectionClosed
-
         from protocol.settings import DEFAULTS, backoff
 
         delays = None
         while True:
             try:
                 ws = await self._open()
-            except (OSError, TimeoutError, ConnectionClosed, Exception) as exc:
+            except Exception as exc:  # refused, reset, timed out, a bad welcome: all count
                 self.tally.refuse(exc)
                 if not reconnect:
                     return
