@@ -18,6 +18,7 @@ from tests.conftest import TIME_SCALE
 __all__ = ["ControllerProcess"]
 
 WAIT_S = 30.0 * TIME_SCALE
+START_S = 120.0 * TIME_SCALE
 
 
 class ControllerProcess:
@@ -43,9 +44,10 @@ class ControllerProcess:
         await self.wait_ready()
 
     async def wait_ready(self) -> None:
-        """Until /healthz answers 200 (bounded); fails at once if the process died."""
+        """Until /healthz answers 200 (bounded: a loaded machine takes seconds just to import
+        the controller); fails at once if the process died."""
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as http:
-            async with asyncio.timeout(WAIT_S):
+            async with asyncio.timeout(START_S):
                 while True:
                     assert self.proc is not None
                     if self.proc.returncode is not None:
