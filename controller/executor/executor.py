@@ -159,6 +159,13 @@ class _RecordingGateway:
                 error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
             )
             raise
+        except asyncio.CancelledError:
+            # The run was cancelled mid-call: the step ends, it does not stay "running".
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self.steps.end(step, "failed", ms=_ms_since(started), error="cancelled")
+                )
+            raise
         except Exception as exc:
             await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
             raise
@@ -723,9 +730,10 @@ class SandboxExecutor:
         would spoil each other's evidence. Waiting counts against the run's deadline."""
         waited = None
         if self.scheduler.busy(device.id):
-            steps.progress("waiting for the device")
             waited = await steps.begin("device_busy", device=device.id)
-        turn = self.scheduler.turn(device.id, user, run_id)
+        turn = self.scheduler.turn(
+            device.id, user, run_id, on_wait=lambda: steps.progress("waiting for the device")
+        )
         try:
             async with asyncio.timeout_at(deadline):
                 await turn.__aenter__()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 __all__ = ["DeviceQueue", "Scheduler"]
@@ -51,13 +51,17 @@ class DeviceQueue:
     def __len__(self) -> int:
         return sum(len(q) for q in self._users.values())
 
-    async def acquire(self, user: str, run_id: str) -> None:
-        """Wait for this run's turn (cancellable)."""
+    async def acquire(
+        self, user: str, run_id: str, *, on_wait: Callable[[], None] | None = None
+    ) -> None:
+        """Wait for this run's turn (cancellable); ``on_wait`` is told once it is queued."""
         if self.holder is None and not self._users:
             self.holder = run_id
             return
         waiter = _Waiter(run_id, asyncio.get_running_loop().create_future())
         self._users.setdefault(user, deque()).append(waiter)
+        if on_wait is not None:
+            on_wait()
         try:
             await waiter.future
         except asyncio.CancelledError:
@@ -113,10 +117,12 @@ class Scheduler:
         return queue is not None and (queue.busy or len(queue) > 0)
 
     @contextlib.asynccontextmanager
-    async def turn(self, device_id: str, user: str, run_id: str) -> AsyncIterator[None]:
+    async def turn(
+        self, device_id: str, user: str, run_id: str, *, on_wait: Callable[[], None] | None = None
+    ) -> AsyncIterator[None]:
         """Hold ``device_id`` for ``run_id`` for the block's duration."""
         queue = self.queue(device_id)
-        await queue.acquire(user, run_id)
+        await queue.acquire(user, run_id, on_wait=on_wait)
         try:
             yield
         finally:
