@@ -63,6 +63,15 @@ def verdict(figures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in figures if f["must_be_zero"] and f["value"] != 0]
 
 
+#: What the suite deliberately does not do, printed under the table.
+NOTES = [
+    "network namespaces (ip netns) are not used: the working rules keep every test on "
+    "127.0.0.1, so faults come from the loopback proxy (tests/faults/netem.py)",
+    "timings are figures, never assertions; they come from the test-scaled settings "
+    "(tests/faults/timing.py) and include process start-up where a process is restarted",
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.report")
     parser.add_argument("--profile", default=os.environ.get("FAULTS_PROFILE") or "full",
@@ -79,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render(figures) if figures else "\n(no figures were recorded)")
     bad = verdict(figures)
     print()
+    for note in NOTES:
+        print(f"note: {note}")
     if bad:
         print(f"FAIL: {len(bad)} figure(s) that must be 0 are not: "
               + ", ".join(f"{f['area']} / {f['name'].strip()} = {f['value']}" for f in bad))
