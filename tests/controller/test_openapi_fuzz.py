@@ -18,6 +18,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.python.asgi import shutdown_lifespans
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    ignored_auth,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -132,6 +134,8 @@ def test_fuzz_every_operation_without_a_5xx(case: Any, fuzz_app: _AppPerLifespan
             status_code_conformance,
             content_type_conformance,
             response_schema_conformance,
+            ignored_auth,  # a success is repeated without the token: it must be refused
+            negative_data_rejection,  # input the schema forbids is refused with a 4xx
         ],
     )
     if response.status_code >= 400:
