@@ -1,0 +1,148 @@
+"""Restart recovery: runs a dead controller left ``queued``/``running`` end PENDING
+``controller_restarted``; runs of this process and of live replicas are left alone. End to
+end: a controller process is SIGKILLed while a run waits on its compile, restarted on the
+same SQLite database, and the run is final — never stuck ``running``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from controller.executor.recovery import REASON, recover_runs
+from controller.store import Run, RunStep, Store, utcnow
+from device_bridge.adb import AdbDevices
+from device_bridge.bridge import Bridge
+from device_bridge.build import BuildService
+from tests.adb_support import AdbServer, ConnectedSim, free_port
+from tests.conftest import TIME_SCALE
+from tests.controller.conftest import ADMIN_TOKEN, bearer
+from tests.executor.conftest import build_service
+from tests.executor.support import llm_style_test
+from tests.faults.procs import ControllerProcess
+from tests.faults.test_process import host_config, wait_listed
+from tests.faults.timing import SETTINGS
+
+WAIT_S = 30.0 * TIME_SCALE
+
+
+def _run(run_id: str, status: str, controller: str | None) -> Run:
+    request: dict[str, Any] = {"test_code": "x", "device_id": "desk~emu-1"}
+    if controller is not None:
+        request["controller"] = controller
+    return Run(id=run_id, status=status, request=request)
+
+
+async def test_runs_of_gone_controllers_end_pending(store: Store) -> None:
+    now = utcnow()
+    async with store.session() as session, session.begin():
+        session.add_all([
+            _run("dead1", "running", "gone"),
+            _run("dead2", "queued", None),  # from before runs named their controller
+            _run("mine", "running", "me"),
+            _run("elsewhere", "running", "replica-b"),
+            _run("done", "finished", "gone"),
+        ])
+        await session.flush()
+        session.add_all([
+            RunStep(run_id="dead1", seq=0, kind="rpc", status="ok",
+                    detail={"method": "device.install"}, created_at=now, finished_at=now),
+            RunStep(run_id="dead1", seq=1, kind="rpc", status="running",
+                    detail={"method": "device.instrument"}, created_at=now),
+        ])
+
+    async def alive(replica: str) -> bool:
+        return replica == "replica-b"
+
+    ended = await recover_runs(store, instance="me", alive=alive)
+    assert sorted(ended) == ["dead1", "dead2"]
+    async with store.session() as session:
+        runs = {r.id: r for r in (await session.execute(select(Run))).scalars()}
+        steps = (await session.execute(
+            select(RunStep).where(RunStep.run_id == "dead1").order_by(RunStep.seq))).scalars().all()
+    for run_id in ("dead1", "dead2"):
+        run = runs[run_id]
+        assert run.status == "finished" and run.verdict == "PENDING" and run.finished_at
+        assert run.result is not None and run.result["reason_code"] == REASON
+        assert run.result["run_id"] == run_id and run.result["device"] == {"id": "desk~emu-1"}
+    assert "during device.instrument" in runs["dead1"].result["summary"]
+    assert runs["dead1"].result["summary"].startswith("Inconclusive: controller_restarted")
+    assert [(s.seq, s.kind, s.status) for s in steps] == [
+        (0, "rpc", "ok"), (1, "rpc", "failed"), (2, "recovery", "failed")]
+    assert {runs[r].status for r in ("mine", "elsewhere")} == {"running"}
+    assert runs["done"].status == "finished" and runs["done"].result is None
+    # Idempotent: nothing more to end.
+    assert await recover_runs(store, instance="me", alive=alive) == []
+
+
+class HangingBuild:
+    """A build service whose compiles wait until released: a run stays mid-compile."""
+
+    def __init__(self, inner: BuildService) -> None:
+        self.inner = inner
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def capabilities(self) -> dict[str, Any]:
+        return self.inner.capabilities()
+
+    async def compile(self, project: str | None, test_code: str, **kw: Any) -> Any:
+        self.started.set()
+        await self.release.wait()
+        return await self.inner.compile(project, test_code, **kw)
+
+
+@pytest.mark.adb
+@pytest.mark.timeout(120)
+async def test_kill_9_mid_run_then_restart_ends_the_run(
+    tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
+) -> None:
+    db = f"sqlite:///{tmp_path / 'controller.db'}"
+    controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
+    await controller.start()
+    build = HangingBuild(build_service(tmp_path / "ws"))
+    adb = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
+    try:
+        async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
+                                     timeout=WAIT_S) as http:
+            made = await http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
+            assert made.status_code == 201, made.text
+            async with Bridge(host_config(f"ws://127.0.0.1:{controller.port}", adb_server),
+                              token=made.json()["token"], devices=adb, build=build,
+                              settings=SETTINGS) as bridge:
+                await bridge.wait_open(WAIT_S)
+                await wait_listed(http, sim.address, "device")
+                started = await http.post(
+                    "/v1/sandbox/execute", params={"wait": "false"},
+                    json={"test_code": llm_style_test("loadSettingsFromDisk()"),
+                          "device": sim.address})
+                assert started.status_code == 202, started.text
+                run_id = started.json()["run_id"]
+                async with asyncio.timeout(WAIT_S):
+                    await build.started.wait()  # the compile is on the bridge, unanswered
+                before = (await http.get(f"/v1/runs/{run_id}")).json()
+                assert before["status"] == "running"
+
+                await controller.kill9()
+                await controller.start()
+                after = (await http.get(f"/v1/runs/{run_id}")).json()
+                build.release.set()  # the bridge's late result finds nobody waiting for it
+    finally:
+        build.release.set()
+        with contextlib.suppress(Exception):
+            await controller.stop()
+        await adb.aclose()
+    assert after["status"] == "finished" and after["verdict"] == "PENDING", after
+    result = after["result"]
+    assert result["reason_code"] == REASON and result["run_id"] == run_id
+    assert "during workspace.compile" in result["summary"]
+    assert all(s["status"] != "running" for s in after["steps"])
+    assert after["steps"][-1]["kind"] == "recovery"
