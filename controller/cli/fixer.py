@@ -7,17 +7,15 @@ Contract (DESIGN.md §9): exit 0 whenever the input could be read, whatever it c
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from controller.cli.offline import read_source
 from fixer.errors import CompileReport, parse_errors
 
 __all__ = ["app"]
 
-EXIT_UNREADABLE = 2
 MAX_INPUT_BYTES = 64 * 1024 * 1024  # a build log larger than this is not a build log
 
 app = typer.Typer(
@@ -33,19 +31,7 @@ def _fixer() -> None:
 
 
 def _read(source: str) -> str:
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-        else:
-            with Path(source).open("rb") as fh:
-                data = fh.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        typer.echo(f"error: cannot read {source}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(EXIT_UNREADABLE) from exc
-    if len(data) > MAX_INPUT_BYTES:
-        typer.echo(f"error: {source} is larger than {MAX_INPUT_BYTES} bytes", err=True)
-        raise typer.Exit(EXIT_UNREADABLE)
-    return data.decode("utf-8", errors="replace")
+    return read_source(source, max_bytes=MAX_INPUT_BYTES).decode("utf-8", errors="replace")
 
 
 def _human(report: CompileReport) -> str:

@@ -8,8 +8,6 @@ the violations highlighted.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,10 +17,10 @@ from rich.text import Text
 
 from controller.analysis import AnalysisResult, Thresholds, analyze
 from controller.analysis.lines import decode
+from controller.cli.offline import read_source
 
 __all__ = ["app", "read_input"]
 
-EXIT_UNREADABLE = 2
 MAX_INPUT_BYTES = 256 * 1024 * 1024
 MAX_ROWS = 50               # rows per table in the human report; --json has everything
 
@@ -40,19 +38,7 @@ def _logcat() -> None:
 
 def read_input(source: str) -> str:
     """Read FILE or ``-`` (stdin) as text; exit 2 when it cannot be read."""
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-        else:
-            with Path(source).open("rb") as fh:
-                data = fh.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        typer.echo(f"error: cannot read {source}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(EXIT_UNREADABLE) from exc
-    if len(data) > MAX_INPUT_BYTES:
-        typer.echo(f"error: {source} is larger than {MAX_INPUT_BYTES} bytes", err=True)
-        raise typer.Exit(EXIT_UNREADABLE)
-    return decode(data)
+    return decode(read_source(source, max_bytes=MAX_INPUT_BYTES))
 
 
 def _t(value: object, style: str = "") -> Text:
