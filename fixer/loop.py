@@ -134,6 +134,28 @@ def _steps(test_code: str, max_rounds: int) -> Generator[_Step, Any, LoopResult]
         code, fixer = fix_result.code, fix_result.fixer
 
 
+def _fixer(
+    index: SourceCodeIndex | None,
+    llm_client: ChatCompleter | None,
+    *,
+    expected_package: str | None,
+    test_path: str | None,
+) -> Callable[[_Fix], FixResult]:
+    """The fix step both drivers run: the same call, sync here, in a worker thread there."""
+
+    def fix(step: _Fix) -> FixResult:
+        return fix_detailed(
+            step.code,
+            step.output,
+            index,
+            llm_client,
+            expected_package=expected_package,
+            test_path=test_path,
+        )
+
+    return fix
+
+
 def compile_fix_loop(
     test_code: str,
     compile_fn: Callable[[str], CompileOutcome],
@@ -146,6 +168,7 @@ def compile_fix_loop(
 ) -> LoopResult:
     """Run the loop with a synchronous ``compile_fn(code) -> (ok, output)``."""
     steps = _steps(test_code, max_rounds)
+    fix = _fixer(index, llm_client, expected_package=expected_package, test_path=test_path)
     try:
         step = next(steps)
         while True:
@@ -156,16 +179,7 @@ def compile_fix_loop(
                     raise TypeError("compile_fn is async: use compile_fix_loop_async")
                 step = steps.send(outcome)
             else:
-                step = steps.send(
-                    fix_detailed(
-                        step.code,
-                        step.output,
-                        index,
-                        llm_client,
-                        expected_package=expected_package,
-                        test_path=test_path,
-                    )
-                )
+                step = steps.send(fix(step))
     except StopIteration as done:
         result: LoopResult = done.value
         return result
@@ -183,6 +197,7 @@ async def compile_fix_loop_async(
 ) -> LoopResult:
     """Run the loop with an async (or sync) ``compile_fn``; fixes run in a worker thread."""
     steps = _steps(test_code, max_rounds)
+    fix = _fixer(index, llm_client, expected_package=expected_package, test_path=test_path)
     try:
         step = next(steps)
         while True:
@@ -192,16 +207,7 @@ async def compile_fix_loop_async(
                     outcome = await outcome
                 step = steps.send(outcome)
             else:
-                fixed = await asyncio.to_thread(
-                    fix_detailed,
-                    step.code,
-                    step.output,
-                    index,
-                    llm_client,
-                    expected_package=expected_package,
-                    test_path=test_path,
-                )
-                step = steps.send(fixed)
+                step = steps.send(await asyncio.to_thread(fix, step))
     except StopIteration as done:
         result: LoopResult = done.value
         return result
