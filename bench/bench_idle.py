@@ -29,7 +29,6 @@ from bench.common import figure
 from bench.stack import (
     BareClient,
     BridgeClient,
-    LoopMonitor,
     ServerProcess,
     Tally,
     close_crowd,
@@ -78,7 +77,7 @@ async def _climb(server: ServerProcess, make: Any, steps: tuple[int, ...],
             reached = open_now
             if late or tally.refused - before > MAX_REFUSED * len(fresh):
                 break
-        loop_ms = LoopMonitor.p99(await server.loop_delays())
+        loop_ms = (await server.loop_window())["p99"]
         return {"per_step": per_step, "reached": reached, "refused": tally.refused,
                 "reasons": dict(tally.reasons), "loop_p99_ms": loop_ms,
                 "late": tally.late}

@@ -33,7 +33,6 @@ from bench.common import figure, median
 from bench.stack import (
     BareClient,
     BridgeClient,
-    LoopMonitor,
     ServerProcess,
     Tally,
     close_crowd,
@@ -104,7 +103,7 @@ class _Side:
         assert self.server is not None and self.starting is not None
         old = self.server
         new = await self.starting
-        await new.loop_delays()  # start its window now
+        await new.loop_window()  # start its window now
         refused = self.tally.refused
         self.tally.mark(self.n)
         started = time.perf_counter()
@@ -116,7 +115,7 @@ class _Side:
         self.times.append(time.perf_counter() - started)
         self.back.append(self.tally.back)
         self.refused.append(self.tally.refused - refused)
-        self.loop_p99.append(LoopMonitor.p99(await new.loop_delays()))
+        self.loop_p99.append((await new.loop_window())["p99"])
         await old.wait()
         self.server = new
         self.next = self.starting = None

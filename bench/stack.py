@@ -230,7 +230,7 @@ class ServerProcess:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=stderr, cwd=ROOT,
+                stderr=stderr, cwd=ROOT, limit=1 << 20,
             )
         finally:
             if self.log is not None:
@@ -240,11 +240,11 @@ class ServerProcess:
             raise RuntimeError(f"{self.kind} server did not start: {ready}")
         return self
 
-    async def loop_delays(self) -> list[float]:
-        """The server's loop-delay samples (ms) since the last call."""
+    async def loop_window(self) -> dict[str, float]:
+        """The server's loop delay since the last call: ``{"n", "p99", "max"}`` (ms)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGUSR1)
-        return list((await self._line())["loop_ms"])
+        return dict((await self._line())["loop_ms"])
 
     def terminate(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -328,7 +328,9 @@ def _say(obj: dict[str, Any]) -> None:
 
 
 def _report(monitor: LoopMonitor) -> None:
-    _say({"loop_ms": [round(s, 3) for s in monitor.take()]})
+    samples = monitor.take()
+    _say({"loop_ms": {"n": len(samples), "p99": round(LoopMonitor.p99(samples), 3),
+                      "max": round(max(samples, default=0.0), 3)}})
 
 
 # -- lightweight bridges --------------------------------------------------------------------
@@ -620,7 +622,17 @@ def timer() -> Iterator[Callable[[], float]]:
 # -- the server processes' entry point ------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this server when the benchmark that started it dies, however it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _main(argv: list[str] | None = None) -> None:
+    _die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m bench.stack")
     parser.add_argument("kind", choices=("controller", "bare"))
     parser.add_argument("--port", type=int, required=True)
