@@ -37,7 +37,7 @@ from adbutils._adb import AdbConnection
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
 from device_bridge.adb.apkinfo import apk_package
-from device_bridge.adb.errors import translate
+from device_bridge.adb.errors import AdbServerLost, translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream, RawDecoder, ShellV2Decoder
 from protocol.envelope import DeviceInfo, Profile
 from protocol.errors import ErrorCode, RpcError
@@ -318,8 +318,12 @@ class AdbDevices:
         """A connection switched to ``serial``'s transport with ``service`` opened on it."""
         conn = self._connect(abort, timeout)
         try:
-            conn.send_command(f"host:transport:{serial}")
-            conn.check_okay()
+            try:
+                conn.send_command(f"host:transport:{serial}")
+                conn.check_okay()
+            except (ConnectionError, EOFError) as exc:
+                # Still talking to the server, not the device: it went away (errors.py).
+                raise AdbServerLost(f"adb server hung up on host:transport: {exc}") from exc
             conn.send_command(service)
             conn.check_okay()
         except BaseException:
@@ -360,8 +364,30 @@ class AdbDevices:
         await self._call(run, timeout_s=timeout_s + 1.0, what="adb start-server")
 
     async def kill_server(self) -> None:
-        """``adb kill-server`` for this layer's port (used by tests and ``droidwire demo``)."""
-        await self._call(lambda _: self._client.server_kill(), what="adb kill-server")
+        """``adb kill-server`` for this layer's port; returns once the server has exited.
+
+        Used by tests and ``droidwire demo``. The server answers ``OKAY`` and then exits,
+        leaving its sockets to the kernel (AOSP ``adb/adb.cpp`` ``handle_host_request``,
+        "kill": "Rely on process exit to close the socket for us"). Until it has exited it
+        still accepts connections, so the kill connection is read to its end: only then is
+        the next call refused (``unavailable``) rather than accepted and dropped.
+        """
+
+        def run(abort: _Abort) -> None:
+            try:
+                conn = self._connect(abort, self.call_timeout_s)
+            except AdbConnectionError:
+                return  # nothing listens: no server to kill
+            with conn:
+                conn.send_command("host:kill")
+                conn.check_okay()
+                try:
+                    while conn.conn.recv(4096):
+                        pass  # the server sends nothing more; EOF comes with its exit
+                except ConnectionError:
+                    pass  # a reset says the same: the process is gone
+
+        await self._call(run, what="adb kill-server")
 
     async def server_version(self) -> int:
         return await self._call(lambda _: int(self._client.server_version()), what="adb version")

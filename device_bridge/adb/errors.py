@@ -11,6 +11,13 @@ timeout, ``AdbConnectionError`` when the server cannot be reached, and plain ``O
 * ``more than one device/emulator``;
 * sync ``FAIL`` texts: ``open failed: No such file or directory``, ``… Permission denied``.
 
+A connection that dies is blamed on whoever was on its other end. Before a request is
+switched to a device's transport (``host:…`` requests, and the ``host:transport:SERIAL`` step
+itself) that is the adb server: it exited or was killed, so the error is ``unavailable``, the
+same as a server that refuses connections. After the switch it is the device's stream, and
+the error is ``device_offline``. Callers say which by passing ``serial`` (a device call) or
+not (a host call), or by raising :class:`AdbServerLost`.
+
 Most specific first; anything unknown is ``internal`` and keeps the original text.
 """
 
@@ -22,7 +29,11 @@ from adbutils.errors import AdbConnectionError, AdbError, AdbInstallError, AdbTi
 
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["translate"]
+__all__ = ["AdbServerLost", "translate"]
+
+
+class AdbServerLost(ConnectionError):
+    """The adb server closed a connection in the middle of a host request (it exited)."""
 
 
 def _text(exc: BaseException) -> str:
@@ -46,6 +57,12 @@ def translate(exc: BaseException, serial: str | None = None) -> RpcError:
         return RpcError(ErrorCode.TIMEOUT, f"adb timed out{where}: {text}", data)
     if isinstance(exc, AdbConnectionError | ConnectionRefusedError):
         return RpcError(ErrorCode.UNAVAILABLE, f"the adb server is not reachable: {text}", data)
+    host = serial is None or isinstance(exc, AdbServerLost)
+    if host and (
+        isinstance(exc, ConnectionError | EOFError)
+        or (isinstance(exc, AdbError) and lower in ("closed", "connection closed"))
+    ):
+        return RpcError(ErrorCode.UNAVAILABLE, "the adb server closed the connection", data)
     if isinstance(exc, AdbInstallError):
         data["reason"] = exc.reason
         return RpcError(ErrorCode.BAD_REQUEST, f"install failed{where}: {exc.reason}", data)

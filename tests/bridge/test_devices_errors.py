@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 
 import pytest
@@ -172,3 +173,102 @@ async def test_aclose_fails_queued_calls_as_cancelled() -> None:
                 assert info.value.code is ErrorCode.CANCELLED
     finally:
         server.close()
+
+
+# --------------------------------------------------------------------------------------------
+# a connection that dies is blamed on its other end: the adb server before the transport
+# switch (``unavailable``), the device after it (``device_offline``)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [ConnectionResetError(), EOFError("Expected 4 bytes, got 0"), BrokenPipeError(),
+     AdbError("connection closed")],
+)
+def test_a_host_request_cut_short_means_the_server_is_gone(exc: BaseException) -> None:
+    assert translate(exc).code is ErrorCode.UNAVAILABLE  # no serial: a host request
+    assert translate(exc, "s1").code is ErrorCode.DEVICE_OFFLINE
+
+
+class DyingServer:
+    """An adb server that accepts, reads one request, then dies: a reset, no answer."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self.requests.append(conn.recv(4096))
+                # SO_LINGER 0: close() sends RST, like a process killed mid-request.
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("call", ["devices", "shell"])
+async def test_a_server_dying_mid_request_is_unavailable(call: str) -> None:
+    server = DyingServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=10)
+    devices._features["s1"] = frozenset({"shell_v2"})  # straight to host:transport:s1
+    try:
+        with pytest.raises(RpcError) as info:
+            if call == "devices":
+                await devices.devices()
+            else:
+                await devices.shell("s1", ["echo", "hi"])
+        assert info.value.code is ErrorCode.UNAVAILABLE, info.value
+        assert server.requests and server.requests[0][4:].startswith(b"host:")
+    finally:
+        await devices.aclose()
+        server.close()
+
+
+async def test_kill_server_returns_only_once_the_server_has_exited() -> None:
+    """The server answers OKAY to host:kill, then exits; kill_server waits for the exit."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    answered = threading.Event()
+    exit_now = threading.Event()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            assert conn.recv(4096) == b"0009host:kill"
+            conn.sendall(b"OKAY")
+            answered.set()
+            exit_now.wait(30)
+            sock.close()  # the process exits: its listening socket first, then the rest
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    devices = AdbDevices(port=port, call_timeout_s=30)
+    try:
+        kill = asyncio.create_task(devices.kill_server())
+        ended_after_exit: list[bool] = []
+        kill.add_done_callback(lambda _: ended_after_exit.append(exit_now.is_set()))
+        assert await asyncio.to_thread(answered.wait, 10)
+        # OKAY alone does not mean the server is gone (a bounded look; it cannot pass wrongly)
+        done, _ = await asyncio.wait({kill}, timeout=0.2)
+        assert not done
+        exit_now.set()
+        await asyncio.wait_for(kill, 10)
+        assert ended_after_exit == [True]
+        with pytest.raises(RpcError) as info:
+            await devices.devices()
+        assert info.value.code is ErrorCode.UNAVAILABLE
+        assert isinstance(info.value.__cause__, AdbConnectionError)  # refused, not dropped
+        await devices.kill_server()  # nothing listens: nothing to do
+    finally:
+        await devices.aclose()
+        sock.close()
+        thread.join(10)
