@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import sys
+import types
 from typing import Any
 
 import pytest
@@ -90,10 +91,10 @@ def test_runner_prints_one_json_line_per_figure(
         return [{"name": "x", "value": 2.0, "unit": "s", "baseline": 1.0, "ratio": 2.0,
                  "notes": "quick" if quick else "full"}]
 
-    modules: dict[str, Callable[..., Any]] = {}
+    module = types.ModuleType("bench.bench_fake")
+    module.run = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.bench_fake", module)
     monkeypatch.setattr(runner, "_modules", lambda names: ["bench_fake"])
-    monkeypatch.setattr(runner.importlib, "import_module",
-                        lambda name: modules.setdefault(name, type("M", (), {"run": fake})))
     assert runner.main(["--quick"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [fake(True)[0]]
