@@ -30,6 +30,7 @@ from device_bridge.sim.transport import (
     MessageReader,
     encode,
 )
+from device_bridge.sim.waiters import Waiters
 
 __all__ = ["Connection", "CrLfSink", "Handler", "ServiceHost", "Stream", "StreamSink", "V2Sink", "V2Source"]
 
@@ -61,8 +62,8 @@ class ServiceHost(Protocol):
 class Stream:
     """One adb stream: ordered, acknowledged byte pipes in both directions.
 
-    Single-threaded on the event loop, so state is checked and changed without locks; waiters
-    park on private futures that :meth:`_notify` resolves.
+    Single-threaded on the event loop, so state is checked and changed without locks; readers
+    and writers park in :class:`Waiters` until the state they wait for holds.
     """
 
     def __init__(self, conn: Connection, local_id: int, remote_id: int) -> None:
@@ -71,28 +72,12 @@ class Stream:
         self.remote_id = remote_id
         self.closed = False
         self.task: asyncio.Task[None] | None = None
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters = Waiters()
         self._inbound = bytearray()
         self._owe_okay = False
         self._pending = bytearray()
         self._acked = True
         self._flusher = asyncio.create_task(self._flush_loop())
-
-    async def _wait_for(self, predicate: Any) -> None:
-        while not predicate():
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
-
-    def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
 
     # host → device
 
@@ -102,10 +87,10 @@ class Stream:
             self.conn.send(Command.OKAY, self.local_id, self.remote_id)
         else:
             self._owe_okay = True  # acknowledged once the service has read it
-        self._notify()
+        self._waiters.notify()
 
     async def read(self, n: int = -1) -> bytes:
-        await self._wait_for(lambda: bool(self._inbound) or self.closed)
+        await self._waiters.wait_for(lambda: bool(self._inbound) or self.closed)
         take = len(self._inbound) if n < 0 else min(n, len(self._inbound))
         out = bytes(self._inbound[:take])
         del self._inbound[:take]
@@ -113,7 +98,7 @@ class Stream:
         return out
 
     async def read_exactly(self, n: int) -> bytes:
-        await self._wait_for(lambda: len(self._inbound) >= n or self.closed)
+        await self._waiters.wait_for(lambda: len(self._inbound) >= n or self.closed)
         if len(self._inbound) < n:
             raise EOFError("stream closed")
         out = bytes(self._inbound[:n])
@@ -134,17 +119,17 @@ class Stream:
         if not data:
             return
         self._pending += data
-        self._notify()
-        await self._wait_for(lambda: len(self._pending) < _OUT_HIGH_WATER or self.closed)
+        self._waiters.notify()
+        await self._waiters.wait_for(lambda: len(self._pending) < _OUT_HIGH_WATER or self.closed)
 
     def on_okay(self) -> None:
         self._acked = True
-        self._notify()
+        self._waiters.notify()
 
     async def _flush_loop(self) -> None:
         # One WRTE in flight per stream; the next waits for the host's OKAY (§4.2).
         while True:
-            await self._wait_for(lambda: (self._pending and self._acked) or self.closed)
+            await self._waiters.wait_for(lambda: (self._pending and self._acked) or self.closed)
             if self.closed:
                 return
             size = self.conn.max_out
@@ -152,11 +137,11 @@ class Stream:
             del self._pending[:size]
             self._acked = False
             self.conn.send(Command.WRTE, self.local_id, self.remote_id, chunk)
-            self._notify()
+            self._waiters.notify()
 
     async def finish(self) -> None:
         """Device-side end of service: send what is queued, then CLSE (§4.3)."""
-        await self._wait_for(lambda: not self._pending or self.closed)
+        await self._waiters.wait_for(lambda: not self._pending or self.closed)
         if self.closed:
             return
         # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY (§4.3).
@@ -174,7 +159,7 @@ class Stream:
             self.closed = True
             self.conn.streams.pop(self.local_id, None)
             self._flusher.cancel()
-            self._notify()
+            self._waiters.notify()
 
 
 class StreamSink:

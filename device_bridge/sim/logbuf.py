@@ -17,11 +17,12 @@ device's ``persist.sys.timezone`` is ``Etc/UTC``).
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from device_bridge.sim.waiters import Waiters
 
 __all__ = [
     "BUFFERS",
@@ -144,7 +145,7 @@ class LogBuffer:
         self.capacity = capacity
         self._rings = {name: _Ring(capacity) for name in BUFFERS}
         self._seq = 0
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters = Waiters()
         self._readers: dict[int, int] = {}  # reader id → cursor seq
         self._next_reader = 0
         self.last_ts = 0.0
@@ -170,7 +171,7 @@ class LogBuffer:
         for line in message.split("\n"):
             self._seq += 1
             ring.append(LogEntry(self._seq, ts, pid, tid, priority, tag, line, buffer))
-        self._wake()
+        self._waiters.notify()
 
     def clear(self, buffers: Iterable[str] = DEFAULT_BUFFERS) -> None:
         for name in buffers:
@@ -199,20 +200,7 @@ class LogBuffer:
 
     async def wait_after(self, seq: int) -> None:
         """Return once an entry with seq > ``seq`` exists."""
-        while self._seq <= seq:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        await self._waiters.wait_for(lambda: self._seq > seq)
 
     # -- reader cursors (for backpressure) ------------------------------------------------
 
@@ -224,19 +212,14 @@ class LogBuffer:
     def move_reader(self, reader: int, cursor: int) -> None:
         if reader in self._readers:
             self._readers[reader] = cursor
-            self._wake()
+            self._waiters.notify()
 
     def remove_reader(self, reader: int) -> None:
         self._readers.pop(reader, None)
-        self._wake()
+        self._waiters.notify()
 
     async def wait_readers(self, *, max_lag: int) -> None:
         """Wait until every live reader is at most ``max_lag`` entries behind."""
-        while self._readers and min(self._readers.values()) < self._seq - max_lag:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
+        await self._waiters.wait_for(
+            lambda: not (self._readers and min(self._readers.values()) < self._seq - max_lag)
+        )
