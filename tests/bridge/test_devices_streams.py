@@ -217,11 +217,13 @@ async def test_stream_aclose_stops_a_reader_blocked_on_a_full_buffer() -> None:
     payload = b"x\n" * 50_000
     writer = start_writer(theirs, payload, close=False)
     released = threading.Event()
+    # flush_s is the whole wait: a batch is handed out only once full, whatever the machine's
+    # speed, so the reader has filled the buffer (max_lines == batch_lines) by then.
     stream = LineStream(
         ours,
         decoder=RawDecoder(),
         batch_lines=10,
-        flush_s=0.01,
+        flush_s=WAIT_S,
         max_lines=10,
         stall_s=None,
         on_done=released.set,
@@ -268,3 +270,47 @@ async def test_stream_reports_drops_when_the_consumer_stalls() -> None:
     assert received == sorted(received)
     assert len(received) + sum(b.dropped for b in batches) == 1000
     assert stream.dropped == sum(b.dropped for b in batches)
+
+
+async def test_a_consumer_away_loses_every_overflowing_line_after_one_stall_and_is_told() -> None:
+    """The reader waits ``stall_s`` once, then drops whatever overflows (never one line per
+    stall, which would stall the device as well); the next batch counts the gap."""
+    ours, theirs = socket.socketpair()
+    start_writer(theirs, b"".join(f"{i}\n".encode() for i in range(1000)))
+    finished = threading.Event()
+    stream = LineStream(
+        ours, decoder=RawDecoder(), batch_lines=50, flush_s=0.01, max_lines=50, stall_s=0.05,
+        on_done=finished.set,
+    ).start()
+    # The consumer stays away until the device has sent everything and the reader is done.
+    assert await asyncio.to_thread(finished.wait, WAIT_S)
+    assert stream.buffer.stalls == 1 and stream.dropped == 950
+    batches = await collect(stream)
+    assert batches == [
+        LogBatch(lines=[str(i) for i in range(50)], dropped=0),
+        LogBatch(lines=[], dropped=950, eof=True, reason="closed"),
+    ]
+
+
+async def test_a_slow_consumer_hears_of_each_gap_in_the_batch_after_it() -> None:
+    """Each absence costs one stall and the lines that overflowed during it, counted in the
+    first batch after the gap; lines kept stay in order."""
+    buf = LineBuffer(max_lines=4, batch_lines=4, stall_s=0)
+    sent = 0
+    received: list[int] = []
+    batches: list[LogBatch] = []
+    for _ in range(5):  # the consumer comes back five times, each after 10 lines were offered
+        for _ in range(10):
+            buf.put(str(sent))
+            sent += 1
+        while (batch := buf.take()) is not None:
+            batches.append(batch)
+            received += [int(line) for line in batch.lines]
+    buf.close("closed")
+    batches += [b for b in iter(buf.take, None)]
+    assert received == sorted(received)
+    assert len(received) + sum(b.dropped for b in batches) == sent == 50
+    assert buf.stalls == 5 and buf.total_dropped == 30
+    # every gap is reported right where it happened: before the first line after it
+    assert [b.dropped for b in batches] == [0, 6, 6, 6, 6, 6]
+    assert [b.lines[0] for b in batches[1:-1]] == ["10", "20", "30", "40"]
