@@ -2,7 +2,10 @@
 
 ``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
 ``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
-the device's policy exits 3 and names the rule.
+the device's policy exits 3 and names the rule. Every command takes ``--json``: ``device
+logcat --json`` prints ``{"lines": [...]}``, and with ``-f`` one JSON object per stream chunk
+(``{"lines", "dropped"?, "eof"?, "reason"?}``, a line of its own each); ``device screenshot
+--json`` prints ``{"path", "bytes"}``.
 """
 
 from __future__ import annotations
@@ -104,11 +107,15 @@ def logcat(
     ] = None,
     controller: ControllerOption = None,
     token: TokenOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Print the device's log; with -f, follow it (lost lines are reported on stderr)."""
     if not follow:
         with cli_errors(), Client(controller, token) as client:
             dumped = client.get(_path(device, "logcat"), **({"lines": lines} if lines else {}))
+        if json_out:
+            print_json({"lines": list(dumped.get("lines", []))})
+            return
         for line in dumped.get("lines", []):
             typer.echo(line)
         return
@@ -116,7 +123,7 @@ def logcat(
         url = _ws_url(client.base_url) + _path(device, "logcat", "stream")
         if lines:
             url += f"?tail={lines}"
-        _follow(url, token or "")
+        _follow(url, token or "", json_out=json_out)
 
 
 @app.command()
@@ -148,6 +155,7 @@ def screenshot(
     ] = False,
     controller: ControllerOption = None,
     token: TokenOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Save the device's screen as a PNG."""
     import httpx
@@ -169,7 +177,13 @@ def screenshot(
             raise _api_error(response.status_code, response.content)
         if not response.content.startswith(b"\x89PNG"):
             raise ApiError(response.status_code, "bad_response", "the answer is not a PNG")
-        output.write_bytes(response.content)
+        try:
+            output.write_bytes(response.content)
+        except OSError as exc:
+            raise ApiError(0, "usage", f"cannot write {output}: {exc.strerror or exc}") from exc
+    if json_out:
+        print_json({"path": str(output), "bytes": len(response.content)})
+        return
     typer.echo(f"wrote {output} ({len(response.content)} bytes)")
 
 
@@ -182,7 +196,7 @@ def _api_error(status: int, body: bytes) -> ApiError:
         return ApiError(status, "http_error", f"HTTP {status}")
 
 
-def _follow(url: str, token: str) -> None:
+def _follow(url: str, token: str, *, json_out: bool = False) -> None:
     from websockets.exceptions import ConnectionClosed, InvalidStatus
     from websockets.sync.client import connect
 
@@ -195,6 +209,12 @@ def _follow(url: str, token: str) -> None:
         ) as ws:
             for message in ws:
                 chunk = json.loads(message)
+                if json_out:
+                    sys.stdout.write(json.dumps(chunk, sort_keys=True) + "\n")
+                    sys.stdout.flush()
+                    if chunk.get("eof"):
+                        return
+                    continue
                 lost = chunk.get("dropped", 0)
                 if lost or chunk.get("lost_batches"):
                     batches = chunk.get("lost_batches", 0)

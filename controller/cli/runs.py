@@ -74,7 +74,8 @@ def list_runs(
         print_json({"runs": runs})
         return
     table = Table(title="runs")
-    for column in ("id", "status", "verdict", "device", "created", "summary"):
+    table.add_column("id", no_wrap=True, min_width=32)  # whole, to be copied into `runs show`
+    for column in ("status", "verdict", "device", "created", "summary"):
         table.add_column(column, overflow="fold")
     for r in runs:
         table.add_row(
