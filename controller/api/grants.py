@@ -27,8 +27,6 @@ Every change, and every refused change, is written to the audit log (``grant.cre
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -39,7 +37,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import aliased
 
-from controller.audit import AuditLog
+from controller.api.refusals import audited_refusal
 from controller.auth import (
     NAME_PATTERN,
     Action,
@@ -338,24 +336,14 @@ async def revoke_grant(
 # --- routes ------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def _audited(
-    audit: AuditLog, principal: Principal, action: str, device: str | None, **detail: Any
-) -> AsyncIterator[None]:
-    """A refused grant change is audited too, with its error code."""
-    try:
-        yield
-    except RpcError as exc:
-        await audit.record(principal, action, device=device, outcome=exc.code.value, detail=detail)
-        raise
-
-
 @router.post("", status_code=201, response_model=GrantOut)
 async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Request) -> GrantOut:
     """Lend a device (owner or admin only); ``until`` omitted: until revoked."""
     state = request.app.state
     named = body.device if body.device.isprintable() else ascii(body.device)  # no NUL in logs
-    async with _audited(state.audit, principal, "grant.create", named[:200], user=body.user):
+    async with audited_refusal(
+        state.audit, principal, "grant.create", device=named[:200], user=body.user
+    ):
         grant = await create_grant(state.store, principal, body)
     await state.audit.record(
         principal,
@@ -388,7 +376,9 @@ async def get_grants(
 async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request) -> Response:
     """Revoke a grant: the borrower loses the device at once (idempotent)."""
     state = request.app.state
-    async with _audited(state.audit, principal, "grant.revoke", None, grant_id=grant_id[:64]):
+    async with audited_refusal(
+        state.audit, principal, "grant.revoke", grant_id=grant_id[:64]
+    ):
         grant = await revoke_grant(state.store, principal, grant_id)
     await state.audit.record(
         principal,

@@ -13,8 +13,6 @@ in a listing means unrestricted. See :class:`controller.auth.Scope`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Literal
 
@@ -22,28 +20,15 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controller import auth
-from controller.audit import AuditLog
-from controller.auth import NAME_PATTERN, Principal, Scope, UserPrincipal
+from controller.api.refusals import audited_refusal
+from controller.auth import NAME_PATTERN, Scope, UserPrincipal
 from controller.store import TokenKind
-from protocol.errors import RpcError
 
 __all__ = ["TokenCreate", "TokenCreated", "TokenInfo", "router"]
 
 MAX_SCOPES = len(Scope)
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
-
-
-@asynccontextmanager
-async def _audited_refusal(
-    audit: AuditLog, principal: Principal, action: str, **detail: str
-) -> AsyncIterator[None]:
-    """A refused credential change is written to the audit log too, with its error code."""
-    try:
-        yield
-    except RpcError as exc:
-        await audit.record(principal, action, outcome=exc.code.value, detail=detail)
-        raise
 
 
 class TokenCreate(BaseModel):
@@ -91,7 +76,7 @@ async def create_token(
 ) -> TokenCreated:
     """Issue a token; a ``user`` token for a new name creates that user (admins only)."""
     state = request.app.state
-    async with _audited_refusal(
+    async with audited_refusal(
         state.audit, principal, "token.create", kind=body.kind, name=body.name
     ):
         issued = await auth.create_token(
@@ -150,7 +135,7 @@ async def list_tokens(principal: UserPrincipal, request: Request) -> list[TokenI
 async def revoke_token(token_id: str, principal: UserPrincipal, request: Request) -> Response:
     """Revoke a token (idempotent). It stops authenticating at once."""
     state = request.app.state
-    async with _audited_refusal(state.audit, principal, "token.revoke", token_id=token_id):
+    async with audited_refusal(state.audit, principal, "token.revoke", token_id=token_id):
         token = await auth.revoke_token(state.store, principal, token_id)
     await state.audit.record(
         principal,
@@ -170,7 +155,7 @@ async def rotate_token(token_id: str, principal: UserPrincipal, request: Request
     reconnects only with the new one.
     """
     state = request.app.state
-    async with _audited_refusal(state.audit, principal, "token.rotate", token_id=token_id):
+    async with audited_refusal(state.audit, principal, "token.rotate", token_id=token_id):
         issued, old = await auth.rotate_token(state.store, principal, token_id)
     await state.audit.record(
         principal,
