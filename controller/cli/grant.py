@@ -15,8 +15,6 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from controller.cli.client import (
     ApiError,
@@ -28,6 +26,7 @@ from controller.cli.client import (
     fail,
     print_json,
 )
+from controller.cli.output import print_id_table, print_revoked
 
 __all__ = ["app", "parse_duration", "parse_until"]
 
@@ -128,21 +127,21 @@ def list_(
     if json_out:
         print_json(grants)
         return
-    table = Table()
-    table.add_column("id", no_wrap=True, min_width=32)  # what `revoke` takes: never shortened
-    for header in ("device", "owner", "user", "since", "until", "status"):
-        table.add_column(header)
-    for g in grants:
-        table.add_row(
-            g["id"],
-            g["device"],
-            g["owner"],
-            g["user"],
-            _when(g["created_at"]),
-            _when(g["until"]) if g["until"] else "-",
-            g["status"],
-        )
-    Console().print(table)
+    print_id_table(
+        ("device", "owner", "user", "since", "until", "status"),
+        (
+            (
+                g["id"],
+                g["device"],
+                g["owner"],
+                g["user"],
+                _when(g["created_at"]),
+                _when(g["until"]) if g["until"] else "-",
+                g["status"],
+            )
+            for g in grants
+        ),
+    )
 
 
 @app.command()
@@ -157,10 +156,7 @@ def revoke(
         fail(_usage("a grant ID is required"))
     with cli_errors(), Client(controller, token) as client:
         client.delete(f"/v1/grants/{quote(grant_id, safe='')}")
-    if json_out:
-        print_json({"id": grant_id, "revoked": True})
-    else:
-        typer.echo(f"revoked grant {grant_id}")
+    print_revoked("grant", grant_id, json_out)
 
 
 def _when(value: str | None) -> str:

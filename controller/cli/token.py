@@ -14,8 +14,6 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from controller.cli.client import (
     Client,
@@ -25,6 +23,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
+from controller.cli.output import print_id_table, print_revoked
 
 __all__ = ["app"]
 
@@ -108,22 +107,22 @@ def list_(
     if json_out:
         print_json(tokens)
         return
-    table = Table()
-    table.add_column("id", no_wrap=True, min_width=32)  # what `revoke` takes: never shortened
-    for header in ("kind", "name", "owner", "scopes", "created", "last used", "status"):
-        table.add_column(header)
-    for t in tokens:
-        table.add_row(
-            t["id"],
-            t["kind"],
-            t["name"],
-            t["owner"],
-            " ".join(t.get("scopes") or []) or "all",
-            _when(t["created_at"]),
-            _when(t["last_used_at"]),
-            "revoked" if t["revoked"] else "active",
-        )
-    Console().print(table)
+    print_id_table(
+        ("kind", "name", "owner", "scopes", "created", "last used", "status"),
+        (
+            (
+                t["id"],
+                t["kind"],
+                t["name"],
+                t["owner"],
+                " ".join(t.get("scopes") or []) or "all",
+                _when(t["created_at"]),
+                _when(t["last_used_at"]),
+                "revoked" if t["revoked"] else "active",
+            )
+            for t in tokens
+        ),
+    )
 
 
 @app.command()
@@ -136,10 +135,7 @@ def revoke(
     """Revoke a token: it stops working at once."""
     with cli_errors(), Client(controller, token) as client:
         client.delete(f"/v1/tokens/{quote(token_id, safe='')}")
-    if json_out:
-        print_json({"id": token_id, "revoked": True})
-    else:
-        typer.echo(f"revoked token {token_id}")
+    print_revoked("token", token_id, json_out)
 
 
 def _when(value: str | None) -> str:
