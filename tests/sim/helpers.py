@@ -1,4 +1,5 @@
-"""Run shell command lines on a SimDevice directly (no sockets): for interpreter tests."""
+"""Drive a SimDevice directly (no sockets): shell command lines for interpreter tests, and a
+byte feed standing in for an adb stream for the sync service."""
 
 from __future__ import annotations
 
@@ -6,6 +7,23 @@ from dataclasses import dataclass
 
 from device_bridge.sim.device import SimDevice
 from device_bridge.sim.shell import BufferSink, BytesSource
+
+
+class Feed:
+    """An adb stream's two ends for a service: ``data`` is what the host sent, ``out`` the reply."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.out = bytearray()
+
+    async def read_exactly(self, n: int) -> bytes:
+        if len(self.data) < n:
+            raise EOFError
+        chunk, self.data = self.data[:n], self.data[n:]
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        self.out += data
 
 
 @dataclass

@@ -8,21 +8,7 @@ import pytest
 
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.sync import serve_sync
-
-
-class Feed:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.out = bytearray()
-
-    async def read_exactly(self, n: int) -> bytes:
-        if len(self.data) < n:
-            raise EOFError
-        chunk, self.data = self.data[:n], self.data[n:]
-        return chunk
-
-    async def write(self, data: bytes) -> None:
-        self.out += data
+from tests.sim.helpers import Feed
 
 
 def send(path: str, body: bytes, mode: int = 0o100644) -> bytes:

@@ -11,7 +11,7 @@ from device_bridge.sim.files import SimFiles
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.transport import FramingError, MessageReader
 from tests.conftest import TIME_SCALE
-from tests.sim.helpers import new_device, sh
+from tests.sim.helpers import Feed, new_device, sh
 
 # Pieces of what clients really send, plus the metacharacters the shell must survive.
 # (No `sleep` and no `logcat` without -d: those wait by design.)
@@ -48,21 +48,6 @@ def test_framing_only_ever_raises_framing_errors(chunks):
         pass
 
 
-class _Feed:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.out = bytearray()
-
-    async def read_exactly(self, n: int) -> bytes:
-        if len(self.data) < n:
-            raise EOFError
-        chunk, self.data = self.data[:n], self.data[n:]
-        return chunk
-
-    async def write(self, data: bytes) -> None:
-        self.out += data
-
-
 SYNC_IDS = st.sampled_from([b"STAT", b"STA2", b"LST2", b"LIST", b"LIS2", b"SEND", b"RECV",
                             b"DATA", b"DONE", b"QUIT", b"XXXX"])
 
@@ -71,6 +56,6 @@ SYNC_IDS = st.sampled_from([b"STAT", b"STA2", b"LST2", b"LIST", b"LIS2", b"SEND"
 @given(st.lists(st.tuples(SYNC_IDS, st.integers(0, 2000), st.binary(max_size=40)), max_size=6))
 def test_sync_requests_in_any_order_never_crash(requests):
     data = b"".join(rid + n.to_bytes(4, "little") + body for rid, n, body in requests)
-    feed = _Feed(data)
+    feed = Feed(data)
     files = SimFiles(quota=1 << 20)
     asyncio.run(serve_sync(feed, files))
