@@ -83,6 +83,7 @@ __all__ = [
 
 #: At most this many ids per ``ack`` frame.
 ACK_BATCH = 1000
+_MAX_METHOD = 128  # Req.m's bound
 
 
 class State(IntEnum):
@@ -167,7 +168,9 @@ class Pending:
     sent_session: str | None = None  # the bridge session it was last sent on; None: never sent
 
     def frame(self) -> Req:
-        return Req(id=self.id, m=self.method, p=self.params)
+        # Trusted: register() checked the id, the method name and (normally) the params, so
+        # the hot path does not validate our own frame a second time.
+        return Req.model_construct(id=self.id, m=self.method, p=self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,10 @@ class ControllerSession(_Session):
         p = dict(params or {})
         if validate:
             validate_params(method, p)
+        if not 1 <= len(method) <= _MAX_METHOD:
+            raise RpcError(ErrorCode.BAD_REQUEST, "a method name is 1-128 characters")
+        if request_id is not None and not is_request_id(request_id):
+            raise InvalidState("a request id is a canonical UUID4 string")
         rid = request_id or new_request_id()
         if rid in self._pending:
             raise InvalidState(f"request id {rid} is already pending")
@@ -445,7 +452,7 @@ class ControllerSession(_Session):
         out = super().frames_to_send()
         while self._acks:
             batch, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
-            out.append(Ack(ids=batch))
+            out.append(Ack.model_construct(ids=batch))  # ids of validated results
         return out
 
     def connection_lost(self) -> None:
@@ -653,10 +660,12 @@ class BridgeSession(_Session):
             if request_id in self._finished:
                 return None
             raise InvalidState(f"request {request_id} is not running")
+        # Trusted: the id was admitted (a valid request id), exactly one of r / e is set here,
+        # and the error body is built (validated) by ErrorBody.from_error.
         if isinstance(outcome, RpcError):
-            res = Res(id=request_id, e=ErrorBody.from_error(outcome))
+            res = Res.model_construct(id=request_id, e=ErrorBody.from_error(outcome))
         else:
-            res = Res(id=request_id, r=outcome)
+            res = Res.model_construct(id=request_id, r=outcome)
         self._outbox[request_id] = res
         while len(self._outbox) > self.settings.outbox_max:
             oldest, _ = self._outbox.popitem(last=False)
