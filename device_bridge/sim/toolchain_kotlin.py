@@ -25,6 +25,7 @@ from tree_sitter import Language, Node, Parser, Tree
 __all__ = [
     "KotlinFile",
     "Problem",
+    "after_eq",
     "col_of",
     "line_of",
     "parse_file",
@@ -57,6 +58,17 @@ def walk(node: Node) -> Iterator[Node]:
         n = stack.pop()
         yield n
         stack.extend(reversed(n.children))
+
+
+def after_eq(node: Node) -> Node | None:
+    """The first named child after ``=`` (a property's initializer, an assignment's value)."""
+    seen = False
+    for c in node.children:
+        if seen and c.is_named:
+            return c
+        if c.type == "=":
+            seen = True
+    return None
 
 
 def line_of(node: Node) -> int:

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from device_bridge.sim.behaviour import DemoApp
-from device_bridge.sim.toolchain_kotlin import KotlinFile, Problem, col_of, line_of, text, walk
+from device_bridge.sim.toolchain_kotlin import (
+    KotlinFile,
+    Problem,
+    after_eq,
+    col_of,
+    line_of,
+    text,
+    walk,
+)
 from device_bridge.sim.toolchain_libraries import (
     ACTIVITY_MEMBERS,
     DEFAULT_NAMES,
@@ -216,13 +224,7 @@ def _initializer(decl: Node) -> Node | None:
     parent = decl.parent
     if parent is None or parent.type != "property_declaration":
         return None
-    seen_eq = False
-    for c in parent.children:
-        if seen_eq and c.is_named:
-            return c
-        if c.type == "=":
-            seen_eq = True
-    return None
+    return after_eq(parent)
 
 
 def lambda_call_name(lam: Node) -> str | None:

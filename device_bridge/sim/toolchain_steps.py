@@ -38,7 +38,7 @@ from typing import Any
 from tree_sitter import Node
 
 from device_bridge.sim.behaviour import DemoApp
-from device_bridge.sim.toolchain_kotlin import KotlinFile, line_of, text, walk
+from device_bridge.sim.toolchain_kotlin import KotlinFile, after_eq, line_of, text, walk
 from device_bridge.sim.toolchain_resolve import Scope, extension_receiver, is_activity_expr
 
 __all__ = ["MAX_LOOP", "extract_tests"]
@@ -203,7 +203,7 @@ class _Extractor:
 
     def _on_property_declaration(self, node: Node, ctx: Ctx) -> None:
         decl = next((c for c in node.children if c.type == "variable_declaration"), None)
-        init = _after_eq(node)
+        init = after_eq(node)
         if init is None:
             return
         name = text(decl.children[0]) if decl is not None and decl.children else None
@@ -807,7 +807,7 @@ class _Extractor:
                     decl = next((c for c in node.children if c.type == "variable_declaration"),
                                 None)
                     if decl is not None and decl.children and text(decl.children[0]) == name:
-                        init = _after_eq(node)
+                        init = after_eq(node)
                         return text(init) if init is not None else None
         return None
 
@@ -825,16 +825,6 @@ class _Extractor:
 
 
 # --- small syntax helpers
-
-
-def _after_eq(node: Node) -> Node | None:
-    seen = False
-    for c in node.children:
-        if seen and c.is_named:
-            return c
-        if c.type == "=":
-            seen = True
-    return None
 
 
 def _args(call: Node) -> list[Node]:
