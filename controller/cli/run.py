@@ -72,6 +72,10 @@ def stage_of(run: dict[str, Any]) -> str:
         return f"fix round {max(compiles - 1, 1)}/{MAX_FIX_ROUNDS}, compiling"
     if method is not None:
         return _STAGES.get(str(method), str(method))
+    if last["kind"] == "device_busy" and last.get("status") == "running":
+        return "waiting for the device (busy with another run)"
+    if last["kind"] == "cancel":
+        return "cancelling"
     return str(last["kind"])
 
 

@@ -184,3 +184,13 @@ async def test_device_logcat_json(controller: InLoopController) -> None:
         assert chunks[-1]["eof"] is True and chunks[-1]["reason"] == "done"
     finally:
         await fake.close()
+
+
+def test_stage_of_a_queued_or_cancelled_run() -> None:
+    from controller.cli.run import stage_of
+
+    busy = {"kind": "device_busy", "status": "running", "detail": {"device": "desk~emu"}}
+    assert stage_of({"status": "running", "steps": [busy]}).startswith("waiting for the device")
+    cancel = {"kind": "cancel", "status": "ok", "detail": {"by": "alice"}}
+    assert stage_of({"status": "running", "steps": [busy, cancel]}) == "cancelling"
+    assert stage_of({"status": "cancelled", "verdict": "PENDING", "steps": []}) == "PENDING"
