@@ -224,12 +224,9 @@ class _Extractor:
             if name:
                 self.w.marks[name] = mark
             return
-        measured = self.measure_call(init, ctx)
-        if measured is not None:
-            if name:
-                self.w.values[name] = measured
-            return
-        value = self.value_of(init, ctx)
+        value = self.measure_call(init, ctx)
+        if value is None:
+            value = self.value_of(init, ctx)
         if value is not None:
             if name:
                 self.w.values[name] = value
