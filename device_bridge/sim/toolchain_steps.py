@@ -294,17 +294,17 @@ class _Extractor:
             if then_body is not None:
                 self.visit(then_body, replace(ctx, swallow=True))
             return
-        saved = self.w.steps
-        self.w.steps = []
-        if then_body is not None:
-            self.visit(then_body, ctx)
-        then_steps = self.w.steps
-        self.w.steps = []
-        if else_body is not None:
-            self.visit(else_body, ctx)
-        else_steps = self.w.steps
-        self.w.steps = saved
+        then_steps = self.steps_of(then_body, ctx)
+        else_steps = self.steps_of(else_body, ctx)
         self.emit({"if": cond, "then": then_steps, "else": else_steps}, ctx, node)
+
+    def steps_of(self, body: Node | None, ctx: Ctx) -> list[Step]:
+        """The steps ``body`` emits, collected apart from the enclosing block's."""
+        saved, self.w.steps = self.w.steps, []
+        if body is not None:
+            self.visit(body, ctx)
+        steps, self.w.steps = self.w.steps, saved
+        return steps
 
     def _on_when_expression(self, node: Node, ctx: Ctx) -> None:
         return  # branches we cannot decide are not run
