@@ -507,8 +507,10 @@ async def open_crowd(clients: list[_Client], *, reconnect: bool, concurrency: in
             client.start(reconnect=reconnect)
             assert client.task is not None
             opened = asyncio.create_task(client.opened.wait())
-            await asyncio.wait({opened, client.task}, return_when=asyncio.FIRST_COMPLETED)
-            opened.cancel()
+            try:
+                await asyncio.wait({opened, client.task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                opened.cancel()
 
     if not clients:
         return 0
