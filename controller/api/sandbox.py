@@ -18,7 +18,8 @@ may use are still decided per device by :func:`controller.auth.authorize`.
 
 At start-up (this router's lifespan, inside the app's: the store is open), runs left
 ``queued``/``running`` by a controller process that is gone are ended PENDING
-``controller_restarted`` (:mod:`controller.executor.recovery`).
+``controller_restarted`` (:mod:`controller.executor.recovery`); what they installed is
+uninstalled in the background once their devices' bridges are back.
 * ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the seed's
   ``sandbox_executor``.
 
@@ -30,6 +31,8 @@ environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); a test may set
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,7 +45,7 @@ from sqlalchemy import select
 
 from controller.auth import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
-from controller.executor.recovery import recover_runs
+from controller.executor.recovery import Recovered, clean_up, recover_runs
 from controller.store import Run, RunStatus, RunStep, new_id
 from protocol.errors import ErrorCode, RpcError
 
@@ -51,6 +54,7 @@ __all__ = ["close_executor", "executor_of", "instance_of", "recover", "router"]
 log = logging.getLogger("droidwire.controller.api.sandbox")
 
 MAX_RUNS = 200
+CLEANUP_WAIT_S = 120.0  # at least: devices of a recovered run get this long to come back
 _FINAL = (RunStatus.FINISHED.value, RunStatus.CANCELLED.value)
 
 
@@ -69,7 +73,7 @@ def instance_of(app: Any) -> str:
     return instance
 
 
-async def recover(app: Any) -> list[str]:
+async def recover(app: Any) -> list[Recovered]:
     """End the runs a dead controller process left unfinished (see the module docstring)."""
     store = getattr(app.state, "store", None)
     if store is None:
@@ -93,10 +97,29 @@ async def recover(app: Any) -> list[str]:
         return []
 
 
+async def _clean_up(app: Any, owed: list[Recovered]) -> None:
+    try:
+        executor = _executor(app)
+        settings = getattr(getattr(app.state, "config", None), "settings", None)
+        wait_s = max(float(getattr(settings, "grace_period_s", 0.0) or 0.0), CLEANUP_WAIT_S)
+        await clean_up(executor.gateway, app.state.store, owed, wait_s=wait_s)
+    except RpcError as exc:  # no hub: nothing to clean through
+        log.warning("cleanup after restart skipped: %s", exc)
+    except Exception:
+        log.exception("cleanup after restart failed")
+
+
 @asynccontextmanager
 async def _lifespan(app: Any) -> AsyncIterator[None]:
-    await recover(app)
-    yield
+    owed = [r for r in await recover(app) if r.packages]
+    task = asyncio.get_running_loop().create_task(_clean_up(app, owed)) if owed else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 router = APIRouter(prefix="/v1", tags=["sandbox"], lifespan=_lifespan)
@@ -104,7 +127,11 @@ router = APIRouter(prefix="/v1", tags=["sandbox"], lifespan=_lifespan)
 
 def executor_of(request: Request) -> SandboxExecutor:
     """The app's executor, created on first use over its hub."""
-    state = request.app.state
+    return _executor(request.app)
+
+
+def _executor(app: Any) -> SandboxExecutor:
+    state = app.state
     executor: SandboxExecutor | None = getattr(state, "executor", None)
     if executor is None:
         hub = getattr(state, "hub", None)
@@ -115,7 +142,7 @@ def executor_of(request: Request) -> SandboxExecutor:
 
         executor = SandboxExecutor(
             HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state),
-            instance=instance_of(request.app),
+            instance=instance_of(app),
         )
         state.executor = executor
     return executor

@@ -169,7 +169,11 @@ class _RecordingGateway:
         except Exception as exc:
             await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
             raise
-        await self.steps.end(step, "ok", ms=_ms_since(started))
+        extra: dict[str, Any] = {}
+        if method == "device.install" and isinstance(result, dict) and result.get("package"):
+            # Kept so that a controller restarted mid-run still knows what to uninstall.
+            extra["package"] = str(result["package"])
+        await self.steps.end(step, "ok", ms=_ms_since(started), **extra)
         return result
 
 

@@ -7,6 +7,10 @@ run whose controller process is gone: a PENDING result, ``reason_code``
 ``controller_restarted``, summary ``Inconclusive: controller_restarted (…)`` naming the step
 that was under way, status ``finished``, and its unfinished steps closed as ``failed``.
 
+The cleanup a dead run owed is still done: the packages its steps installed and did not
+uninstall are listed in the run's ``recovery`` step, and :func:`clean_up` uninstalls them
+once the device's bridge is back (the bridge's policy lets it: it installed them).
+
 Why not resume: the bridge does keep the result of an RPC in flight and re-sends it when the
 controller still waits for that request id (DESIGN.md §3), but the rest of the run — the
 fix loop's state, the device's queue, the cleanup owed — died with the process. Ending the
@@ -20,16 +24,22 @@ the database: a run is ended only when its replica is no longer alive (``alive``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select, update
 
+from controller.executor.gateway import Gateway
 from controller.executor.results import pending_result
+from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
+from protocol.errors import RpcError
 
-__all__ = ["REASON", "recover_runs"]
+__all__ = ["REASON", "Recovered", "clean_up", "recover_runs"]
 
 log = logging.getLogger("droidwire.controller.executor.recovery")
 
@@ -38,11 +48,23 @@ REASON = "controller_restarted"
 Alive = Callable[[str], Awaitable[bool]]
 
 
-async def recover_runs(store: Store, *, instance: str, alive: Alive | None = None) -> list[str]:
-    """End the runs left ``queued``/``running`` by controller processes that are gone; their
-    ids. ``instance`` is this process (its runs are left alone); ``alive(instance)`` says
-    whether another replica is still up (None: no other replica exists)."""
-    ended: list[str] = []
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A run ended by recovery, and the cleanup it still owes its device."""
+
+    run_id: str
+    device: str | None  # BRIDGE~SERIAL
+    packages: list[str] = field(default_factory=list)  # to uninstall, test package first
+    next_seq: int = 0  # the run's next step number
+
+
+async def recover_runs(
+    store: Store, *, instance: str, alive: Alive | None = None
+) -> list[Recovered]:
+    """End the runs left ``queued``/``running`` by controller processes that are gone.
+    ``instance`` is this process (its runs are left alone); ``alive(instance)`` says whether
+    another replica is still up (None: no other replica exists)."""
+    ended: list[Recovered] = []
     async with store.session() as session:
         runs = (
             await session.execute(
@@ -55,23 +77,37 @@ async def recover_runs(store: Store, *, instance: str, alive: Alive | None = Non
             continue
         if alive is not None and owner and await alive(owner):
             continue
-        await _end(store, run)
-        ended.append(run.id)
+        ended.append(await _end(store, run))
     if ended:
         log.warning("ended %d runs left unfinished by a controller restart: %s",
-                    len(ended), ended)
+                    len(ended), [r.run_id for r in ended])
     return ended
 
 
-async def _end(store: Store, run: Run) -> None:
+def _owed(steps: Sequence[RunStep]) -> list[str]:
+    """Packages the run's steps installed and did not uninstall, the last installed first."""
+    installed: list[str] = []
+    for s in steps:
+        detail = s.detail or {}
+        if s.kind != "rpc" or s.status != "ok":
+            continue
+        if detail.get("method") == "device.install" and detail.get("package"):
+            installed.append(str(detail["package"]))
+        elif detail.get("method") == "device.uninstall":
+            package = (detail.get("params") or {}).get("package")
+            if package in installed:
+                installed.remove(package)
+    return list(reversed(installed))
+
+
+async def _end(store: Store, run: Run) -> Recovered:
     async with store.session() as session, session.begin():
-        open_steps = (
+        steps = (
             await session.execute(
-                select(RunStep)
-                .where(RunStep.run_id == run.id, RunStep.status == "running")
-                .order_by(RunStep.seq)
+                select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
             )
         ).scalars().all()
+        open_steps = [s for s in steps if s.status == "running"]
         where = _describe(open_steps[-1]) if open_steps else f"while {run.status}"
         device: dict[str, Any] | None = None
         device_id = (run.request or {}).get("device_id")
@@ -85,19 +121,18 @@ async def _end(store: Store, run: Run) -> None:
             .where(RunStep.run_id == run.id, RunStep.status == "running")
             .values(status="failed", finished_at=now)
         )
-        seq = max((s.seq for s in open_steps), default=-1)
-        last = (
-            await session.execute(
-                select(RunStep.seq).where(RunStep.run_id == run.id).order_by(RunStep.seq.desc())
-            )
-        ).scalars().first()
+        seq = max((s.seq for s in steps), default=-1) + 1
+        owed = _owed(steps) if device_id else []
+        detail: dict[str, Any] = {"reason": REASON, "detail": f"the controller stopped {where}"}
+        if owed:
+            detail["cleanup"] = {"device": device_id, "packages": owed}
         session.add(
             RunStep(
                 run_id=run.id,
-                seq=max(seq, last if last is not None else -1) + 1,
+                seq=seq,
                 kind="recovery",
                 status="failed",
-                detail={"reason": REASON, "detail": f"the controller stopped {where}"},
+                detail=detail,
                 created_at=now,
                 finished_at=now,
             )
@@ -115,6 +150,60 @@ async def _end(store: Store, run: Run) -> None:
                 result=result,
                 finished_at=now,
             )
+        )
+
+
+    return Recovered(run.id, str(device_id) if device_id else None, owed, seq + 1)
+
+
+async def clean_up(
+    gateway: Gateway,
+    store: Store | None,
+    owed: Sequence[Recovered],
+    *,
+    wait_s: float,
+    poll_s: float = 0.25,
+    call_timeout_s: float = 30.0,
+) -> None:
+    """Uninstall what recovered runs left on their devices, each once its device is ready
+    again (its bridge reconnected), for at most ``wait_s``; a step in each run says how it
+    went. The hub has no "device ready" event, so its registry is looked at every ``poll_s``.
+    """
+    pending = [r for r in owed if r.device and r.packages]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while pending:
+        ready = {d.id: d for d in gateway.devices() if d.ready}
+        for item in [r for r in pending if r.device in ready]:
+            pending.remove(item)
+            device = ready[str(item.device)]
+            removed, failed = [], []
+            for package in item.packages:
+                try:
+                    await gateway.call(
+                        device.ref, "device.uninstall",
+                        {"serial": device.serial, "package": package},
+                        timeout_s=call_timeout_s,
+                    )
+                    removed.append(package)
+                except RpcError as exc:
+                    failed.append(f"{package}: {exc.code.value}")
+            await _note(store, item, "ok" if not failed else "failed",
+                        device=item.device, removed=removed, failed=failed)
+        if not pending:
+            return
+        if loop.time() >= deadline:
+            for item in pending:
+                await _note(store, item, "failed", device=item.device,
+                            detail="the device did not come back", packages=item.packages)
+            return
+        await asyncio.sleep(poll_s)
+
+
+async def _note(store: Store | None, item: Recovered, status: str, **detail: Any) -> None:
+    with contextlib.suppress(Exception):
+        await StepLog(store, [item.run_id], start_seq=item.next_seq).record(
+            "cleanup", status, **detail
         )
 
 

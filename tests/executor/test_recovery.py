@@ -1,7 +1,8 @@
 """Restart recovery: runs a dead controller left ``queued``/``running`` end PENDING
-``controller_restarted``; runs of this process and of live replicas are left alone. End to
-end: a controller process is SIGKILLed while a run waits on its compile, restarted on the
-same SQLite database, and the run is final — never stuck ``running``."""
+``controller_restarted``; runs of this process and of live replicas are left alone; what a
+dead run installed is listed as owed. End to end: a controller process is SIGKILLed while a
+run's tests are running, restarted on the same SQLite database; the run is final — never
+stuck ``running`` — and once the bridge is back its packages are uninstalled."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from controller.executor.recovery import REASON, recover_runs
 from controller.store import Run, RunStep, Store, utcnow
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
-from device_bridge.build import BuildService
 from tests.adb_support import AdbServer, ConnectedSim, free_port
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
@@ -51,16 +51,23 @@ async def test_runs_of_gone_controllers_end_pending(store: Store) -> None:
         await session.flush()
         session.add_all([
             RunStep(run_id="dead1", seq=0, kind="rpc", status="ok",
-                    detail={"method": "device.install"}, created_at=now, finished_at=now),
-            RunStep(run_id="dead1", seq=1, kind="rpc", status="running",
+                    detail={"method": "device.install", "package": "com.x"},
+                    created_at=now, finished_at=now),
+            RunStep(run_id="dead1", seq=1, kind="rpc", status="ok",
+                    detail={"method": "device.install", "package": "com.x.test"},
+                    created_at=now, finished_at=now),
+            RunStep(run_id="dead1", seq=2, kind="rpc", status="running",
                     detail={"method": "device.instrument"}, created_at=now),
         ])
 
     async def alive(replica: str) -> bool:
         return replica == "replica-b"
 
-    ended = await recover_runs(store, instance="me", alive=alive)
+    ended = {r.run_id: r for r in await recover_runs(store, instance="me", alive=alive)}
     assert sorted(ended) == ["dead1", "dead2"]
+    assert ended["dead1"].packages == ["com.x.test", "com.x"]  # the test package first
+    assert ended["dead1"].device == "desk~emu-1" and ended["dead1"].next_seq == 4
+    assert ended["dead2"].packages == []
     async with store.session() as session:
         runs = {r.id: r for r in (await session.execute(select(Run))).scalars()}
         steps = (await session.execute(
@@ -73,31 +80,32 @@ async def test_runs_of_gone_controllers_end_pending(store: Store) -> None:
     assert "during device.instrument" in runs["dead1"].result["summary"]
     assert runs["dead1"].result["summary"].startswith("Inconclusive: controller_restarted")
     assert [(s.seq, s.kind, s.status) for s in steps] == [
-        (0, "rpc", "ok"), (1, "rpc", "failed"), (2, "recovery", "failed")]
+        (0, "rpc", "ok"), (1, "rpc", "ok"), (2, "rpc", "failed"), (3, "recovery", "failed")]
+    assert steps[-1].detail["cleanup"] == {"device": "desk~emu-1",
+                                           "packages": ["com.x.test", "com.x"]}
     assert {runs[r].status for r in ("mine", "elsewhere")} == {"running"}
     assert runs["done"].status == "finished" and runs["done"].result is None
     # Idempotent: nothing more to end.
     assert await recover_runs(store, instance="me", alive=alive) == []
 
 
-class HangingBuild:
-    """A build service whose compiles wait until released: a run stays mid-compile."""
+class HangingDevices(AdbDevices):
+    """The bridge's adb layer, with instrumentations that wait until released: a run stays
+    in its tests with its packages installed."""
 
-    def __init__(self, inner: BuildService) -> None:
-        self.inner = inner
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def capabilities(self) -> dict[str, Any]:
-        return self.inner.capabilities()
-
-    async def compile(self, project: str | None, test_code: str, **kw: Any) -> Any:
+    async def instrument(self, *args: Any, **kw: Any) -> Any:
         self.started.set()
         await self.release.wait()
-        return await self.inner.compile(project, test_code, **kw)
+        return await super().instrument(*args, **kw)
+
+
+def packages_on(sim: ConnectedSim) -> set[str]:
+    return set(sim.call(lambda: list(sim.device.packages)))
 
 
 @pytest.mark.adb
@@ -108,15 +116,16 @@ async def test_kill_9_mid_run_then_restart_ends_the_run(
     db = f"sqlite:///{tmp_path / 'controller.db'}"
     controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
     await controller.start()
-    build = HangingBuild(build_service(tmp_path / "ws"))
-    adb = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
+    adb = HangingDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
+    before_run = packages_on(sim)
     try:
         async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
                                      timeout=WAIT_S) as http:
             made = await http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
             assert made.status_code == 201, made.text
             async with Bridge(host_config(f"ws://127.0.0.1:{controller.port}", adb_server),
-                              token=made.json()["token"], devices=adb, build=build,
+                              token=made.json()["token"], devices=adb,
+                              build=build_service(tmp_path / "ws"),
                               settings=SETTINGS) as bridge:
                 await bridge.wait_open(WAIT_S)
                 await wait_listed(http, sim.address, "device")
@@ -127,22 +136,34 @@ async def test_kill_9_mid_run_then_restart_ends_the_run(
                 assert started.status_code == 202, started.text
                 run_id = started.json()["run_id"]
                 async with asyncio.timeout(WAIT_S):
-                    await build.started.wait()  # the compile is on the bridge, unanswered
+                    await adb.started.wait()  # the tests run on the bridge, unanswered
                 before = (await http.get(f"/v1/runs/{run_id}")).json()
                 assert before["status"] == "running"
+                installed = packages_on(sim) - before_run
+                assert len(installed) == 2  # the app and its tests
 
                 await controller.kill9()
                 await controller.start()
                 after = (await http.get(f"/v1/runs/{run_id}")).json()
-                build.release.set()  # the bridge's late result finds nobody waiting for it
+                async with asyncio.timeout(WAIT_S):
+                    while True:  # polling over HTTP: the run's step log is all there is
+                        run = (await http.get(f"/v1/runs/{run_id}")).json()
+                        if run["steps"][-1]["kind"] == "cleanup":
+                            break
+                        await asyncio.sleep(0.05)
+                left = packages_on(sim) & installed
+                adb.release.set()  # the bridge's late result finds nobody waiting for it
     finally:
-        build.release.set()
+        adb.release.set()
         with contextlib.suppress(Exception):
             await controller.stop()
         await adb.aclose()
     assert after["status"] == "finished" and after["verdict"] == "PENDING", after
     result = after["result"]
     assert result["reason_code"] == REASON and result["run_id"] == run_id
-    assert "during workspace.compile" in result["summary"]
+    assert "during device.instrument" in result["summary"]
     assert all(s["status"] != "running" for s in after["steps"])
     assert after["steps"][-1]["kind"] == "recovery"
+    cleanup = run["steps"][-1]
+    assert cleanup["status"] == "ok", cleanup
+    assert set(cleanup["detail"]["removed"]) == installed and not left
