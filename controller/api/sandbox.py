@@ -265,7 +265,9 @@ async def _visible_run(request: Request, principal: Any, run_id: str) -> Run:
     if not run_id.isalnum() or len(run_id) > 64:
         raise RpcError(ErrorCode.NOT_FOUND, "no such run")
     async with request.app.state.store.session() as session:
-        run = (await session.execute(select(Run).where(Run.id == run_id))).scalar_one_or_none()
+        run: Run | None = (
+            await session.execute(select(Run).where(Run.id == run_id))
+        ).scalar_one_or_none()
     if run is None or not (principal.is_admin or run.user_id == principal.user_id):
         raise RpcError(ErrorCode.NOT_FOUND, "no such run")  # others' runs are not disclosed
     return run

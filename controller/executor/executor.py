@@ -355,16 +355,14 @@ class SandboxExecutor:
             devices, abort = [None], _Abort("skipped", "the test body could not be generated")
         else:
             usable, refusals = await self._usable_devices(principal)
-            context = {
-                "me": principal.user_id if principal is not None else None,
-                "owner_names": await self._owner_names(request.selectors),
-            }
-            chosen = select_devices(request.selectors, usable, **context)
+            me = principal.user_id if principal is not None else None
+            names = await self._owner_names(request.selectors)
+            chosen = select_devices(request.selectors, usable, me=me, owner_names=names)
             if chosen:
                 devices = list(chosen)
             else:
                 devices = [None]
-                abort = self._why_none(request.selectors, usable, context)
+                abort = self._why_none(request.selectors, usable, me, names)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -468,10 +466,14 @@ class SandboxExecutor:
         return {str(i): str(n) for i, n in rows}
 
     def _why_none(
-        self, selectors: Sequence[str], usable: Sequence[DeviceView], context: dict[str, Any]
+        self,
+        selectors: Sequence[str],
+        usable: Sequence[DeviceView],
+        me: str | None,
+        owner_names: Mapping[str, str],
     ) -> _Abort:
         named = (
-            select_devices(selectors, usable, only_ready=False, **context)
+            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names)
             if selectors else list(usable)
         )
         if not named:
@@ -924,7 +926,7 @@ class SandboxExecutor:
             _merge_retries(tests, retried)
             slices = slice_by_test(logcat.splitlines()) if logcat_ok else {}
             for test in tests:
-                test["logcat"] = slices.get((test["class"], test["name"]), "")
+                test["logcat"] = slices.get((str(test["class"]), str(test["name"])), "")
             result["tests"] = tests
             result["run_status"] = parsed.run_status
         result["timings"].update(timings)
