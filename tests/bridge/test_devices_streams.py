@@ -6,8 +6,10 @@ The reader thread reads a real socket (one end of a socketpair); a writer thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -157,6 +159,26 @@ def test_shell_v2_decoder_packets_split_anywhere() -> None:
 # LineStream over a socket
 
 
+Pair = tuple[socket.socket, socket.socket]
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """A socketpair: ours for the stream's reader, theirs for the writer playing adb.
+
+    Both are shut and closed whatever the test did: a socket left to the garbage collector
+    fails some later test with a ResourceWarning, and shutting them ends any thread still
+    reading or writing."""
+    ours, theirs = socket.socketpair()
+    try:
+        yield ours, theirs
+    finally:
+        for sock in (theirs, ours):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 def start_writer(sock: socket.socket, payload: bytes, *, close: bool = True) -> threading.Thread:
     def run() -> None:
         try:
@@ -179,8 +201,8 @@ async def collect(stream: LineStream) -> list[LogBatch]:
     return out
 
 
-async def test_stream_ten_thousand_lines_in_order_in_bounded_batches() -> None:
-    ours, theirs = socket.socketpair()
+async def test_stream_ten_thousand_lines_in_order_in_bounded_batches(pair: Pair) -> None:
+    ours, theirs = pair
     lines = [f"11-30 05:00:00.000  100  100 I Tag: line {i}" for i in range(10_000)]
     writer = start_writer(theirs, ("\n".join(lines) + "\n").encode())
     stream = LineStream(
@@ -196,8 +218,8 @@ async def test_stream_ten_thousand_lines_in_order_in_bounded_batches() -> None:
     assert sum(1 for b in batches if b.eof) == 1
 
 
-async def test_stream_hands_out_a_partial_batch_without_waiting_for_a_full_one() -> None:
-    ours, theirs = socket.socketpair()
+async def test_stream_hands_out_a_partial_batch_without_waiting_for_a_full_one(pair: Pair) -> None:
+    ours, theirs = pair
     theirs.sendall(b"a\nb\nc\n")
     stream = LineStream(
         ours, decoder=RawDecoder(), batch_lines=100, flush_s=0.01, max_lines=1000
@@ -211,8 +233,8 @@ async def test_stream_hands_out_a_partial_batch_without_waiting_for_a_full_one()
         theirs.close()
 
 
-async def test_stream_aclose_stops_a_reader_blocked_on_a_full_buffer() -> None:
-    ours, theirs = socket.socketpair()
+async def test_stream_aclose_stops_a_reader_blocked_on_a_full_buffer(pair: Pair) -> None:
+    ours, theirs = pair
     theirs.setblocking(False)
     payload = b"x\n" * 50_000
     writer = start_writer(theirs, payload, close=False)
@@ -239,8 +261,8 @@ async def test_stream_aclose_stops_a_reader_blocked_on_a_full_buffer() -> None:
     writer.join(WAIT_S)
 
 
-async def test_stream_v2_carries_the_exit_code() -> None:
-    ours, theirs = socket.socketpair()
+async def test_stream_v2_carries_the_exit_code(pair: Pair) -> None:
+    ours, theirs = pair
     payload = v2_packet(1, b"INSTRUMENTATION_STATUS_CODE: 1\n") + v2_packet(
         1, b"INSTRUMENTATION_CODE: -1\n"
     )
@@ -259,8 +281,8 @@ async def test_stream_v2_carries_the_exit_code() -> None:
     theirs.close()
 
 
-async def test_stream_reports_drops_when_the_consumer_stalls() -> None:
-    ours, theirs = socket.socketpair()
+async def test_stream_reports_drops_when_the_consumer_stalls(pair: Pair) -> None:
+    ours, theirs = pair
     start_writer(theirs, b"".join(f"{i}\n".encode() for i in range(1000)))
     stream = LineStream(
         ours, decoder=RawDecoder(), batch_lines=50, flush_s=0.01, max_lines=50, stall_s=0
@@ -272,10 +294,12 @@ async def test_stream_reports_drops_when_the_consumer_stalls() -> None:
     assert stream.dropped == sum(b.dropped for b in batches)
 
 
-async def test_a_consumer_away_loses_every_overflowing_line_after_one_stall_and_is_told() -> None:
+async def test_an_absent_consumer_loses_the_overflow_after_one_stall_and_is_told(
+    pair: Pair,
+) -> None:
     """The reader waits ``stall_s`` once, then drops whatever overflows (never one line per
     stall, which would stall the device as well); the next batch counts the gap."""
-    ours, theirs = socket.socketpair()
+    ours, theirs = pair
     start_writer(theirs, b"".join(f"{i}\n".encode() for i in range(1000)))
     finished = threading.Event()
     stream = LineStream(
