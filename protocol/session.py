@@ -448,9 +448,16 @@ class ControllerSession(_Session):
 
     # -- lifecycle
 
-    def frames_to_send(self) -> list[Frame]:
+    @property
+    def acks_waiting(self) -> int:
+        """Result ids received and not yet acked."""
+        return len(self._acks)
+
+    def frames_to_send(self, *, acks: bool = True) -> list[Frame]:
+        """Drain the frames to send; ``acks=False`` keeps the acks for a later drain (the I/O
+        layer batches them on a short timer: one ``ack`` per many results, not one each)."""
         out = super().frames_to_send()
-        while self._acks:
+        while self._acks and (acks or len(self._acks) >= ACK_BATCH):
             batch, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
             out.append(Ack.model_construct(ids=batch))  # ids of validated results
         return out

@@ -61,7 +61,14 @@ from protocol.errors import (
     UnexpectedFrame,
 )
 from protocol.methods import METHODS, DevicesChanged, LogBatch
-from protocol.session import Completion, ControllerSession, Duplicate, Liveness, Resume
+from protocol.session import (
+    ACK_BATCH,
+    Completion,
+    ControllerSession,
+    Duplicate,
+    Liveness,
+    Resume,
+)
 from protocol.settings import Settings
 
 __all__ = ["BridgeEntry", "BridgeState", "ClusterHooks", "Connection", "Hub"]
@@ -70,6 +77,10 @@ log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
 _LIVENESS_TICKS = 4
+# Acks are batched (DESIGN.md §3 only needs them eventually: an unacked result is re-sent on
+# resume and dropped as no longer waited for): one ``ack`` frame per this delay, or at once
+# when ACK_BATCH ids wait, instead of one frame per result on the RPC hot path.
+ACK_DELAY_S = 0.02
 # A resumed logcat stream asks for at most this many lines of the buffer's tail (the
 # protocol's bound on ``tail``).
 RESYNC_TAIL_MAX = 5000
@@ -93,6 +104,21 @@ class HubMetrics:
         self.reconnects = Counter(
             "droidwire_bridge_connections", "Bridge connections accepted", registry=registry
         )
+        # Labelled children by label values: ``labels()`` takes a lock and builds a key on
+        # every call, which showed on the RPC hot path (the label sets are small and fixed).
+        self._calls: dict[tuple[str, str], Any] = {}
+        self._durations: dict[str, Any] = {}
+
+    def call_done(self, method: str, outcome: str, seconds: float) -> None:
+        """Count one finished call (``method`` a registered name or ``<unknown>``)."""
+        counter = self._calls.get((method, outcome))
+        if counter is None:
+            counter = self._calls[(method, outcome)] = self.calls.labels(method, outcome)
+        counter.inc()
+        histogram = self._durations.get(method)
+        if histogram is None:
+            histogram = self._durations[method] = self.duration.labels(method)
+        histogram.observe(seconds)
 
 
 class BridgeState(StrEnum):
@@ -110,6 +136,23 @@ class Connection:
         self.kicked = asyncio.Event()  # someone decided to close this connection
         self.close_code: int | None = None
         self.close_reason = ""
+        self.ack_due = False  # the batched acks go out with the next drain
+        self.ack_timer: asyncio.TimerHandle | None = None
+
+    def ack_soon(self) -> None:
+        """Results were received: their ack goes out within ACK_DELAY_S."""
+        if self.ack_timer is None and not self.ack_due:
+            self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack_now)
+
+    def _ack_now(self) -> None:
+        self.ack_timer = None
+        self.ack_due = True
+        self.wake.set()
+
+    def stop_timers(self) -> None:
+        if self.ack_timer is not None:
+            self.ack_timer.cancel()
+            self.ack_timer = None
 
     def kick(self, code: int, reason: str) -> None:
         """Close this connection with ``code`` (first decision wins)."""
@@ -350,8 +393,7 @@ class Hub:
         finally:
             spec_known = method in METHODS
             name = method if spec_known else "<unknown>"
-            self.metrics.calls.labels(name, outcome).inc()
-            self.metrics.duration.labels(name).observe(loop.time() - pending.created)
+            self.metrics.call_done(name, outcome, loop.time() - pending.created)
 
     async def device_call(
         self,
@@ -529,6 +571,7 @@ class Hub:
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            conn.stop_timers()
             for task in tasks:
                 task.cancel()
             for result in await asyncio.gather(*tasks, return_exceptions=True):
@@ -618,10 +661,10 @@ class Hub:
             if isinstance(outcome, Completion):
                 self._complete(entry, outcome)
                 if entry.conn is conn:
-                    conn.wake.set()  # the ack
+                    self._ack(entry, conn)
             elif isinstance(outcome, Duplicate):
                 log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
-                conn.wake.set()
+                self._ack(entry, conn)
             elif isinstance(outcome, Evt):
                 await self._on_event(entry, outcome)
             elif isinstance(outcome, Resume):
@@ -656,13 +699,23 @@ class Hub:
             conn.wake.clear()
             if entry.conn is not conn:
                 return
-            for frame in entry.session.frames_to_send():
+            acks = conn.ack_due
+            conn.ack_due = False
+            for frame in entry.session.frames_to_send(acks=acks):
                 try:
                     data = self.codec.encode(frame)
                 except (EncodeError, DecodeError) as exc:  # FrameTooLarge is a DecodeError
                     self._unsendable(entry, frame, exc)
                     continue
                 await conn.ws.send_bytes(data)
+
+    def _ack(self, entry: BridgeEntry, conn: Connection) -> None:
+        if entry.session.acks_waiting >= ACK_BATCH:
+            conn.stop_timers()
+            conn.ack_due = True
+            conn.wake.set()
+        else:
+            conn.ack_soon()
 
     def _unsendable(self, entry: BridgeEntry, frame: Any, exc: Exception) -> None:
         log.warning("bridge %s: cannot send %s frame: %s", entry.name, frame.t, exc)
