@@ -4,8 +4,8 @@ clients reconnecting to a restarted bare server; and ``loop_delay_p99_ms`` meanw
 N = 5,000 (full) or 300 (quick) lightweight bridges (see :mod:`bench.stack`: the real
 handshake and hello/welcome, one token each) hold connections to a controller in a process of
 its own. A restart is a rolling one on one port: the next controller process starts and
-listens with ``SO_REUSEPORT`` beside the current one, then the current one gets SIGTERM — it
-stops listening, closes every bridge (uvicorn's shutdown) and exits. Each bridge reconnects
+listens with ``SO_REUSEPORT`` beside the current one, then (the clock starts) the current
+one gets SIGTERM — it stops listening, closes every bridge (uvicorn's shutdown) and exits. Each bridge reconnects
 with the bridge's own policy (first retry within ``backoff_first_max_s``, then full-jitter
 exponential backoff, :func:`protocol.settings.backoff`). The figure is the time from the
 SIGTERM until the last of the N has its ``welcome``; refusals are failed attempts meanwhile.
@@ -90,17 +90,18 @@ class _Side:
         # Those not connected in time were stopped: the storm counts the ones that were.
         self.clients = [c for c in self.clients if c.opened.is_set()]
         self.n = len(self.clients)
-        self._prepare()
 
     def _prepare(self) -> None:
-        """Start the next server now, listening beside the current one (SO_REUSEPORT): no
-        connection is being made until the restart, and then the current one has stopped
-        listening, so every reconnect lands on the new one."""
+        """Start the next server, to listen beside the current one (SO_REUSEPORT). Only right
+        before the restart: a server listening early would take the reconnects of bridges
+        that drop meanwhile (keepalive timeouts on a loaded machine)."""
         self.next = self._process()
         self.starting = asyncio.create_task(self.next.start())
 
-    async def restart(self, *, again: bool) -> None:
-        assert self.server is not None and self.starting is not None
+    async def restart(self) -> None:
+        assert self.server is not None
+        self._prepare()
+        assert self.starting is not None
         old = self.server
         new = await self.starting
         await new.loop_window()  # start its window now
@@ -119,8 +120,6 @@ class _Side:
         await old.wait()
         self.server = new
         self.next = self.starting = None
-        if again:
-            self._prepare()
 
     async def close(self) -> None:
         await close_crowd(self.clients)
@@ -145,10 +144,9 @@ async def _run(n: int, reps: int) -> list[dict[str, Any]]:
         try:
             await start_all(ours.first(), bare.first())
             await asyncio.gather(ours.open(), bare.open())
-            for rep in range(reps):
-                again = rep < reps - 1
-                await ours.restart(again=again)
-                await bare.restart(again=again)
+            for _ in range(reps):
+                await ours.restart()
+                await bare.restart()
         finally:
             await ours.close()
             await bare.close()
