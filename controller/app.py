@@ -180,9 +180,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hub = hub
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
+            # When a replica dies, one survivor ends the runs it left unfinished.
             from controller.cluster import Cluster
 
-            hub.cluster = await stack.enter_async_context(Cluster(config.redis_url, hub=hub))
+            async def replica_lost(_replicas: list[str]) -> None:
+                await sandbox.recover(app)
+
+            hub.cluster = await stack.enter_async_context(
+                Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
+            )
             stack.callback(setattr, hub, "cluster", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)

@@ -7,6 +7,9 @@ Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
 ``settings.cluster_ttl_s``, renewed every ``settings.cluster_heartbeat_s``):
 
 * ``P:replica:RID`` — the replica is alive (a string, with TTL);
+* ``P:replicas`` — the set of replica ids that joined; a member whose liveness key is gone
+  died: the one replica whose ``SREM`` removes it runs ``on_replica_lost`` (e.g. ending the
+  dead replica's unfinished runs in the shared store);
 * ``P:bridge:BID`` — a hash: ``owner`` (``RID/CLAIM``, the replica and the connection that
   hold the bridge's one session), ``replica``, ``name``, ``owner_id``, ``devices`` (JSON
   inventory); with TTL, so a dead replica's bridges vanish from listings on their own;
@@ -30,6 +33,7 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -146,7 +150,14 @@ def _error(e: Any) -> RpcError:
 class Cluster:
     """One replica's membership: heartbeat, bridge ownership, forwarding. An async context."""
 
-    def __init__(self, redis_url: str, *, hub: Hub, replica_id: str | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        hub: Hub,
+        replica_id: str | None = None,
+        on_replica_lost: Callable[[list[str]], Awaitable[Any]] | None = None,
+    ) -> None:
         parsed = parse_redis_url(redis_url)
         self.prefix = parsed.prefix
         self.redis: Redis = Redis.from_url(parsed.url)
@@ -163,6 +174,7 @@ class Cluster:
         self._listener: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        self._on_replica_lost = on_replica_lost
         self._claim = self.redis.register_script(_CLAIM)
         self._renew = self.redis.register_script(_RENEW)
         self._inventory = self.redis.register_script(_INVENTORY)
@@ -216,6 +228,7 @@ class Cluster:
                 await self._release(keys=[self._k("bridge", bridge_id), self._k("bridges")],
                                     args=[claim, bridge_id])
             await self.redis.delete(self._k("replica", self.replica_id))
+            await self.redis.srem(self._k("replicas"), self.replica_id)
         self._claims.clear()
         with contextlib.suppress(RedisError, OSError, RuntimeError):
             await self._pubsub.aclose()
@@ -225,9 +238,15 @@ class Cluster:
 
     # -- heartbeat
 
+    async def replica_alive(self, replica_id: str) -> bool:
+        """Whether ``replica_id``'s liveness key is still there (it heartbeats, or died less
+        than a TTL ago)."""
+        return bool(await self.redis.exists(self._k("replica", replica_id)))
+
     async def _beat(self) -> None:
         await self.redis.set(self._k("replica", self.replica_id),
                              json.dumps({"pid": os.getpid()}), px=self._ttl_ms)
+        await self.redis.sadd(self._k("replicas"), self.replica_id)
         for bridge_id, (conn, claim) in list(self._claims.items()):
             entry = self.hub.entry(bridge_id)
             if entry is None or entry.conn is not conn:
@@ -247,12 +266,36 @@ class Cluster:
                 await self.inventory(entry)
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        # ``not self._closed``, not ``True``: redis-py may turn a cancellation in the middle
+        # of a command into a connection error, which must not keep a leaving replica beating.
+        while not self._closed:
             await asyncio.sleep(self.settings.cluster_heartbeat_s)
             try:
                 await self._beat()
+                lost = await self._reap()
             except (RedisError, OSError) as exc:
                 log.warning("cluster: heartbeat failed: %s", exc)
+                continue
+            if lost and self._on_replica_lost is not None:
+                try:
+                    await self._on_replica_lost(lost)
+                except Exception:  # a failing clean-up must not stop the heartbeat
+                    log.exception("cluster: clean-up after lost replicas %s failed", lost)
+
+    async def _reap(self) -> list[str]:
+        """Replicas whose liveness key expired, each reported by exactly one survivor (the
+        one whose ``SREM`` removed it)."""
+        members = [m.decode(errors="replace")
+                   for m in await self.redis.smembers(self._k("replicas"))]
+        lost = []
+        for replica in members:
+            if replica == self.replica_id or await self.replica_alive(replica):
+                continue
+            if await self.redis.srem(self._k("replicas"), replica):
+                log.warning("cluster: replica %s is gone (no heartbeat for %gs)", replica,
+                            self.settings.cluster_ttl_s)
+                lost.append(replica)
+        return lost
 
     # -- hooks called by the hub
 
@@ -409,7 +452,7 @@ class Cluster:
     # -- the listening side
 
     async def _listen(self) -> None:
-        while True:
+        while not self._closed:  # see _heartbeat_loop
             try:
                 message = await self._pubsub.get_message(timeout=None)
             except (RedisError, OSError) as exc:

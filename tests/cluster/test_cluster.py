@@ -190,6 +190,9 @@ async def test_forwarding_one_session_and_failover(cluster: Cluster) -> None:
     out = await shell(api_a, device["id"], "one-session")  # A forwards to B now
     assert out["stdout"].strip() == "one-session"
 
+    # A run B was working on (its row names B as its controller): B's death ends it.
+    run_id = await running_run_of(cluster.db_url, id_b)
+
     # B dies without a word: the bridge re-homes to A, calls work again, B's keys expire.
     await b.kill9()
     await until(lambda: _is(cluster.redis.holder(bridge_id), id_a), "bridge back on A",
@@ -200,6 +203,34 @@ async def test_forwarding_one_session_and_failover(cluster: Cluster) -> None:
     await until(lambda: _is(cluster.redis.client.exists(
         f"{cluster.redis.prefix}:replica:{id_b}"), 0), "dead replica's key expired", cluster)
     assert second.returncode is None  # the bridge never gave up
+    # A survivor noticed B's death and ended B's unfinished run in the shared store.
+    response = None
+
+    async def run_finished() -> bool:
+        nonlocal response
+        response = (await api_a.get(f"/v1/runs/{run_id}")).json()
+        return bool(response.get("status") == "finished")
+
+    await until(run_finished, "the dead replica's run ended", cluster)
+    assert response is not None
+    result = response.get("result") or {}
+    assert result.get("verification_status") == "PENDING"
+    assert result.get("reason_code") == "controller_restarted"
+
+
+async def running_run_of(db_url: str, replica: str) -> str:
+    """A run row left ``running`` by ``replica`` (as its executor records it)."""
+    from controller.store import Run, Store
+
+    store = Store(db_url)
+    try:
+        async with store.session() as session, session.begin():
+            run = Run(status="running", request={"controller": replica})
+            session.add(run)
+            await session.flush()
+            return str(run.id)
+    finally:
+        await store.close()
 
 
 async def _is(value: Awaitable[Any], expected: Any) -> bool:

@@ -1,0 +1,238 @@
+"""The cluster's routing pieces over real Redis, in one process: two :class:`Cluster`
+members (their own prefix, removed afterwards) in front of stand-in hubs that record calls.
+
+Forwarded calls and typed errors, a replica with nobody listening, a replica that dies while a
+call waits, malformed messages, session ownership (4409 across replicas, no take-back by a
+stale replica), the cluster-wide device overlay, and the one survivor reporting a lost replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from controller.auth import DeviceRef
+from controller.cluster import Cluster, parse_redis_url
+from protocol.closecodes import CloseCode
+from protocol.envelope import DeviceInfo
+from protocol.errors import ErrorCode, RpcError
+from tests.conftest import TIME_SCALE, require_service
+from tests.controller.test_hub_support import fast_settings
+
+SETTINGS = fast_settings(cluster_heartbeat_s=0.05 * TIME_SCALE, cluster_ttl_s=0.4 * TIME_SCALE)
+WAIT_S = 10.0 * TIME_SCALE
+
+
+class Conn:
+    def __init__(self) -> None:
+        self.kicked = asyncio.Event()
+        self.code: int | None = None
+
+    def kick(self, code: int, reason: str) -> None:
+        self.code = code
+        self.kicked.set()
+
+
+@dataclass(eq=False)
+class Entry:
+    id: str
+    name: str = "desk"
+    owner_id: str = "u1"
+    conn: Conn | None = field(default_factory=Conn)
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+
+
+class StandInHub:
+    """What a Cluster uses of its hub: settings, entries, and ``call`` (recorded)."""
+
+    def __init__(self) -> None:
+        self.settings = SETTINGS
+        self.entries: dict[str, Entry] = {}
+        self.calls: list[tuple[Any, str, dict[str, Any], bool]] = []
+        self.answer: Any = {"ok": True}
+        self.block = asyncio.Event()
+
+    def entry(self, bridge_id: str) -> Entry | None:
+        return self.entries.get(bridge_id)
+
+    async def call(self, target: Any, method: str, params: dict[str, Any], *,
+                   timeout_s: float | None = None, route: bool = True) -> dict[str, Any]:
+        self.calls.append((target, method, params, route))
+        if self.answer == "block":
+            await self.block.wait()
+            return {}
+        if isinstance(self.answer, RpcError):
+            raise self.answer
+        return dict(self.answer)
+
+
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    base = require_service("REDIS_URL")
+    prefix = f"dwtest-{secrets.token_hex(6)}"
+    sep = "&" if "?" in base else "?"
+    yield f"{base}{sep}prefix={prefix}"
+    client = Redis.from_url(base)
+    keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+async def member(url: str, **kwargs: Any) -> tuple[Cluster, StandInHub]:
+    hub = StandInHub()
+    cluster = Cluster(url, hub=hub, **kwargs)  # type: ignore[arg-type]
+    await cluster.__aenter__()
+    return cluster, hub
+
+
+async def crash(cluster: Cluster) -> None:
+    """Stop a member as SIGKILL would: no goodbye, its keys left to expire."""
+    cluster._closed = True
+    tasks = [cluster._listener, cluster._heartbeat, *cluster._serving.values()]
+    for task in tasks:
+        assert task is not None
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await cluster._pubsub.aclose()  # its channel has no subscriber any more
+    await cluster.redis.aclose()
+
+
+@pytest.fixture
+async def pair(redis_url: str) -> AsyncIterator[tuple[Cluster, StandInHub, Cluster, StandInHub]]:
+    a, hub_a = await member(redis_url)
+    b, hub_b = await member(redis_url)
+    try:
+        yield a, hub_a, b, hub_b
+    finally:
+        await a.close()
+        await b.close()
+
+
+def test_redis_url_prefix() -> None:
+    parsed = parse_redis_url("redis://:pw@127.0.0.1:6379/2?prefix=lab-1&socket_timeout=5")
+    assert parsed.prefix == "lab-1"
+    assert parsed.url == "redis://:pw@127.0.0.1:6379/2?socket_timeout=5"
+    assert parse_redis_url("redis://127.0.0.1").prefix == "droidwire"
+    for bad in ("http://127.0.0.1", "redis://h?prefix=", "redis://h?prefix=a%20b",
+                "redis://h?prefix=" + "x" * 65):
+        with pytest.raises(ValueError):
+            parse_redis_url(bad)
+
+
+async def test_a_forwarded_call_runs_on_the_holder_and_its_result_comes_back(pair: Any) -> None:
+    a, _hub_a, b, hub_b = pair
+    ref = DeviceRef("bridge-1", "emulator-5554", "u1", "desk")
+    hub_b.answer = {"exit_code": 0, "stdout": "hi\n", "blob": b"\x00\x01"}
+    result = await a.forward(b.replica_id, ref, "device.shell", {"argv": ["echo", "hi"]})
+    assert result == {"exit_code": 0, "stdout": "hi\n", "blob": b"\x00\x01"}
+    ((target, method, params, route),) = hub_b.calls
+    assert (target, method, params, route) == (ref, "device.shell", {"argv": ["echo", "hi"]},
+                                               False)  # the holder never forwards again
+
+    hub_b.answer = RpcError(ErrorCode.FORBIDDEN, "not on the allow-list", {"rule": "allow"})
+    with pytest.raises(RpcError) as refused:
+        await a.forward(b.replica_id, "bridge-1", "bridge.info", {})
+    assert refused.value.code is ErrorCode.FORBIDDEN
+    assert refused.value.data == {"rule": "allow"}
+
+
+async def test_a_replica_nobody_listens_for_is_unavailable_at_once(pair: Any) -> None:
+    a, *_ = pair
+    with pytest.raises(RpcError) as gone:
+        await a.forward("no-such-replica", "bridge-1", "bridge.info", {})
+    assert gone.value.code is ErrorCode.UNAVAILABLE
+    assert gone.value.data == {"reason": "replica_unreachable"}
+
+
+async def test_a_replica_dying_during_a_call_fails_it_unavailable(redis_url: str) -> None:
+    a, _ = await member(redis_url)
+    b, hub_b = await member(redis_url)
+    try:
+        hub_b.answer = "block"
+        call = asyncio.create_task(a.forward(b.replica_id, "bridge-1", "bridge.info", {}))
+        async with asyncio.timeout(WAIT_S):
+            while not hub_b.calls:  # noqa: ASYNC110 - the other member's state
+                await asyncio.sleep(0.005)
+        await crash(b)
+        with pytest.raises(RpcError) as lost:
+            await asyncio.wait_for(call, WAIT_S)
+        assert lost.value.code is ErrorCode.UNAVAILABLE
+    finally:
+        hub_b.block.set()
+        await a.close()
+
+
+async def test_malformed_messages_are_dropped(pair: Any) -> None:
+    a, _hub_a, b, hub_b = pair
+    for junk in (b"\xc1", b"\x93\x01\x02\x03", b"not msgpack at all \xff",
+                 b"\x81\xa1k\xa3req"):  # a req without id or sender
+        await a.redis.publish(b.channel(b.replica_id), junk)
+    assert await a.forward(b.replica_id, "bridge-1", "bridge.info", {}) == {"ok": True}
+    assert len(hub_b.calls) == 1
+
+
+async def test_a_newer_session_elsewhere_closes_ours_with_4409(pair: Any) -> None:
+    a, hub_a, b, hub_b = pair
+    old = hub_a.entries["bridge-1"] = Entry("bridge-1")
+    await a.claimed(old)  # type: ignore[arg-type]
+    old.devices = {"emulator-5554": DeviceInfo(serial="emulator-5554", state="device")}
+    await a.inventory(old)  # type: ignore[arg-type]
+    assert await b.owner_elsewhere("bridge-1") == a.replica_id
+    assert await a.owner_elsewhere("bridge-1") is None
+    (record,) = await b.remote_devices()
+    assert (record.bridge_id, record.serial, record.state, record.bridge) == (
+        "bridge-1", "emulator-5554", "device", "desk")
+    assert await a.remote_devices() == []  # its own bridges are the hub's to list
+
+    new = hub_b.entries["bridge-1"] = Entry("bridge-1")
+    await b.claimed(new)  # type: ignore[arg-type]
+    assert old.conn is not None
+    await asyncio.wait_for(old.conn.kicked.wait(), WAIT_S)
+    assert old.conn.code == CloseCode.REPLACED
+    assert await a.owner_elsewhere("bridge-1") == b.replica_id
+    # The old holder's heartbeat and release never take the bridge back.
+    await a._beat()
+    await a.released(old)  # type: ignore[arg-type]
+    assert await a.owner_elsewhere("bridge-1") == b.replica_id
+    assert new.conn is not None and not new.conn.kicked.is_set()
+    await b.inventory(new)  # type: ignore[arg-type]
+    assert await a.remote_devices() == []  # the new session has not reported devices yet
+
+
+async def test_a_lost_replica_is_reported_by_one_survivor(redis_url: str) -> None:
+    reports: list[tuple[str, list[str]]] = []
+    reported = asyncio.Event()
+
+    def reporter(name: str) -> Any:
+        async def lost(replicas: list[str]) -> None:
+            reports.append((name, replicas))
+            reported.set()
+        return lost
+
+    a, _ = await member(redis_url, on_replica_lost=reporter("a"))
+    b, _ = await member(redis_url, on_replica_lost=reporter("b"))
+    c, hub_c = await member(redis_url)
+    hub_c.entries["bridge-9"] = entry = Entry("bridge-9")
+    await c.claimed(entry)  # type: ignore[arg-type]
+    try:
+        await crash(c)
+        await asyncio.wait_for(reported.wait(), WAIT_S)
+        # Its bridge's key expired with it: nobody routes there any more.
+        async with asyncio.timeout(WAIT_S):
+            while await a.owner_elsewhere("bridge-9") is not None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        # Let both heartbeats run a few more times: still one report.
+        for _ in range(3):
+            await a._reap()
+            await b._reap()
+        assert [replicas for _, replicas in reports] == [[c.replica_id]]
+    finally:
+        await a.close()
+        await b.close()
