@@ -139,6 +139,10 @@ def _unpack(data: Any) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 def _error(e: Any) -> RpcError:
     if not isinstance(e, dict):
         return RpcError(ErrorCode.INTERNAL, "a replica sent a malformed error")
@@ -285,8 +289,7 @@ class Cluster:
     async def _reap(self) -> list[str]:
         """Replicas whose liveness key expired, each reported by exactly one survivor (the
         one whose ``SREM`` removed it)."""
-        members = [m.decode(errors="replace")
-                   for m in await self.redis.smembers(self._k("replicas"))]
+        members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
         lost = []
         for replica in members:
             if replica == self.replica_id or await self.replica_alive(replica):
@@ -361,8 +364,7 @@ class Cluster:
             return []
 
     async def _remote_devices(self) -> list[DeviceRecord]:
-        ids = sorted(b.decode(errors="replace") for b in await self.redis.smembers(
-            self._k("bridges")))
+        ids = sorted(_text(b) for b in await self.redis.smembers(self._k("bridges")))
         if not ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -489,9 +491,9 @@ class Cluster:
             self._serving[key] = task
             task.add_done_callback(lambda _t: self._serving.pop(key, None))
         elif kind == "cancel":
-            task = self._serving.get((str(body.get("from")), str(body.get("id"))))
-            if task is not None:
-                task.cancel()
+            serving = self._serving.get((str(body.get("from")), str(body.get("id"))))
+            if serving is not None:
+                serving.cancel()
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
 
