@@ -117,7 +117,7 @@ def _fast_event(obj: dict[str, Any]) -> Evt:
         raise DecodeError("invalid evt frame: bad channel", kind="evt")
     if type(seq) is not int or seq < 0:
         raise DecodeError("invalid evt frame: bad seq", kind="evt")
-    return Evt.model_construct(ch=ch, seq=seq, d=obj.get("d"))
+    return Evt.trusted(ch=ch, seq=seq, d=obj.get("d"))  # ch and seq checked above
 
 
 def _id_of(obj: dict[str, Any]) -> str | None:

@@ -168,9 +168,9 @@ class Pending:
     sent_session: str | None = None  # the bridge session it was last sent on; None: never sent
 
     def frame(self) -> Req:
-        # Trusted: register() checked the id, the method name and (normally) the params, so
+        # Trusted (no validation): register() checked the id, the method name and (normally) the params, so
         # the hot path does not validate our own frame a second time.
-        return Req.model_construct(id=self.id, m=self.method, p=self.params)
+        return Req.trusted(id=self.id, m=self.method, p=self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +459,7 @@ class ControllerSession(_Session):
         out = super().frames_to_send()
         while self._acks and (acks or len(self._acks) >= ACK_BATCH):
             batch, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
-            out.append(Ack.model_construct(ids=batch))  # ids of validated results
+            out.append(Ack.trusted(ids=batch))  # ids of validated results
         return out
 
     def connection_lost(self) -> None:
@@ -538,6 +538,9 @@ class BridgeSession(_Session):
 
     def running_ids(self) -> list[str]:
         return list(self._running)
+
+    def is_running(self, request_id: str) -> bool:
+        return request_id in self._running
 
     def is_finished(self, request_id: str) -> bool:
         return request_id in self._finished
@@ -670,9 +673,9 @@ class BridgeSession(_Session):
         # Trusted: the id was admitted (a valid request id), exactly one of r / e is set here,
         # and the error body is built (validated) by ErrorBody.from_error.
         if isinstance(outcome, RpcError):
-            res = Res.model_construct(id=request_id, e=ErrorBody.from_error(outcome))
+            res = Res.trusted(id=request_id, e=ErrorBody.from_error(outcome))
         else:
-            res = Res.model_construct(id=request_id, r=outcome)
+            res = Res.trusted(id=request_id, r=outcome)
         self._outbox[request_id] = res
         while len(self._outbox) > self.settings.outbox_max:
             oldest, _ = self._outbox.popitem(last=False)
@@ -737,7 +740,7 @@ class BridgeSession(_Session):
         """Queue an ``evt`` on ``ch`` with the channel's next ``seq``. Only when open:
         stream producers check :attr:`is_open` and count what they drop meanwhile."""
         self._require("send an event", State.OPEN)
-        evt = Evt.model_construct(ch=ch, seq=self.next_seq(ch), d=d)
+        evt = Evt.trusted(ch=ch, seq=self.next_seq(ch), d=d)
         self._out.append(evt)
         return evt
 

@@ -53,3 +53,20 @@ def test_register_checks_what_the_trusted_req_frame_no_longer_does() -> None:
     with pytest.raises(InvalidState):
         c.register("ping", {}, now=0, request_id="not-a-uuid")
     assert c.pending_count == 0
+
+
+def test_is_running_follows_admission_and_completion() -> None:
+    c = ControllerSession(bridge_id="bridge-1")
+    b = BridgeSession()
+    c.connection_made()
+    b.connection_made()
+    c.receive(b.make_hello(software="t"), 0)
+    [welcome] = c.frames_to_send()
+    b.receive(welcome, 0)
+    p = c.register("ping", {}, now=0)
+    [req] = c.frames_to_send()
+    assert not b.is_running(p.id)
+    b.receive(req, 1)
+    assert b.is_running(p.id)
+    b.complete(p.id, {"payload": b""}, now=2)
+    assert not b.is_running(p.id)
