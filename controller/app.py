@@ -38,6 +38,7 @@ from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
+from controller.redact import install_access_log_redaction
 from controller.store import Store, Token
 from controller.web import router as web_router
 from protocol.closecodes import CloseCode
@@ -213,6 +214,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
         redoc_url=None,
         responses=ERROR_RESPONSES,  # every route declares the typed error body
     )
+    install_access_log_redaction()  # a token wrongly put in a URL never reaches the log
     app.state.config = config
     app.state.metrics = Metrics()
     app.state.revocation_hooks = []  # list[RevocationHook]: called after a token is revoked

@@ -112,6 +112,7 @@ class Rule(StrEnum):
     SHELL_INTERPRETER = "shell_interpreter"
     COMMAND_WRAPPER = "command_wrapper"
     RM_ROOT = "rm_root"
+    ENV_ASSIGNMENT = "env_assignment"
     # Profiles.
     SHELL_NOT_ALLOWED = "shell_not_allowed"
     NOT_ALLOWLISTED = "not_allowlisted"
@@ -354,7 +355,15 @@ def _command_name(argv0: str) -> str:
     return posixpath.basename(argv0)
 
 
+# A leading `NAME=value` word is a variable assignment to the device's shell, so the real
+# command is the next word (`X=1 reboot`, `LD_PRELOAD=/x.so id`): refused in every profile
+# rather than parsed, since the assignment itself can change what runs.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def _check_denied(argv: Sequence[str]) -> None:
+    if _ASSIGNMENT.match(argv[0]):
+        _refuse(Rule.ENV_ASSIGNMENT, "a leading NAME=value (environment assignment) is not allowed")
     name = _command_name(argv[0])
     if name in _SHELLS:
         _refuse(Rule.SHELL_INTERPRETER, f"{name}: running a shell interpreter is not allowed")

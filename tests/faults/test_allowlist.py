@@ -33,19 +33,8 @@ def _attempts(profile: Profile) -> list[Attempt]:
     return [a for a in ATTEMPTS if profile is Profile.STANDARD or a.scope == ANY]
 
 
-def _known_finding(attempt: Attempt, profile: Profile) -> bool:
-    """Env-assignment prefixes under ``full``: the deny list checks argv[0], but the device's
-    shell reads leading ``NAME=value`` words as assignments and runs the next word (so
-    ``X=1 reboot`` gets past the ``reboot`` rule). Reported by this suite; fix in policy.py."""
-    first = attempt.command[0] if isinstance(attempt.command, tuple) else attempt.command.split()[0]
-    return profile is Profile.FULL and "=" in first and first.split("=", 1)[0].isidentifier()
-
-
-def _check(passed: list[str], findings: list[str]) -> None:
+def _check(passed: list[str]) -> None:
     assert not passed, "attempts got past the policy:\n" + "\n".join(passed)
-    if findings:
-        pytest.xfail(f"known finding, {len(findings)} attempts: env-assignment prefix under "
-                     f"full passes the deny list: {findings[:3]}")
 
 
 @pytest.mark.parametrize("profile", [Profile.STANDARD, Profile.FULL])
@@ -54,7 +43,6 @@ def test_policy_refuses_every_bypass_attempt(profile: Profile) -> None:
     context = CommandContext(app_package=APP, installed_packages=frozenset({APP}), screen=SCREEN)
     attempts = _attempts(profile)
     passed: list[str] = []
-    findings: list[str] = []
     rules: set[str] = set()
     for attempt in attempts:
         command = list(attempt.command) if isinstance(attempt.command, tuple) else attempt.command
@@ -65,13 +53,13 @@ def test_policy_refuses_every_bypass_attempt(profile: Profile) -> None:
             assert exc.data and exc.data.get("rule"), f"{attempt}: refusal without a rule"
             rules.add(exc.data["rule"])
             continue
-        (findings if _known_finding(attempt, profile) else passed).append(f"{attempt} -> {argv}")
+        passed.append(f"{attempt} -> {argv}")
     record(AREA, f"bypass attempts ({profile.value} profile)", len(attempts))
-    record(AREA, f"  passed the policy ({profile.value})", len(passed) + len(findings),
+    record(AREA, f"  passed the policy ({profile.value})", len(passed),
            must_be_zero=True)
     record(AREA, f"  distinct refusal rules named ({profile.value})", len(rules))
     assert len(attempts) >= (100 if profile is Profile.STANDARD else 50)
-    _check(passed, findings)
+    _check(passed)
 
 
 # -- through the RPC layer, the real adb server and a simulated device ------------------------
@@ -109,7 +97,6 @@ async def test_no_bypass_attempt_runs_on_the_device(
     await echo(f"start-{mark}")  # the screen size is cached: no helper commands from here on
     attempts = _attempts(profile)
     passed: list[str] = []
-    findings: list[str] = []
     codes: dict[str, int] = {}
     for attempt in attempts:
         try:
@@ -118,7 +105,7 @@ async def test_no_bypass_attempt_runs_on_the_device(
             if exc.code in REFUSALS:
                 codes[exc.code.value] = codes.get(exc.code.value, 0) + 1
                 continue
-        (findings if _known_finding(attempt, profile) else passed).append(str(attempt))
+        passed.append(str(attempt))
     await echo(f"end-{mark}")
 
     lines = _shell_lines(sim_device)
@@ -130,5 +117,5 @@ async def test_no_bypass_attempt_runs_on_the_device(
     for code, n in sorted(codes.items()):
         record(AREA, f"  refused with {code} ({profile.value})", n)
     record(AREA, f"  executed on the device ({profile.value})", len(executed), must_be_zero=True)
-    assert len(executed) == len(passed) + len(findings), executed
-    _check(passed, findings)
+    assert len(executed) == len(passed), executed
+    _check(passed)
