@@ -236,3 +236,13 @@ async def test_a_lost_replica_is_reported_by_one_survivor(redis_url: str) -> Non
     finally:
         await a.close()
         await b.close()
+
+
+def test_docs_state_the_cluster_defaults() -> None:
+    from pathlib import Path
+
+    from protocol.settings import DEFAULTS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text()
+    assert f"`cluster_heartbeat_s` ({DEFAULTS.cluster_heartbeat_s:g} s)" in doc
+    assert f"`cluster_ttl_s` ({DEFAULTS.cluster_ttl_s:g} s)" in doc
