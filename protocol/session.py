@@ -730,9 +730,11 @@ class BridgeSession(_Session):
     def next_seq(self, ch: str) -> int:
         """Take the channel's next ``seq`` (0, 1, 2, …), for callers that encode events
         themselves with :func:`protocol.codec.encode_event` (the logcat hot path)."""
-        if not is_channel(ch):
-            raise ValueError(f"invalid channel name {ch[:70]!r}")
-        seq = self._seq.get(ch, 0)
+        seq = self._seq.get(ch)
+        if seq is None:  # a new channel: checked once, not on every batch
+            if not is_channel(ch):
+                raise ValueError(f"invalid channel name {ch[:70]!r}")
+            seq = 0
         self._seq[ch] = seq + 1
         return seq
 
