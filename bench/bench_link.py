@@ -148,7 +148,8 @@ async def _stream_link(hub: Any, bridge: Any, lines: int) -> float:
     from controller.hub import LogStream
 
     [entry] = hub.entries()
-    channel = "bench-stream"
+    # A fresh channel per repetition: its seq starts at 0 like a real subscription's.
+    channel = f"bench-{secrets.token_hex(4)}"
     stream = LogStream(channel=channel, bridge_id=entry.id, serial="bench",
                        max_batches=hub.settings.stream_queue_batches)
     entry.streams[channel] = stream
@@ -169,6 +170,7 @@ async def _stream_link(hub: Any, bridge: Any, lines: int) -> float:
     await asyncio.wait_for(consumer, 120)
     elapsed = time.perf_counter() - started
     entry.streams.pop(channel, None)
+    bridge.link.session.close_channel(channel)
     if dropped:
         raise RuntimeError(f"{dropped} lines dropped by the controller's stream")
     return lines / elapsed
