@@ -157,10 +157,12 @@ async def _run(n: int, reps: int) -> list[dict[str, Any]]:
              "+ hello/welcome) in one process; rolling restart on one port (SO_REUSEPORT), time "
              "from SIGTERM of the old controller until every bridge has its welcome; "
              f"back per restart {ours.back}; times {_r(ours.times)} s vs bare "
-             f"{_r(bare.times)} s" + ("" if all_back else "; NOT ALL BACK (timed out)"))
+             f"{_r(bare.times)} s (bare N={bare.n})"
+             + ("" if all_back else "; NOT ALL BACK (timed out)"))
     return [
         noted(figure("reconnect_storm_s", median(ours.times), "s", median(bare.times)), notes,
-              n=n, refused=sum(ours.refused), baseline_refused=sum(bare.refused),
+              n=n, baseline_n=bare.n, refused=sum(ours.refused),
+              baseline_refused=sum(bare.refused),
               all_back=all_back),
         noted(figure("loop_delay_p99_ms", median(ours.loop_p99), "ms", median(bare.loop_p99)),
               "p99 lateness of a 5 ms sleeper on the new server's event loop during the "

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import resource
 import secrets
 import signal
@@ -92,9 +93,22 @@ def rss_kb(pid: int) -> int:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free on 127.0.0.1 now, below the kernel's ephemeral range when it can: the
+    servers here re-bind their port on every restart, and thousands of client sockets take
+    ephemeral ports meanwhile — one of them could be sitting on a port picked from that range."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, low) if low > 11_000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def _listen(port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -222,7 +236,10 @@ class ServerProcess:
         assert self.proc is not None and self.proc.stdout is not None
         raw = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
         if not raw:
-            raise RuntimeError(f"{self.kind} server exited (log: {self.log})")
+            tail = ""
+            if self.log is not None and self.log.exists():
+                tail = ": " + self.log.read_text(errors="replace")[-800:]
+            raise RuntimeError(f"{self.kind} server on port {self.port} exited{tail}")
         return dict(json.loads(raw))
 
     async def start(self) -> ServerProcess:
