@@ -110,8 +110,16 @@ def test_no_secret_is_ever_logged_during_a_token_lifecycle(tmp_path: Path) -> No
     secrets = [ADMIN_TOKEN]
     live = LiveController(_config(tmp_path))
     live.server.config.access_log = True  # as in production (`droidwire serve`, level info)
+    # uvicorn's own logging config (applied by any earlier in-process server) stops its loggers
+    # propagating to the root: capture them directly, once each, whatever ran before.
+    saved = []
     for name in ("uvicorn", "uvicorn.access", "uvicorn.error"):
-        logging.getLogger(name).setLevel(logging.DEBUG)
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level, logger.propagate, logger.disabled))
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        logger.disabled = False
+        logger.addHandler(capture)
     try:
         with live, httpx.Client(base_url=live.url, timeout=30 * TIME_SCALE) as http:
             admin = bearer(ADMIN_TOKEN)
@@ -139,6 +147,11 @@ def test_no_secret_is_ever_logged_during_a_token_lifecycle(tmp_path: Path) -> No
     finally:
         root.removeHandler(capture)
         root.setLevel(old_level)
+        for logger, level, propagate, disabled in saved:
+            logger.removeHandler(capture)
+            logger.setLevel(level)
+            logger.propagate = propagate
+            logger.disabled = disabled
     # The test's own HTTP client logs its URLs (httpx, httpcore): that is the caller's side.
     server = [line for line in capture.records if not line.startswith(("httpx", "httpcore"))]
     leaks = [line for line in server for s in secrets if s in line]
