@@ -22,7 +22,7 @@ demo: setup
 ## test: setup, then run the whole suite
 test: setup
 	@sh tests/tools/system_deps.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 ## lint: ruff everywhere, mypy (strict on protocol/)
 lint: setup
