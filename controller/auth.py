@@ -54,7 +54,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends
 from fastapi.requests import HTTPConnection
 from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, User, utcnow
@@ -304,22 +304,32 @@ async def authenticate(store: Store, header: str | None) -> Principal:
         if row is None or row.Token.revoked_at is not None:
             raise Unauthenticated("invalid or revoked token")
         token, user = row.Token, row.User
+        scopes = tuple(token.scopes or ())
+        # Built before the bookkeeping write below: a rollback there expires these objects.
+        principal = Principal(
+            token_id=token.id,
+            kind=TokenKind(token.kind),
+            name=token.name,
+            user_id=user.id,
+            user_name=user.name,
+            # A scoped token of an admin acts as an admin only if it holds the admin scope.
+            is_admin=user.is_admin and Scope.ADMIN in effective_scopes(scopes),
+            bridge_id=token.bridge_id,
+            scopes=scopes,
+        )
         at = utcnow()
         if token.last_used_at is None or at - token.last_used_at >= LAST_USED_RESOLUTION:
-            await session.execute(update(Token).where(Token.id == token.id).values(last_used_at=at))
-            await session.commit()
-    scopes = tuple(token.scopes or ())
-    return Principal(
-        token_id=token.id,
-        kind=TokenKind(token.kind),
-        name=token.name,
-        user_id=user.id,
-        user_name=user.name,
-        # A scoped token of an admin acts as an admin only if it holds the admin scope.
-        is_admin=user.is_admin and Scope.ADMIN in effective_scopes(scopes),
-        bridge_id=token.bridge_id,
-        scopes=scopes,
-    )
+            # Bookkeeping only: a busy database (SQLite under a burst of bridge handshakes
+            # answers "database is locked") must not turn a valid token into a 500.
+            try:
+                await session.execute(
+                    update(Token).where(Token.id == principal.token_id).values(last_used_at=at)
+                )
+                await session.commit()
+            except OperationalError as exc:
+                await session.rollback()
+                log.debug("last_used_at of token %s not recorded: %s", principal.token_id, exc)
+    return principal
 
 
 async def ensure_bootstrap_admin(store: Store, secret: str) -> None:
