@@ -29,7 +29,7 @@ _SHELL_STOPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "2>&1", "&"}
 
 
 def _markdown_files() -> list[Path]:
-    return sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
+    return [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
 
 
 def _blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -107,7 +107,7 @@ def test_command_finder_strips_env_pipes_and_continuations() -> None:
 
 
 def test_a_bad_command_is_refused_by_the_parser() -> None:
-    with pytest.raises(Exception):  # noqa: B017, PT011 - typer's vendored click errors
+    with pytest.raises(Exception):  # noqa: B017 - typer's vendored click errors
         cli_context(["run", "t.kt", "--no-such-flag"])
     with pytest.raises(AssertionError):
         cli_context(["no-such-noun"])
@@ -133,7 +133,7 @@ def test_shown_commands_parse_with_the_real_cli(name: str) -> None:
     for argv in droidwire_commands(page.read_text(encoding="utf-8")):
         try:
             cli_context(argv)
-        except Exception as exc:  # noqa: BLE001 - report which command and why
+        except Exception as exc:  # report which command and why
             pytest.fail(f"docs/{name}: `droidwire {shlex.join(argv)}` does not parse: {exc!r}")
 
 
@@ -181,3 +181,18 @@ def test_every_pending_reason_code_is_documented() -> None:
     text = (DOCS / "sandbox.md").read_text(encoding="utf-8")
     missing = [code for code in sorted(REASON_CODES) if f"`{code}`" not in text]
     assert not missing, f"docs/sandbox.md does not name the reason codes {missing}"
+
+
+@pytest.mark.parametrize("name", CHECKED_PAGES)
+def test_tables_keep_their_columns(name: str) -> None:
+    """A ``|`` inside a table cell (say, in a code span) must be escaped, or the row breaks."""
+    prose, _ = _blocks((DOCS / name).read_text(encoding="utf-8"))
+    width: int | None = None
+    for line in prose:
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = len(re.findall(r"(?<!\\)\|", line))
+        if width is None:
+            width = cells
+        assert cells == width, f"docs/{name}: a table row with {cells - 1} columns: {line[:80]}"
