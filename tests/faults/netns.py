@@ -24,11 +24,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from typing import Any
 
-__all__ = ["BRIDGE_IP", "CONTROLLER_IP", "NetnsPair", "netem_available", "netns_available", "remove_stale"]
+__all__ = ["BRIDGE_IP", "CONTROLLER_IP", "NetnsPair", "kill_inside", "list_namespaces", "netem_available", "netns_available", "remove_stale"]
 
 CONTROLLER_IP = "10.231.0.1"
 BRIDGE_IP = "10.231.0.2"
@@ -78,6 +79,16 @@ def netem_available() -> tuple[bool, str]:
     return True, ""
 
 
+def kill_inside(ns: str) -> None:
+    """SIGKILL every process inside namespace ``ns`` (one of this suite's: it started them)."""
+    if ns not in list_namespaces():
+        return
+    out = _ip("netns", "pids", ns, check=False).stdout
+    for pid in out.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def remove_stale() -> list[str]:
     """Delete ``dwf-<pid>-*`` namespaces whose run (``pid``) is gone; returns their names."""
     removed = []
@@ -88,6 +99,7 @@ def remove_stale() -> list[str]:
         try:
             os.kill(int(match.group(1)), 0)
         except ProcessLookupError:
+            kill_inside(name)
             _ip("netns", "del", name, check=False)
             removed.append(name)
         except PermissionError:
