@@ -65,8 +65,9 @@ def verdict(figures: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 #: What the suite deliberately does not do, printed under the table.
 NOTES = [
-    "network namespaces (ip netns) are not used: the working rules keep every test on "
-    "127.0.0.1, so faults come from the loopback proxy (tests/faults/netem.py)",
+    "link-level faults run between two network namespaces of the test's own (veth cut, "
+    "blackhole route; tests/faults/test_netns.py); tc netem delay runs only where the kernel "
+    "has sch_netem; the other network faults come from the loopback proxy (tests/faults/netem.py)",
     "timings are figures, never assertions; they come from the test-scaled settings "
     "(tests/faults/timing.py) and include process start-up where a process is restarted",
 ]
