@@ -166,6 +166,9 @@ class Pending:
     created: float
     deadline: float
     sent_session: str | None = None  # the bridge session it was last sent on; None: never sent
+    # False: never sent again — a request adopted after a controller restart, whose result
+    # only the bridge's outbox can give; if not held there, it fails instead of running twice.
+    resend: bool = True
 
     def frame(self) -> Req:
         # Trusted (no validation): register() checked the id, the method name and (normally) the params, so
@@ -366,7 +369,21 @@ class ControllerSession(_Session):
                 continue  # running or done over there; the result will come
             same = pending.sent_session is None or pending.sent_session == hello.session
             spec = METHODS.get(pending.method)
-            if same or (spec is not None and spec.idempotent):
+            if not pending.resend:
+                del self._pending[pending.id]
+                failed.append(
+                    Completion(
+                        id=pending.id,
+                        method=pending.method,
+                        error=RpcError(
+                            ErrorCode.UNAVAILABLE,
+                            "the bridge no longer holds the request's result; "
+                            "not re-sent because it may have run",
+                            {"reason": "result_lost" if same else "bridge_restarted"},
+                        ),
+                    )
+                )
+            elif same or (spec is not None and spec.idempotent):
                 resend.append(pending)
             else:
                 del self._pending[pending.id]
