@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -67,6 +67,7 @@ from protocol.session import (
     ControllerSession,
     Duplicate,
     Liveness,
+    Pending,
     Resume,
 )
 from protocol.settings import Settings
@@ -323,6 +324,7 @@ class Hub:
         timeout_s: float | None = None,
         on_result: Callable[[dict[str, Any]], None] | None = None,
         route: bool = True,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
 
@@ -364,11 +366,63 @@ class Hub:
                 {"reason": "unsupported_method"},
             )
         loop = asyncio.get_running_loop()
-        pending = entry.session.register(method, p, now=loop.time(), timeout_s=timeout_s)
+        pending = entry.session.register(
+            method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
+        )
         waiter = _Waiter(loop.create_future(), on_result)
         entry.waiters[pending.id] = waiter
         self._wake(entry)
         log.debug("call %s %s on %s", pending.id, method, label)
+        return await self._await(entry, pending, waiter, method, label)
+
+    def session_of(self, bridge_id: str) -> str | None:
+        """The bridge's current session id (its last ``hello``), None before one."""
+        entry = self._entries.get(bridge_id)
+        return entry.session.session_id if entry is not None else None
+
+    def adopt(
+        self,
+        device: DeviceRef,
+        request_id: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        sent_session: str,
+        timeout_s: float | None = None,
+    ) -> Awaitable[dict[str, Any]]:
+        """Wait again for a request a previous controller process sent on the bridge's
+        session ``sent_session``: registered now (before the bridge's ``hello`` is answered),
+        so the ``welcome`` lists it and the bridge re-sends the result it holds. It is never
+        sent again: a bridge that restarted or no longer holds the result makes it fail
+        ``unavailable``. Raises ``RpcError`` ``unavailable`` when the bridge is unknown."""
+        entry = self._entries.get(device.bridge_id) or self._startup_entry(device)
+        if entry is None or entry.gone or self._closing:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE, f"bridge of {device} is not connected",
+                {"reason": "bridge_disconnected"},
+            )
+        if entry.session.is_open:  # registering now would send it again
+            raise RpcError(
+                ErrorCode.UNAVAILABLE, f"bridge of {device} reconnected before the adoption",
+                {"reason": "adopted_too_late"},
+            )
+        loop = asyncio.get_running_loop()
+        pending = entry.session.register(
+            method, {**params, "serial": device.serial}, now=loop.time(), timeout_s=timeout_s,
+            request_id=request_id, validate=False,
+        )
+        pending.resend = False
+        pending.sent_session = sent_session
+        waiter = _Waiter(loop.create_future(), None)
+        entry.waiters[pending.id] = waiter
+        self._wake(entry)
+        log.info("adopted request %s %s on %s", pending.id, method, device)
+        return loop.create_task(self._await(entry, pending, waiter, method, str(device)))
+
+    async def _await(
+        self, entry: BridgeEntry, pending: Pending, waiter: _Waiter, method: str, label: str
+    ) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
         outcome = "ok"
         try:
             async with asyncio.timeout_at(pending.deadline):
