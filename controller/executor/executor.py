@@ -40,20 +40,22 @@ from controller.analysis import (
     analyze,
     parse_instrumentation,
 )
-from controller.auth import Action, Principal, authorize
+from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.executor.cache import ApkCache, CompiledTest, cache_key
 from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
 from controller.executor.queue import Scheduler
+from controller.executor.recovery import Resumable, clean_up, end_run
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
 from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
 from controller.executor.slices import slice_by_test
-from controller.executor.steps import ProgressListener, StepLog
+from controller.executor.steps import ProgressListener, Step, StepLog
 from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
 from fixer import ChatCompleter, compile_fix_loop_async
 from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
+from protocol.envelope import new_request_id
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Apk, CompileResult, InstrumentResult
 
@@ -141,15 +143,32 @@ class _RecordingGateway:
         params: Mapping[str, Any],
         *,
         timeout_s: float | None,
+        resume: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
         if "apk" in params:
             shown["apk_bytes"] = len(params["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
-        step = await self.steps.begin("rpc", method=method, target=where, params=shown)
+        extra_in: dict[str, Any] = {}
+        request_id: str | None = None
+        session_of = getattr(self.gateway, "session_of", None)
+        if resume is not None and isinstance(target, DeviceRef) and callable(session_of):
+            # A restarted controller can wait for this result again (recovery.py): the request
+            # id is chosen here and recorded with the bridge session it goes out on.
+            bridge_session = session_of(target.bridge_id)
+            if isinstance(bridge_session, str):
+                request_id = new_request_id()
+                extra_in = {"request_id": request_id, "bridge_session": bridge_session,
+                            "resume": dict(resume)}
+        step = await self.steps.begin("rpc", method=method, target=where, params=shown, **extra_in)
         started = time.monotonic()
         try:
-            result = await self.gateway.call(target, method, params, timeout_s=timeout_s)
+            if request_id is not None:
+                result = await self.gateway.call(  # type: ignore[call-arg]
+                    target, method, params, timeout_s=timeout_s, request_id=request_id
+                )
+            else:
+                result = await self.gateway.call(target, method, params, timeout_s=timeout_s)
         except RpcError as exc:
             status = "refused" if exc.code is ErrorCode.FORBIDDEN else "failed"
             await self.steps.end(
@@ -793,8 +812,6 @@ class SandboxExecutor:
         instrument: InstrumentResult | None = None
         partial_output = ""
         abort: _Abort | None = None
-        logcat = ""
-        logcat_ok = False
 
         def remaining() -> float:
             left = deadline - loop.time()
@@ -848,6 +865,17 @@ class SandboxExecutor:
                     {"serial": serial, "package": test_package, "runner": self.settings.runner,
                      "args": args, "timeout_s": round(budget, 1)},
                     timeout_s=budget + self.settings.rpc_grace_s,
+                    resume={
+                        "device": {"bridge_id": device.bridge_id,
+                                   "bridge_name": device.bridge_name,
+                                   "owner_id": device.owner_id, "serial": serial,
+                                   "info": dict(device.info)},
+                        "app_package": app_package, "installed": list(installed),
+                        "toolchain": compiled.toolchain,
+                        "compile_rounds": compiled.compile_rounds,
+                        "test_class": test_class_of(compiled.code),
+                        "timings": dict(timings),
+                    },
                 )
                 instrument = InstrumentResult.model_validate(raw)
             except RpcError as exc:
@@ -873,6 +901,36 @@ class SandboxExecutor:
                 )
             raise
 
+        return await self._conclude(
+            steps, gw, run_id, device, app_package=app_package, installed=installed,
+            instrument=instrument, partial_output=partial_output, abort=abort,
+            retried=retried, timings=timings, toolchain=compiled.toolchain,
+            compile_rounds=compiled.compile_rounds, test_class=test_class_of(compiled.code),
+        )
+
+    async def _conclude(
+        self,
+        steps: StepLog,
+        gw: _RecordingGateway,
+        run_id: str,
+        device: DeviceView,
+        *,
+        app_package: str | None,
+        installed: Sequence[str],
+        instrument: InstrumentResult | None,
+        partial_output: str,
+        abort: _Abort | None,
+        retried: list[list[dict[str, Any]]],
+        timings: dict[str, int],
+        toolchain: Any,
+        compile_rounds: Any,
+        test_class: str | None,
+    ) -> dict[str, Any]:
+        """After the instrumentation: logcat, cleanup, analysis — the run's result."""
+        target: Target = device.ref
+        serial = device.serial
+        logcat = ""
+        logcat_ok = False
         # Evidence is collected even after a failed or timed-out instrumentation: what the app
         # logged before it is still ground truth. Its own short budget, past the deadline too.
         steps.progress("collecting")
@@ -912,9 +970,9 @@ class SandboxExecutor:
                 (abort.reason_code, abort.detail) if abort is not None else None,
             )
         result.update(
-            toolchain=compiled.toolchain,
-            compile_rounds=compiled.compile_rounds,
-            test_class=test_class_of(compiled.code),
+            toolchain=toolchain,
+            compile_rounds=compile_rounds,
+            test_class=test_class,
             package=app_package or None,
         )
         if parsed is not None:
@@ -931,6 +989,93 @@ class SandboxExecutor:
             result["run_status"] = parsed.run_status
         result["timings"].update(timings)
         return result
+
+    # -- resuming after a controller restart (recovery.py) -------------------------------------
+
+    def resume(self, item: Resumable) -> Awaitable[None] | None:
+        """Take over a dead controller's run whose instrumentation result its bridge may still
+        hold: the request is adopted now (before the bridge is back), and the returned
+        awaitable finishes the run — logcat, cleanup, verdict — once the result comes, or ends
+        it PENDING ``controller_restarted`` when it cannot. None: not resumable here."""
+        adopt = getattr(self.gateway, "adopt", None)
+        if not callable(adopt) or self.store is None:
+            return None
+        ctx = item.context
+        dev = ctx["device"]
+        ref = DeviceRef(dev["bridge_id"], dev["serial"], dev["owner_id"], dev["bridge_name"])
+        params = dict(item.detail.get("params") or {})
+        budget = float(params.get("timeout_s") or self.settings.step_timeout_s)
+        try:
+            waiter = adopt(
+                ref, item.request_id, "device.instrument", params,
+                sent_session=item.bridge_session, timeout_s=budget + self.settings.rpc_grace_s,
+            )
+        except RpcError as exc:
+            log.warning("run %s cannot be resumed: %s", item.run_id, exc.message)
+            return None
+        return asyncio.get_running_loop().create_task(self._resume(item, waiter))
+
+    async def _resume(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
+        assert self.store is not None
+        ctx = item.context
+        dev = ctx["device"]
+        steps = StepLog(self.store, [item.run_id], start_seq=item.next_seq)
+        step = Step("rpc", item.step_seq, dict(item.detail))
+        started = time.monotonic()
+        instrument: InstrumentResult | None = None
+        partial_output = ""
+        abort: _Abort | None = None
+        try:
+            try:
+                instrument = InstrumentResult.model_validate(await waiter)
+            except RpcError as exc:
+                if exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CANCELLED):
+                    # The result is not coming: the run ends as any other a restart cut.
+                    reason = str((exc.data or {}).get("reason") or exc.code.value)
+                    await self._give_up(item, f"its result was not recovered ({reason})")
+                    return
+                partial_output = str((exc.data or {}).get("output") or "")
+                abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
+                await steps.end(step, "failed", ms=_ms_since(started), resumed=True,
+                                error={"code": exc.code.value, "message": exc.message})
+            except ValueError as exc:
+                abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
+                await steps.end(step, "failed", ms=_ms_since(started), resumed=True,
+                                error=repr(exc)[:300])
+            else:
+                await steps.end(step, "ok", ms=_ms_since(started), resumed=True)
+            device = next(
+                (d for d in self.gateway.devices()
+                 if d.bridge_id == dev["bridge_id"] and d.serial == dev["serial"]),
+                DeviceView(dev["bridge_id"], dev["bridge_name"], dev["owner_id"], dev["serial"],
+                           "device", dict(dev.get("info") or {})),
+            )
+            timings = {str(k): int(v) for k, v in dict(ctx.get("timings") or {}).items()}
+            result = await self._conclude(
+                steps, _RecordingGateway(self.gateway, steps), item.run_id, device,
+                app_package=ctx.get("app_package") or None,
+                installed=[str(p) for p in ctx.get("installed") or []],
+                instrument=instrument, partial_output=partial_output, abort=abort, retried=[],
+                timings=timings, toolchain=ctx.get("toolchain"),
+                compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
+            )
+            result["resumed"] = True
+            await self._finish([item.run_id], [result])
+            log.info("run %s resumed after a controller restart: %s", item.run_id,
+                     result["verification_status"])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("resuming run %s failed", item.run_id)
+            await self._give_up(item, f"resuming failed ({exc!r})"[:300])
+
+    async def _give_up(self, item: Resumable, why: str) -> None:
+        assert self.store is not None
+        with contextlib.suppress(Exception):
+            recovered = await end_run(self.store, item.run_id, why)
+            if recovered is not None and recovered.packages:
+                await clean_up(self.gateway, self.store, [recovered],
+                               wait_s=self.settings.cleanup_timeout_s * 4)
 
     async def _retry_failed(
         self,

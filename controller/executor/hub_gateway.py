@@ -7,9 +7,10 @@ state adb reports (``disconnected`` while their bridge is away).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
+from controller.auth import DeviceRef
 from controller.executor.gateway import BridgeView, DeviceView, Target
 from controller.hub import Hub
 from protocol.envelope import Capabilities
@@ -56,5 +57,28 @@ class HubGateway:
         params: Mapping[str, Any],
         *,
         timeout_s: float | None = None,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        return await self.hub.call(target, method, dict(params), timeout_s=timeout_s)
+        return await self.hub.call(
+            target, method, dict(params), timeout_s=timeout_s, request_id=request_id
+        )
+
+    def session_of(self, bridge_id: str) -> str | None:
+        """The bridge's session id: with a request id, what lets a restarted controller
+        wait for a result the bridge still holds (:meth:`adopt`)."""
+        return self.hub.session_of(bridge_id)
+
+    def adopt(
+        self,
+        device: DeviceRef,
+        request_id: str,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        sent_session: str,
+        timeout_s: float | None = None,
+    ) -> Awaitable[dict[str, Any]]:
+        return self.hub.adopt(
+            device, request_id, method, dict(params), sent_session=sent_session,
+            timeout_s=timeout_s,
+        )
