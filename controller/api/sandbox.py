@@ -90,8 +90,14 @@ async def recover(app: Any) -> list[Recovered]:
                 log.warning("cannot tell whether replica %s is alive", replica)
                 return True
 
+    resume = None
+    if hub is not None:
+        try:  # a run whose bridge holds its instrumentation result is resumed, not ended
+            resume = _executor(app).resume
+        except Exception:
+            log.exception("cannot resume runs: no executor")
     try:
-        return await recover_runs(store, instance=instance_of(app), alive=alive)
+        return await recover_runs(store, instance=instance_of(app), alive=alive, resume=resume)
     except Exception:  # recovery must not keep the controller from starting
         log.exception("run recovery failed")
         return []
@@ -111,13 +117,18 @@ async def _clean_up(app: Any, owed: list[Recovered]) -> None:
 
 @asynccontextmanager
 async def _lifespan(app: Any) -> AsyncIterator[None]:
-    owed = [r for r in await recover(app) if r.packages]
-    task = asyncio.get_running_loop().create_task(_clean_up(app, owed)) if owed else None
+    recovered = await recover(app)
+    owed = [r for r in recovered if r.packages]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_clean_up(app, owed))] if owed else []
+    # Resumed runs finish in the background: start-up does not wait for their bridges.
+    tasks += [asyncio.ensure_future(r.resumed) for r in recovered if r.resumed is not None]
     try:
         yield
     finally:
-        if task is not None:
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

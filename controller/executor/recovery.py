@@ -11,11 +11,14 @@ The cleanup a dead run owed is still done: the packages its steps installed and 
 uninstall are listed in the run's ``recovery`` step, and :func:`clean_up` uninstalls them
 once the device's bridge is back (the bridge's policy lets it: it installed them).
 
-Why not resume: the bridge does keep the result of an RPC in flight and re-sends it when the
-controller still waits for that request id (DESIGN.md §3), but the rest of the run — the
-fix loop's state, the device's queue, the cleanup owed — died with the process. Ending the
-run says so honestly; re-running it is one ``droidwire run`` away. The bridge drops the held
-result when the new controller's ``welcome`` does not list it.
+Resuming: the bridge keeps the result of an RPC in flight and re-sends it when the new
+controller's ``welcome`` lists its request id (DESIGN.md §3). The executor records, in a
+run's ``device.instrument`` step, the request id and the bridge session it went out on; a run
+cut during that step is handed to ``resume`` (``SandboxExecutor.resume``), which adopts the
+request before the bridge is back and finishes the run — logcat, cleanup, verdict — with the
+held result. The request is never sent again: a bridge that restarted (another session) or no
+longer holds the result makes it fail, and the run ends PENDING as above, cleanup included.
+Everything else (the fix loop, the device queue) died with the process: those runs end.
 
 Each run's request record names its controller process (``controller``: the executor's
 ``instance``). A single controller ends every run not its own. In a cluster, replicas share
@@ -39,7 +42,7 @@ from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
 from protocol.errors import RpcError
 
-__all__ = ["REASON", "Recovered", "clean_up", "recover_runs"]
+__all__ = ["REASON", "Recovered", "Resumable", "clean_up", "end_run", "recover_runs"]
 
 log = logging.getLogger("droidwire.controller.executor.recovery")
 
@@ -56,14 +59,64 @@ class Recovered:
     device: str | None  # BRIDGE~SERIAL
     packages: list[str] = field(default_factory=list)  # to uninstall, test package first
     next_seq: int = 0  # the run's next step number
+    resumed: Awaitable[None] | None = None  # not ended: resuming (await it, in the background)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumable:
+    """A dead controller's run waiting for its instrumentation's result, which the bridge
+    may still hold: the request id and bridge session the executor recorded in its step."""
+
+    run_id: str
+    step_seq: int  # the instrument step
+    detail: dict[str, Any]  # that step's detail (request_id, bridge_session, params, resume)
+    next_seq: int
+
+    @property
+    def request_id(self) -> str:
+        return str(self.detail["request_id"])
+
+    @property
+    def bridge_session(self) -> str:
+        return str(self.detail["bridge_session"])
+
+    @property
+    def context(self) -> dict[str, Any]:
+        return dict(self.detail["resume"])
+
+
+Resume = Callable[[Resumable], Awaitable[None] | None]
+
+
+def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
+    """The run, if its step under way is an instrumentation a restarted controller can wait
+    for again (its request id and bridge session recorded), else None."""
+    open_steps = [s for s in steps if s.status == "running"]
+    if run.status != RunStatus.RUNNING.value or not open_steps:
+        return None
+    step = open_steps[-1]
+    detail = step.detail or {}
+    if step.kind != "rpc" or detail.get("method") != "device.instrument":
+        return None
+    if not (isinstance(detail.get("request_id"), str) and isinstance(
+            detail.get("bridge_session"), str) and isinstance(detail.get("resume"), dict)):
+        return None
+    device = detail["resume"].get("device")
+    if not isinstance(device, dict) or not all(
+            isinstance(device.get(k), str) for k in ("bridge_id", "bridge_name", "owner_id",
+                                                     "serial")):
+        return None
+    return Resumable(run.id, step.seq, dict(detail), max(s.seq for s in steps) + 1)
 
 
 async def recover_runs(
-    store: Store, *, instance: str, alive: Alive | None = None
+    store: Store, *, instance: str, alive: Alive | None = None, resume: Resume | None = None
 ) -> list[Recovered]:
     """End the runs left ``queued``/``running`` by controller processes that are gone.
     ``instance`` is this process (its runs are left alone); ``alive(instance)`` says whether
-    another replica is still up (None: no other replica exists)."""
+    another replica is still up (None: no other replica exists). ``resume(item)`` takes over a
+    run waiting for a result its bridge may still hold: it returns what finishes the run (the
+    run is then not ended here, ``Recovered.resumed``), or None (ended as any other)."""
     ended: list[Recovered] = []
     async with store.session() as session:
         runs = (
@@ -77,6 +130,17 @@ async def recover_runs(
             continue
         if alive is not None and owner and await alive(owner):
             continue
+        if resume is not None:
+            async with store.session() as session:
+                steps = (await session.execute(
+                    select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
+                )).scalars().all()
+            item = resumable(run, steps)
+            resumed = resume(item) if item is not None else None
+            if resumed is not None:
+                log.warning("run %s: waiting for the result its bridge holds", run.id)
+                ended.append(Recovered(run.id, None, [], item.next_seq if item else 0, resumed))
+                continue
         ended.append(await _end(store, run))
     if ended:
         log.warning("ended %d runs left unfinished by a controller restart: %s",
@@ -100,7 +164,17 @@ def _owed(steps: Sequence[RunStep]) -> list[str]:
     return list(reversed(installed))
 
 
-async def _end(store: Store, run: Run) -> Recovered:
+async def end_run(store: Store, run_id: str, why: str) -> Recovered | None:
+    """End one run PENDING ``controller_restarted`` (a resumption that failed), if still
+    unfinished; None if it is not."""
+    async with store.session() as session:
+        run = await session.get(Run, run_id)
+    if run is None or run.status not in (RunStatus.QUEUED.value, RunStatus.RUNNING.value):
+        return None
+    return await _end(store, run, why)
+
+
+async def _end(store: Store, run: Run, why: str | None = None) -> Recovered:
     async with store.session() as session, session.begin():
         steps = (
             await session.execute(
@@ -109,6 +183,8 @@ async def _end(store: Store, run: Run) -> Recovered:
         ).scalars().all()
         open_steps = [s for s in steps if s.status == "running"]
         where = _describe(open_steps[-1]) if open_steps else f"while {run.status}"
+        if why:
+            where = f"{where}; {why}"
         device: dict[str, Any] | None = None
         device_id = (run.request or {}).get("device_id")
         if device_id:
