@@ -1,8 +1,9 @@
 """Restart recovery: runs a dead controller left ``queued``/``running`` end PENDING
 ``controller_restarted``; runs of this process and of live replicas are left alone; what a
 dead run installed is listed as owed. End to end: a controller process is SIGKILLed while a
-run's tests are running, restarted on the same SQLite database; the run is final — never
-stuck ``running`` — and once the bridge is back its packages are uninstalled."""
+run's tests are running and its bridge restarts too, the controller is restarted on the same
+SQLite database; the run is final — never stuck ``running`` — and once the bridge is back its
+packages are uninstalled (a bridge that did not restart: test_recovery_resume.py)."""
 
 from __future__ import annotations
 
@@ -110,23 +111,26 @@ def packages_on(sim: ConnectedSim) -> set[str]:
 
 @pytest.mark.adb
 @pytest.mark.timeout(120)
-async def test_kill_9_mid_run_then_restart_ends_the_run(
+async def test_kill_9_mid_run_and_bridge_restart_end_the_run(
     tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
 ) -> None:
+    """The bridge process restarts too: the result it held is gone with it, so the run
+    cannot be resumed (test_recovery_resume.py) and ends PENDING; its packages are removed."""
     db = f"sqlite:///{tmp_path / 'controller.db'}"
     controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
     await controller.start()
     adb = HangingDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
+    adb2 = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
     before_run = packages_on(sim)
     try:
         async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
                                      timeout=WAIT_S) as http:
             made = await http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
             assert made.status_code == 201, made.text
-            async with Bridge(host_config(f"ws://127.0.0.1:{controller.port}", adb_server),
-                              token=made.json()["token"], devices=adb,
-                              build=build_service(tmp_path / "ws"),
-                              settings=SETTINGS) as bridge:
+            config = host_config(f"ws://127.0.0.1:{controller.port}", adb_server)
+            token = made.json()["token"]
+            async with Bridge(config, token=token, devices=adb,
+                              build=build_service(tmp_path / "ws"), settings=SETTINGS) as bridge:
                 await bridge.wait_open(WAIT_S)
                 await wait_listed(http, sim.address, "device")
                 started = await http.post(
@@ -143,8 +147,10 @@ async def test_kill_9_mid_run_then_restart_ends_the_run(
                 assert len(installed) == 2  # the app and its tests
 
                 await controller.kill9()
-                await controller.start()
-                after = (await http.get(f"/v1/runs/{run_id}")).json()
+                adb.release.set()  # the bridge holds the result… and then restarts
+            await controller.start()
+            async with Bridge(config, token=token, devices=adb2,
+                              build=build_service(tmp_path / "ws2"), settings=SETTINGS) as bridge:
                 async with asyncio.timeout(WAIT_S):
                     while True:  # polling over HTTP: the run's step log is all there is
                         run = (await http.get(f"/v1/runs/{run_id}")).json()
@@ -152,18 +158,19 @@ async def test_kill_9_mid_run_then_restart_ends_the_run(
                             break
                         await asyncio.sleep(0.05)
                 left = packages_on(sim) & installed
-                adb.release.set()  # the bridge's late result finds nobody waiting for it
     finally:
         adb.release.set()
         with contextlib.suppress(Exception):
             await controller.stop()
         await adb.aclose()
-    assert after["status"] == "finished" and after["verdict"] == "PENDING", after
-    result = after["result"]
+        await adb2.aclose()
+    assert run["status"] == "finished" and run["verdict"] == "PENDING", run
+    result = run["result"]
     assert result["reason_code"] == REASON and result["run_id"] == run_id
     assert "during device.instrument" in result["summary"]
-    assert all(s["status"] != "running" for s in after["steps"])
-    assert after["steps"][-1]["kind"] == "recovery"
+    assert "bridge_restarted" in result["summary"]
+    assert all(s["status"] != "running" for s in run["steps"])
+    assert run["steps"][-2]["kind"] == "recovery"
     cleanup = run["steps"][-1]
     assert cleanup["status"] == "ok", cleanup
     assert set(cleanup["detail"]["removed"]) == installed and not left
