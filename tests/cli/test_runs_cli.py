@@ -13,20 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from typer.testing import CliRunner
 
 from controller.cli import app as cli
-from controller.config import ControllerConfig
-from controller.executor import SandboxExecutor
 from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
 from tests.adb_support import AdbServer, connected_sim
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
 from tests.controller.test_hub_support import FakeBridge, InLoopController, in_loop_controller
-from tests.executor.conftest import SETTINGS
 from tests.executor.support import LocalGateway, llm_style_test
-from tests.executor.test_api import with_sandbox
+from tests.executor.test_run_cli import sandbox_controller
 from tests.executor.test_sched_e2e import RETRY_TEST
 
 runner = CliRunner()
@@ -35,18 +31,7 @@ WAIT_S = 60.0
 
 @pytest.fixture
 def live(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveController]:
-    apps: list[FastAPI] = []
-
-    def customize(app: FastAPI) -> None:
-        with_sandbox(app)
-        apps.append(app)
-
-    config = ControllerConfig(db_url=f"sqlite:///{tmp_path / 'c.db'}", bootstrap_token=ADMIN_TOKEN)
-    with LiveController(config, customize) as controller:
-        with httpx.Client(base_url=controller.url) as http:
-            assert http.get("/healthz").status_code == 200  # start-up (the store) is done
-        app = apps[0]
-        app.state.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+    with sandbox_controller(tmp_path, gateway) as controller:
         yield controller
 
 

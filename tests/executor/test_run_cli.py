@@ -7,6 +7,7 @@ import asyncio
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.adb
 runner = CliRunner()
 
 
-@pytest.fixture
-def live(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveController]:
+@contextmanager
+def sandbox_controller(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveController]:
+    """A controller on real uvicorn whose executor runs on the in-process ``gateway``."""
     apps: list[FastAPI] = []
 
     def customize(app: FastAPI) -> None:
@@ -42,6 +44,12 @@ def live(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveController]:
             assert http.get("/healthz").status_code == 200  # start-up (the store) is done
         app = apps[0]
         app.state.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        yield controller
+
+
+@pytest.fixture
+def live(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveController]:
+    with sandbox_controller(tmp_path, gateway) as controller:
         yield controller
 
 
