@@ -32,6 +32,20 @@ from tests.faults.timing import SETTINGS
 WAIT_S = 30.0 * TIME_SCALE
 
 
+async def start_run_until_instrumenting(
+    http: httpx.AsyncClient, sim: ConnectedSim, adb: Any
+) -> str:
+    """Start the disk-read run in the background; return its id once its tests are running on
+    the bridge (``adb.started``), their result not yet answered."""
+    started = await http.post(
+        "/v1/sandbox/execute", params={"wait": "false"},
+        json={"test_code": llm_style_test("loadSettingsFromDisk()"), "device": sim.address})
+    assert started.status_code == 202, started.text
+    async with asyncio.timeout(WAIT_S):
+        await adb.started.wait()
+    return str(started.json()["run_id"])
+
+
 def _run(run_id: str, status: str, controller: str | None) -> Run:
     request: dict[str, Any] = {"test_code": "x", "device_id": "desk~emu-1"}
     if controller is not None:
@@ -133,14 +147,7 @@ async def test_kill_9_mid_run_and_bridge_restart_end_the_run(
                               build=build_service(tmp_path / "ws"), settings=SETTINGS) as bridge:
                 await bridge.wait_open(WAIT_S)
                 await wait_listed(http, sim.address, "device")
-                started = await http.post(
-                    "/v1/sandbox/execute", params={"wait": "false"},
-                    json={"test_code": llm_style_test("loadSettingsFromDisk()"),
-                          "device": sim.address})
-                assert started.status_code == 202, started.text
-                run_id = started.json()["run_id"]
-                async with asyncio.timeout(WAIT_S):
-                    await adb.started.wait()  # the tests run on the bridge, unanswered
+                run_id = await start_run_until_instrumenting(http, sim, adb)
                 before = (await http.get(f"/v1/runs/{run_id}")).json()
                 assert before["status"] == "running"
                 installed = packages_on(sim) - before_run

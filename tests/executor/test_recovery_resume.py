@@ -21,8 +21,7 @@ from protocol.session import ControllerSession
 from tests.adb_support import AdbServer, ConnectedSim, free_port
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.executor.conftest import build_service
-from tests.executor.support import llm_style_test
-from tests.executor.test_recovery import WAIT_S, packages_on
+from tests.executor.test_recovery import WAIT_S, packages_on, start_run_until_instrumenting
 from tests.faults.procs import ControllerProcess
 from tests.faults.test_process import host_config, wait_listed
 from tests.faults.timing import SETTINGS
@@ -101,14 +100,7 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
                               settings=SETTINGS) as bridge:
                 await bridge.wait_open(WAIT_S)
                 await wait_listed(http, sim.address, "device")
-                started = await http.post(
-                    "/v1/sandbox/execute", params={"wait": "false"},
-                    json={"test_code": llm_style_test("loadSettingsFromDisk()"),
-                          "device": sim.address})
-                assert started.status_code == 202, started.text
-                run_id = started.json()["run_id"]
-                async with asyncio.timeout(WAIT_S):
-                    await adb.started.wait()  # the tests run on the bridge, unanswered
+                run_id = await start_run_until_instrumenting(http, sim, adb)
                 installed = packages_on(sim) - before_run
                 assert len(installed) == 2
 
