@@ -248,12 +248,19 @@ async def test_ten_thousand_logcat_lines_none_lost_in_order(world: World) -> Non
             world.sim.run, lambda: world.sim.device.log_burst(count, tag="E2EBurst",
                                                               message="burst {i}")
         ))
-        async with asyncio.timeout(WAIT_S):
-            while len(got) < count:
-                chunk = json.loads(await ws.recv())
-                dropped += chunk["dropped"] + chunk.get("lost_batches", 0)
-                got += [int(line.rsplit(" ", 1)[1]) for line in chunk["lines"]
-                        if "E2EBurst" in line]
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while len(got) < count:
+                    chunk = json.loads(await ws.recv())
+                    dropped += chunk["dropped"] + chunk.get("lost_batches", 0)
+                    # A loss marker fails here, saying so, rather than as a timeout later.
+                    assert dropped == 0, f"loss reported after {len(got)} lines: {chunk}"
+                    got += [int(line.rsplit(" ", 1)[1]) for line in chunk["lines"]
+                            if "E2EBurst" in line]
+        except TimeoutError:
+            last = got[-1] if got else None
+            pytest.fail(f"stream stalled: {len(got)} of {count} lines, the last {last}, "
+                        f"no loss reported; burst done: {burst.done()}")
         await burst
     assert dropped == 0
     assert got == list(range(count))
