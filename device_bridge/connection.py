@@ -366,8 +366,9 @@ class Link:
                     delay,
                     self.budget.remaining(now),
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                with contextlib.suppress(TimeoutError):  # not wait_for: it can eat a cancel
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
         finally:
             await self._shutdown()
 

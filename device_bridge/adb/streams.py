@@ -17,6 +17,7 @@ Nothing here grows without bound; a line longer than ``max_line_bytes`` is cut i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -380,10 +381,9 @@ class LineStream:
                     if batch is not None:
                         return batch
                     continue
-                try:
-                    await asyncio.wait_for(self._wake.wait(), remaining)
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):  # not wait_for: it can eat a cancel
+                    async with asyncio.timeout(remaining):
+                        await self._wake.wait()
             else:
                 await self._wake.wait()
 

@@ -213,10 +213,12 @@ class NetworkKeeper:
         async with self._devices.watch() as watcher:
             while True:
                 await self._tend(watcher)
-                try:
-                    await asyncio.wait_for(anext(watcher), self._sleep())
-                except TimeoutError:
-                    pass
+                # asyncio.timeout, not wait_for: on 3.11 wait_for returns the result when a
+                # change lands in the same tick as cancel(), swallowing the cancellation, and
+                # this loop would then never end.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._sleep()):
+                        await anext(watcher)
 
     def _sleep(self) -> float:
         now = time.monotonic()

@@ -249,6 +249,47 @@ async def test_offline_detection_and_reconnect(
     assert (await devices.shell(address, ["echo", "back"])).stdout == "back\n"
 
 
+async def test_keeper_cancelled_as_a_change_arrives_still_ends(
+    devices: AdbDevices, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cancel() landing in the same loop tick as a device change must end the keeper.
+
+    CI once hung here for two minutes: on Python 3.11 ``asyncio.wait_for`` returns the inner
+    result when it completes alongside a cancellation, and the keeper's loop went on forever.
+    Each round posts a change and cancels after ``ticks`` loop iterations, so one of them
+    lands between the change being consumed and the keeper resuming.
+    """
+    from device_bridge.adb.tracker import DeviceWatcher
+
+    made: list[DeviceWatcher] = []
+    real_watch = devices.watch
+
+    def watch(*, retry_s: float = 0.5) -> DeviceWatcher:
+        made.append(real_watch(retry_s=retry_s))
+        return made[-1]
+
+    monkeypatch.setattr(devices, "watch", watch)
+    for ticks in range(8):
+        made.clear()
+        keeper = NetworkKeeper(devices, [], retry_s=60.0)
+        task = asyncio.create_task(keeper.run())
+        async with asyncio.timeout(WAIT_S):
+            while not (made and made[0].server_up):  # noqa: ASYNC110 - a thread's flag
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # the first snapshot consumed: the keeper waits again
+        made[0]._post({f"127.0.0.1:{ticks + 1}": "offline"})
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.wait({task}, timeout=5.0 * TIME_SCALE)  # does not cancel it again
+        ended = task.done()
+        if not ended:
+            task.cancel()  # a second cancel gets through; do not leak the task
+            await asyncio.wait({task})
+        assert ended, f"the keeper went on after cancel() ({ticks} ticks after a change)"
+        assert task.cancelled()
+
+
 async def test_start_and_kill_a_server_on_a_private_port() -> None:
     from tests.adb_support import free_port
 
