@@ -76,6 +76,7 @@ class Settings:
     logcat_batch_lines: int = 100  # lines per ``evt`` frame
     logcat_flush_s: float = _t(0.025)  # a partial batch is sent after this long
     stream_queue_batches: int = 256  # batches queued per subscription before lines are dropped (a 10,000-line burst fits)
+    stream_reauth_s: float = _t(5.0)  # a user's live stream re-checks its authorization (a loan may end)
     send_queue_frames: int = 256  # frames queued per connection before senders wait
 
     # Limits.

@@ -20,8 +20,9 @@ from fastapi import APIRouter, Query, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketDisconnect
 
-from controller.auth import UserPrincipal
+from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.hub import Hub, list_devices, resolve_device
+from controller.hub.streams import LogChunk
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ShellResult, validate_result
 
@@ -128,7 +129,11 @@ async def logcat_stream(
     the last one has ``"eof": true`` and a ``reason``. ``dropped`` lines (and
     ``lost_batches``) were lost just before the lines of that message: a consumer too slow,
     or the link down for a while. Authenticated by the ``Authorization`` header of the
-    handshake; refusals are HTTP statuses before the socket opens."""
+    handshake; refusals are HTTP statuses before the socket opens.
+
+    Authorization is checked again every ``stream_reauth_s`` while the stream runs: when the
+    caller's loan of the device ends (expired or revoked), the stream stops at once with a
+    last ``{"eof": true, "reason": "forbidden: …"}`` message and close code 1008."""
     hub = _hub(websocket.app.state)
     record = await resolve_device(hub, principal, device)
     params: dict[str, Any] = {} if tail is None else {"tail": tail}
@@ -137,12 +142,22 @@ async def logcat_stream(
         await websocket.accept()
         # The client sends nothing; its close (or vanishing) ends the stream.
         closed = asyncio.create_task(_until_closed(websocket))
+        revoked = asyncio.create_task(_until_unauthorized(hub, principal, record.ref))
         try:
             while True:
                 getter = asyncio.ensure_future(stream.get())
-                done, _ = await asyncio.wait({getter, closed}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {getter, closed, revoked}, return_when=asyncio.FIRST_COMPLETED
+                )
                 if closed in done:
                     getter.cancel()
+                    return
+                if revoked in done:
+                    getter.cancel()
+                    reason = revoked.result()
+                    last = LogChunk(lines=[], eof=True, reason=reason)
+                    await websocket.send_text(json.dumps(last.to_json()))
+                    await websocket.close(1008, reason[:120])
                     return
                 chunk = getter.result()
                 await websocket.send_text(json.dumps(chunk.to_json()))
@@ -150,13 +165,30 @@ async def logcat_stream(
                     await websocket.close(1000, (chunk.reason or "eof")[:120])
                     return
         finally:
-            closed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await closed
+            for task in (closed, revoked):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass  # the client went away mid-send
     finally:
         await hub.unsubscribe(stream)
+
+
+async def _until_unauthorized(hub: Hub, principal: Principal, device: DeviceRef) -> str:
+    """Re-check ``principal``'s right to use ``device`` every ``stream_reauth_s``; return the
+    refusal (``"forbidden: …"``) once it no longer holds. Owners and admins hold no loan that
+    could end, so for them this only sleeps."""
+    if principal.is_admin or principal.user_id == device.owner_id:
+        await asyncio.Event().wait()
+    while True:
+        await asyncio.sleep(hub.settings.stream_reauth_s)
+        try:
+            await authorize(principal, device, Action.USE, store=hub.store)
+        except RpcError as exc:
+            log.info("logcat stream of %s for %s ends: %s", device.serial, principal.actor, exc)
+            # Not exc.message: a lapsed loan answers not_found, which would name the device.
+            return f"forbidden: access to this device ended ({exc.code.value})"
 
 
 async def _until_closed(websocket: WebSocket) -> None:

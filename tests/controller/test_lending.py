@@ -8,6 +8,8 @@ injectable clock of :mod:`controller.auth`, never slept through.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,12 +17,21 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from controller import auth
 from controller.config import ControllerConfig
 from controller.store import AuditEntry, known_devices
+from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
-from tests.controller.test_hub_support import WAIT_S, FakeBridge, InLoopController, fast_settings
+from tests.controller.test_hub_support import (
+    WAIT_S,
+    FakeBridge,
+    InLoopController,
+    echo_handler,
+    fast_settings,
+)
 
 SERIAL = "emulator-5554"
 DEVICE = f"pi~{SERIAL}"
@@ -84,9 +95,19 @@ async def until_device_seen(controller: InLoopController, owner_token: str) -> N
             await asyncio.sleep(0.01)
 
 
+async def _with_logcat(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The echo bridge, which also starts (silent) logcat streams."""
+    if method == "device.logcat.subscribe":
+        return {"channel": "log-1"}
+    if method == "device.logcat.unsubscribe":
+        return {}
+    return await echo_handler(method, params)
+
+
 @pytest.fixture
 async def world(db_url: str, clock: FrozenClock) -> AsyncIterator[World]:
-    config = ControllerConfig(db_url=db_url, bootstrap_token=ADMIN_TOKEN, settings=fast_settings())
+    settings = fast_settings(stream_reauth_s=0.05 * TIME_SCALE)
+    config = ControllerConfig(db_url=db_url, bootstrap_token=ADMIN_TOKEN, settings=settings)
     controller = InLoopController(config)
     await controller.start()
     bridge: FakeBridge | None = None
@@ -96,7 +117,7 @@ async def world(db_url: str, clock: FrozenClock) -> AsyncIterator[World]:
         for user in ("olivia", "bob", "eve", "rita", "sam", "tess"):
             tokens[user] = await _token(http, "user", user, ADMIN_TOKEN)
         tokens["bridge"] = await _token(http, "bridge", "pi", tokens["olivia"])
-        bridge = FakeBridge(controller.url, tokens["bridge"])
+        bridge = FakeBridge(controller.url, tokens["bridge"], handler=_with_logcat)
         await bridge.connect()
         await until_device_seen(controller, tokens["olivia"])
         world = World(controller, http, tokens, {})
@@ -311,3 +332,48 @@ async def test_every_grant_change_is_audited(world: World) -> None:
         e.actor == "bob" and e.action == "device.shell" and e.device == DEVICE
         for e in await world.audit()
     )
+
+
+async def _stream_until_closed(world: World, who: str, end_the_loan: Any) -> tuple[Any, Any]:
+    """Open ``who``'s logcat stream, end their loan with ``end_the_loan()``, return the last
+    message and the close frame the controller sent."""
+    url = world.controller.ws_url + f"/v1/devices/{DEVICE}/logcat/stream"
+    headers = bearer(world.tokens[who])
+    async with connect(url, additional_headers=headers, open_timeout=WAIT_S) as ws:
+        await end_the_loan()
+        messages = []
+        async with asyncio.timeout(WAIT_S):
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    messages.append(json.loads(await ws.recv()))
+        return messages[-1], ws.protocol.close_rcvd
+
+
+async def test_a_stream_ends_when_the_loan_expires(world: World, clock: FrozenClock) -> None:
+    async def expire() -> None:
+        clock.at = T0 + timedelta(hours=2)  # bob's loan ran to T0 + 1 h
+
+    last, close = await _stream_until_closed(world, "bob", expire)
+    assert last["eof"] and last["reason"].startswith("forbidden")
+    assert close is not None and close.code == 1008
+
+
+async def test_a_stream_ends_when_the_loan_is_revoked(world: World) -> None:
+    async def revoke() -> None:
+        response = await world.call("olivia", "DELETE", f"/v1/grants/{world.grants['bob']}")
+        assert response.status_code == 204
+
+    last, close = await _stream_until_closed(world, "bob", revoke)
+    assert last["eof"] and last["reason"].startswith("forbidden")
+    assert close is not None and close.code == 1008
+
+
+async def test_the_owners_stream_outlives_the_loans(world: World, clock: FrozenClock) -> None:
+    url = world.controller.ws_url + f"/v1/devices/{DEVICE}/logcat/stream"
+    headers = bearer(world.tokens["olivia"])
+    async with connect(url, additional_headers=headers, open_timeout=WAIT_S) as ws:
+        clock.at = T0 + timedelta(days=30)
+        with pytest.raises(TimeoutError):  # nothing arrives: the stream is silent, not ended
+            async with asyncio.timeout(20 * world.controller.config.settings.stream_reauth_s):
+                await ws.recv()
+        assert ws.protocol.close_rcvd is None
