@@ -14,6 +14,7 @@ import pytest
 
 from device_bridge.config import load_host_config
 from device_bridge.sim.profiles import PROFILES
+from tests.conftest import require_or_skip
 from tests.deploy.support import DEPLOY, cli_context, load_yaml, read_env_file
 
 COMPOSE = DEPLOY / "docker-compose.yml"
@@ -191,8 +192,8 @@ def test_env_example_supplies_every_required_variable_and_no_secret() -> None:
 def test_nginx_accepts_the_config(tmp_path: Path) -> None:
     """``nginx -t`` where nginx is installed (it is not a project dependency)."""
     nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
-    if nginx is None:
-        pytest.skip("nginx is not installed")
+    require_or_skip(nginx is not None, "nginx is not installed (make test installs it as root)")
+    assert nginx is not None
     # The replicas' names resolve only inside the compose network: stand in loopback addresses.
     text = NGINX.read_text(encoding="utf-8")
     for n, name in enumerate(CONTROLLERS, 1):

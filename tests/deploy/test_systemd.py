@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from device_bridge.connection import BudgetExhausted, LinkError, LinkRefused
+from tests.conftest import require_or_skip
 from tests.deploy.support import DEPLOY, REPO, cli_context
 
 UNIT = DEPLOY / "systemd" / "droidwire-bridge.service"
@@ -98,8 +99,7 @@ def test_hardening(unit: configparser.ConfigParser) -> None:
 def installable_unit(tmp_path: Path) -> Path:
     """The unit with ExecStart pointing at this checkout's console script (verify wants it)."""
     analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
+    require_or_skip(analyze is not None, "systemd-analyze is missing (make test installs it)")
     script = Path(sys.executable).with_name("droidwire")
     text = UNIT.read_text(encoding="utf-8").replace("/opt/droidwire/venv/bin/droidwire", str(script))
     path = tmp_path / UNIT.name

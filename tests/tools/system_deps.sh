@@ -1,11 +1,14 @@
 #!/bin/sh
-# System packages some tests need (Debian's adb, Chromium for the dashboard test).
+# System packages some tests need (Debian's adb, Chromium for the dashboard test, nginx for
+# `nginx -t` on the compose trial's load balancer config, systemd-analyze for the bridge's unit).
 # Installed only where we can: as root with apt-get (CI runs as root). Elsewhere the tests
 # that need them skip with a reason — except under CI=true, where they fail instead.
 set -u
 want=""
 [ -x /usr/bin/adb ] || want="$want adb"
 [ -x /usr/bin/chromium ] || want="$want chromium"
+[ -x /usr/sbin/nginx ] || want="$want nginx-light"
+[ -x /usr/bin/systemd-analyze ] || want="$want systemd"
 [ -z "$want" ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "system_deps: not root or no apt-get; missing:$want (their tests will skip outside CI)" >&2
