@@ -566,7 +566,10 @@ class Hub:
                 await self.call(entry.id, "device.logcat.unsubscribe", {"channel": channel})
 
     async def unsubscribe(self, stream: LogStream) -> None:
-        """Stop a stream (best effort on the bridge's side: it may be gone already)."""
+        """Stop a stream: at once here; on the bridge's side in the background (best effort:
+        it may be gone already, and it ends its streams with the link anyway). The caller —
+        a consumer's socket handler — never waits for the bridge, so a bridge dropping in that
+        moment cannot hold the handler (and a controller shutdown) through the grace period."""
         stream.end("unsubscribed")
         entry = self._entries.get(stream.bridge_id)
         if entry is None:
@@ -574,13 +577,16 @@ class Hub:
         entry.subscriptions.discard(stream)
         if entry.streams.pop(stream.channel, None) is None:
             return
-        if not entry.is_open:
+        if not entry.is_open or self._closing:
             return
+        self._spawn(self._unsubscribe_on_bridge(entry.id, stream.channel))
+
+    async def _unsubscribe_on_bridge(self, bridge_id: str, channel: str) -> None:
         with contextlib.suppress(RpcError):
             await self.call(
-                entry.id,
+                bridge_id,
                 "device.logcat.unsubscribe",
-                {"channel": stream.channel},
+                {"channel": channel},
                 timeout_s=self.settings.rpc_timeout_s,
             )
 

@@ -361,6 +361,40 @@ async def test_logcat_stream_in_order_with_dedupe_and_gap_markers(
     await fake.close()
 
 
+async def test_a_consumer_leaving_never_waits_for_the_bridge(tmp_path: Path) -> None:
+    """The consumer's socket handler ends at once; the bridge-side unsubscribe runs in the
+    background. A bridge that does not answer it (gone, or slow) must not hold the handler,
+    hence uvicorn's graceful shutdown, for the RPC's deadline."""
+    settings = fast_settings(rpc_timeout_s=WAIT_S * 30, grace_period_s=WAIT_S * 30)
+    subscribed, asked_to_stop = asyncio.Event(), asyncio.Event()
+
+    async def handler(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "device.logcat.subscribe":
+            subscribed.set()
+            return {"channel": "log-1"}
+        if method == "device.logcat.unsubscribe":
+            asked_to_stop.set()
+            await asyncio.Event().wait()  # never answers
+        return {}
+
+    fake: FakeBridge | None = None
+    try:
+        # Leaving the block stops the controller, bounded by WAIT_S: it fails if a stream
+        # handler still waits for the bridge.
+        async with in_loop_controller(tmp_path, settings) as controller:
+            fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=handler)
+            await fake.connect()
+            url = controller.ws_url + "/v1/devices/emulator-5554/logcat/stream"
+            async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=WAIT_S):
+                async with asyncio.timeout(WAIT_S):
+                    await subscribed.wait()
+            async with asyncio.timeout(WAIT_S):
+                await asked_to_stop.wait()  # the bridge was still asked to stop its stream
+    finally:
+        if fake is not None:
+            await fake.close()
+
+
 async def _wait_until(predicate: Any) -> None:
     """Wait (bounded) for a condition on the hub's state, which has no event to wait on."""
     async with asyncio.timeout(WAIT_S):
