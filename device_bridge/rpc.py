@@ -107,7 +107,8 @@ class EventSink(Protocol):
 @dataclass(eq=False)
 class StreamStats:
     """Counters of one subscription (logs, metrics, tests). ``overflowed`` is set the first
-    time the link was too slow and batches were dropped."""
+    time the link fell behind and the stream had to wait for it; ``dropped_lines`` counts the
+    lines the device layer dropped because it stayed behind longer than its ``stall_s``."""
 
     sent_batches: int = 0
     dropped_lines: int = 0
@@ -372,42 +373,42 @@ class Dispatcher:
         return {"channel": sub.channel}
 
     async def _pump(self, sub: _Subscription, sink: EventSink) -> None:
-        """Read the device's stream as fast as it comes; send batches as the link allows.
+        """Read the device's stream; send batches as the link allows.
 
         Between the two, at most ``queue_batches`` batches wait. When the link is slower than
-        the device, whole batches are dropped here and counted: the next batch sent carries
-        ``dropped`` = every line lost before it (plus what the device layer dropped), so the
-        consumer sees an explicit gap, never silent loss, and the device is never held back.
+        the device the reader waits for room, so the device layer's buffer fills and then the
+        adb stream itself pushes back (as a phone's logd holds lines for a slow reader). Only
+        a link that stays behind for the device layer's ``stall_s`` costs lines, and those
+        are counted: the next batch carries ``dropped``, so the consumer sees an explicit
+        gap, never silent loss. (Dropping here instead lost lines to any momentary slowness
+        of a loaded host.)
         """
         queue: collections.deque[LogBatch] = collections.deque()
         ready = asyncio.Event()
+        room = asyncio.Event()
         finished = False
 
         async def read() -> None:
             nonlocal finished
-            gap = 0
             try:
                 async for batch in sub.stream:
                     if self.policy.paused:
                         # The owner's kill switch ends live streams too, not only new calls.
-                        queue.append(LogBatch(lines=[], dropped=gap, eof=True, reason="paused"))
+                        queue.append(LogBatch(lines=[], eof=True, reason="paused"))
                         ready.set()
                         break
                     lines = _only(batch.lines, sub.pids)
                     reason = "unsubscribed" if batch.eof and sub.unsubscribed else batch.reason
-                    if len(queue) >= self.queue_batches and not batch.eof:
-                        gap += len(lines) + batch.dropped
-                        sub.stats.dropped_lines += len(lines)
-                        sub.stats.overflowed.set()
+                    if not lines and not batch.dropped and not batch.eof:
                         continue
-                    if not lines and not batch.dropped and not gap and not batch.eof:
-                        continue
+                    while len(queue) >= self.queue_batches and not batch.eof:
+                        sub.stats.overflowed.set()  # the link is behind: hold the device back
+                        room.clear()
+                        await room.wait()
+                    sub.stats.dropped_lines += batch.dropped
                     queue.append(
-                        LogBatch(
-                            lines=lines, dropped=batch.dropped + gap, eof=batch.eof, reason=reason
-                        )
+                        LogBatch(lines=lines, dropped=batch.dropped, eof=batch.eof, reason=reason)
                     )
-                    gap = 0
                     ready.set()
                     if batch.eof:
                         break
@@ -425,6 +426,7 @@ class Dispatcher:
                     ready.clear()
                     await ready.wait()
                 out = queue.popleft()
+                room.set()
                 if not await sink.emit(sub.channel, out.to_wire()):
                     return  # the link is down: the subscription ends with it
                 sub.stats.sent_batches += 1

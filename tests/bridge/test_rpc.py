@@ -15,7 +15,7 @@ import pytest
 
 from device_bridge.adb import AdbDevices
 from device_bridge.policy import Policy, PolicyConfig, Profile
-from device_bridge.rpc import DEVICE_METHODS, Dispatcher
+from device_bridge.rpc import DEVICE_METHODS, Dispatcher, StreamStats
 from device_bridge.sim.apk import SimPackage, build_apk
 from protocol import METHODS, DeviceInfo, ErrorCode, RpcError, parse_log_batch
 from protocol.methods import validate_result
@@ -266,9 +266,12 @@ def has_line(tag: str) -> Any:
     return lambda bs: any(f" {tag}" in ln for b in bs for ln in parse_log_batch(b).lines)
 
 
-async def test_a_slow_consumer_gets_a_dropped_marker_not_silent_loss(
-    adb_server: AdbServer, sim_device: ConnectedSim
-) -> None:
+async def _burst_at_a_stalled_link(
+    adb_server: AdbServer, sim_device: ConnectedSim, *, stay_away_until_drops: bool
+) -> tuple[list[int], int, StreamStats]:
+    """3,000 lines logged while the link's sink is blocked: released as soon as the pump
+    holds the device back, or only once the device layer has dropped lines (its stall_s
+    passed). Returns the burst's line numbers received, the ``dropped`` total, the stats."""
     layer = AdbDevices(port=adb_server.port, call_timeout_s=15.0 * TIME_SCALE)
     try:
         sink = SlowSink()
@@ -289,7 +292,11 @@ async def test_a_slow_consumer_gets_a_dropped_marker_not_silent_loss(
             )
         )
         async with asyncio.timeout(WAIT):
-            await stats.overflowed.wait()  # the device ran ahead of the stalled link
+            await stats.overflowed.wait()  # the device ran ahead of the stalled link: held back
+            if stay_away_until_drops:
+                stream = d._subs[ch].stream
+                while stream.dropped == 0:  # noqa: ASYNC110 - the reader thread's counter
+                    await asyncio.sleep(0.01)
         sink.release.set()
         await burst
         # one more line after the burst: a gap at the very end is reported with it
@@ -299,15 +306,33 @@ async def test_a_slow_consumer_gets_a_dropped_marker_not_silent_loss(
         got = [
             int(ln.split("line ")[1].split()[0]) for p in parsed for ln in p.lines if " Burst" in ln
         ]
-        dropped = sum(p.dropped for p in parsed)
-        assert dropped > 0  # the queue is bounded: lines were dropped …
-        assert len(got) + dropped == count  # … and every one of them was counted
-        assert 0 < stats.dropped_lines <= dropped  # whole batches dropped at the link's side
         assert got == sorted(got) and len(set(got)) == len(got)  # in order, no duplicate
         assert all(len(p.lines) <= 50 for p in parsed)
         await d.end_streams()
+        return got, sum(p.dropped for p in parsed), stats
     finally:
         await layer.aclose()
+
+
+async def test_a_link_briefly_behind_holds_the_device_back_and_loses_nothing(
+    adb_server: AdbServer, sim_device: ConnectedSim
+) -> None:
+    got, dropped, stats = await _burst_at_a_stalled_link(
+        adb_server, sim_device, stay_away_until_drops=False
+    )
+    assert (dropped, stats.dropped_lines) == (0, 0)
+    assert got == list(range(len(got))) and len(got) == 3000
+
+
+async def test_a_link_away_too_long_gets_a_dropped_marker_not_silent_loss(
+    adb_server: AdbServer, sim_device: ConnectedSim
+) -> None:
+    got, dropped, stats = await _burst_at_a_stalled_link(
+        adb_server, sim_device, stay_away_until_drops=True
+    )
+    assert dropped > 0  # the buffers are bounded: lines were dropped …
+    assert len(got) + dropped == 3000  # … and every one of them was counted
+    assert stats.dropped_lines == dropped
 
 
 async def test_compile_and_source_lookup_on_the_demo_project(tmp_path: Any) -> None:
