@@ -30,7 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.config import DEFAULT_AGENT_FRAME_BYTES, DEFAULT_AGENT_FRAME_TRACES
@@ -171,9 +171,10 @@ class DbFrameStore:
         _check_size(png, self.max_bytes)
         digest = await asyncio.to_thread(lambda: hashlib.sha256(png).hexdigest())
         async with self.store.session() as session:
-            async with session.begin():
-                session.add(
-                    Frame(
+            async with session.begin():  # Core, not the ORM: no session keeps the bytes
+                await session.execute(
+                    insert(Frame).values(
+                        id=new_id(),
                         run_id=trace_id,
                         name=name,
                         user_id=user_id,
