@@ -16,6 +16,8 @@ from controller.store.url import UnsupportedDatabase, to_async_url
 from protocol.settings import DEFAULTS, Settings
 
 __all__ = [
+    "DEFAULT_AGENT_FRAME_BYTES",
+    "DEFAULT_AGENT_FRAME_TRACES",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "ENV_BOOTSTRAP_TOKEN",
@@ -31,6 +33,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8700
 # Seconds uvicorn waits for open connections (bridges, log streams) after a shutdown signal.
 DEFAULT_GRACEFUL_SHUTDOWN_S = 10
+# Agent evidence frames kept in the store (controller.agent.traces): the newest traces' only,
+# at most this many traces and this many bytes of PNG (a real device's PNG is 1-3 MB).
+DEFAULT_AGENT_FRAME_TRACES = 64
+DEFAULT_AGENT_FRAME_BYTES = 256 * 1024 * 1024
 # A bootstrap token is an admin password in all but name: refuse short ones.
 MIN_BOOTSTRAP_TOKEN_CHARS = 16
 
@@ -60,6 +66,9 @@ class ControllerConfig:
     redis_url: str | None = None  # None: single process, in-process routing
     # Auth: the admin token accepted from the first start (stored hashed, like any token).
     bootstrap_token: str | None = field(default=None, repr=False)
+    # Agent evidence frames: retention bounds (the oldest traces' frames go first)
+    agent_frame_traces: int = DEFAULT_AGENT_FRAME_TRACES
+    agent_frame_bytes: int = DEFAULT_AGENT_FRAME_BYTES
     # Timings and limits shared with the bridge
     settings: Settings = DEFAULTS
 
@@ -77,6 +86,8 @@ class ControllerConfig:
                     "printable ASCII characters without spaces (try: python -c "
                     "'import secrets; print(secrets.token_urlsafe(32))')"
                 )
+        if self.agent_frame_traces < 1 or self.agent_frame_bytes < 1:
+            raise ConfigError("the agent frame bounds must be at least 1 trace and 1 byte")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range")
 

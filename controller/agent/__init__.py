@@ -10,15 +10,27 @@ from __future__ import annotations
 from controller.agent.plan import Check, Plan, PlanError, PlanStep, Refused, step_call
 from controller.agent.planners import APP_ALIASES, LlmPlanner, Planner, RulePlanner, parse_plan
 from controller.agent.runner import AgentRunner, Caller, RunnerSettings, evaluate
-from controller.agent.traces import FrameStore, Trace, TraceStore, frame_path
+from controller.agent.traces import (
+    DbFrameStore,
+    FrameNotKept,
+    FrameStore,
+    MemoryFrameStore,
+    StoredFrame,
+    Trace,
+    TraceStore,
+    frame_path,
+)
 
 __all__ = [
     "APP_ALIASES",
     "AgentRunner",
     "Caller",
     "Check",
+    "DbFrameStore",
+    "FrameNotKept",
     "FrameStore",
     "LlmPlanner",
+    "MemoryFrameStore",
     "Plan",
     "PlanError",
     "PlanStep",
@@ -26,6 +38,7 @@ __all__ = [
     "Refused",
     "RulePlanner",
     "RunnerSettings",
+    "StoredFrame",
     "Trace",
     "TraceStore",
     "evaluate",

@@ -283,7 +283,7 @@ class AgentRunner:
             return f"{status}: {exc.message}"
         duration_ms = int((time.monotonic() - started) * 1000)
         # Frames are named after the step about to be written (seq = steps so far).
-        frames = trace.keep_frames(len(trace.steps), result)
+        frames = await trace.keep_frames(len(trace.steps), result)
         exit_code = int(result.get("exit_code", 0))
         output = str(result.get("output") or (result.get("stdout", "") + result.get("stderr", "")))
         ok = bool(result.get("ok", exit_code == 0))
@@ -298,8 +298,8 @@ class AgentRunner:
             exit_code=exit_code,
             duration_ms=duration_ms,
             output=output[:MAX_OUTPUT],
-            frames=frames,
             settled=result.get("settled"),
+            **frames,
         )
         if not ok:
             return f"exit code {exit_code}: {output[:200]}"

@@ -10,6 +10,9 @@
   ``{"ok", "at_action_png", "settled_png"?, "composite_png"?, "state", …}`` (PNGs base64)
 * ``POST /v1/devices/{device}/act`` — ``{"instruction"}`` → ``{"trace_id", "ok", "steps"}``
 * ``GET /v1/agent/traces/{trace_id}/frames/{name}`` — an evidence frame a step links
+  (``image/png``, immutable: ``ETag`` and ``Cache-Control: private``); the trace's owner
+  or an admin only, 404 for anyone else. Frames live in the store (``controller.store.Frame``),
+  so any replica serves them, after a restart too.
 
 Every call on a device goes through ``Hub.device_call`` (authorization, audit) and leaves a
 trace with its step log — refusals included — readable at ``GET /v1/runs/{trace_id}``.
@@ -27,8 +30,17 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.agent import AgentRunner, LlmPlanner, Planner, RulePlanner, Trace, TraceStore
+from controller.agent import (
+    AgentRunner,
+    DbFrameStore,
+    LlmPlanner,
+    Planner,
+    RulePlanner,
+    Trace,
+    TraceStore,
+)
 from controller.auth import Principal, UserPrincipal
+from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
 
@@ -47,6 +59,9 @@ _ACTIONS = {
     "stop": "app.stop",
 }
 _PNG_KEYS = ("at_action_png", "settled_png", "composite_png")
+# Frames never change once written; a private cache may keep one this long (an hour: a cached
+# copy outlives neither a revoked token's session by much nor the frame's retention by much).
+FRAME_MAX_AGE_S = 3600
 
 
 class ActionIn(BaseModel):
@@ -93,7 +108,14 @@ def _traces(request: Request) -> TraceStore:
     state = request.app.state
     traces: TraceStore | None = getattr(state, "agent_traces", None)
     if traces is None:
-        traces = state.agent_traces = TraceStore(getattr(state, "store", None))
+        store = getattr(state, "store", None)
+        config: ControllerConfig | None = getattr(state, "config", None)
+        frames = None
+        if store is not None and config is not None:
+            frames = DbFrameStore(
+                store, config.agent_frame_traces, max_bytes=config.agent_frame_bytes
+            )
+        traces = state.agent_traces = TraceStore(store, frames)
     return traces
 
 
@@ -154,7 +176,9 @@ async def _tool(
         )
         await trace.finish(ok=False, summary=f"{method}: {exc.message}", reason=status)
         raise
-    frames = trace.keep_frames(len(trace.steps), result) if method in _ACTIONS.values() else {}
+    frames = (
+        await trace.keep_frames(len(trace.steps), result) if method in _ACTIONS.values() else {}
+    )
     ok = bool(result.get("ok", True))
     await trace.record(
         "tool",
@@ -165,7 +189,7 @@ async def _tool(
         exit_code=result.get("exit_code"),
         duration_ms=result.get("duration_ms"),
         output=result.get("output"),
-        frames=frames,
+        **frames,
         **detail,
     )
     await trace.finish(ok=ok, summary=f"{method}: {'ok' if ok else 'failed'}")
@@ -260,14 +284,11 @@ async def post_action(
         "settled": result.get("settled"),
         "state": _state_json(dict(result.get("state") or {})),
     }
-    step = session.trace.steps[-1]
+    # The frames as the bridge sent them, kept in the store or not (the step says which).
     for key in _PNG_KEYS:
-        name = key.removesuffix("_png")
-        link = step.detail.get("frames", {}).get(name)
-        if link:
-            kept = session.trace.frames.get(session.trace.id, link.rsplit("/", 1)[1])
-            if kept is not None:
-                out[key] = base64.b64encode(kept[1]).decode("ascii")
+        png = result.get(key)
+        if isinstance(png, bytes) and png:
+            out[key] = base64.b64encode(png).decode("ascii")
     return out
 
 
@@ -296,8 +317,24 @@ async def post_act(
 async def get_frame(
     trace_id: str, name: str, principal: UserPrincipal, request: Request
 ) -> Response:
-    """An evidence frame of a trace (kept in memory for the newest traces only)."""
-    found = _traces(request).frames.get(trace_id, name)
-    if found is None or not (principal.is_admin or found[0] == principal.user_id):
+    """An evidence frame of a trace (kept in the store for the newest traces only)."""
+    found = await _traces(request).frames.get(trace_id, name)
+    # Someone else's frame is as absent as a dropped one: its existence is not disclosed.
+    if found is None or not (principal.is_admin or found.user_id == principal.user_id):
         raise RpcError(ErrorCode.NOT_FOUND, "no such frame")
-    return Response(found[1], media_type="image/png")
+    etag = f'"{found.sha256}"'
+    headers = {
+        "ETag": etag,
+        "Cache-Control": f"private, max-age={FRAME_MAX_AGE_S}, immutable",
+        "X-Content-Type-Options": "nosniff",
+    }
+    matches = _etags(request.headers.get("if-none-match", ""))
+    if etag in matches or "*" in matches:
+        return Response(status_code=304, headers=headers)
+    return Response(found.png, media_type="image/png", headers=headers)
+
+
+def _etags(header: str) -> set[str]:
+    """The entity tags of an ``If-None-Match`` header (RFC 9110 §13.1.2); weak ones match
+    too (weak comparison), and ``*`` matches any existing frame."""
+    return {t.strip().removeprefix("W/") for t in header.split(",") if t.strip()}

@@ -17,6 +17,8 @@ import typer
 import uvicorn
 
 from controller.config import (
+    DEFAULT_AGENT_FRAME_BYTES,
+    DEFAULT_AGENT_FRAME_TRACES,
     DEFAULT_HOST,
     DEFAULT_PORT,
     ENV_BOOTSTRAP_TOKEN,
@@ -53,6 +55,12 @@ def controller(
             help=f"An admin token accepted from the first start (prefer {ENV_BOOTSTRAP_TOKEN}).",
         ),
     ] = None,
+    agent_frame_traces: Annotated[
+        int, typer.Option(help="Agent evidence frames: keep those of this many newest traces.")
+    ] = DEFAULT_AGENT_FRAME_TRACES,
+    agent_frame_bytes: Annotated[
+        int, typer.Option(help="Agent evidence frames: keep at most this many bytes of PNG.")
+    ] = DEFAULT_AGENT_FRAME_BYTES,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the controller: REST, the bridge endpoint, metrics."""
@@ -63,6 +71,8 @@ def controller(
             db_url=db or default_db_url(),
             redis_url=redis,
             bootstrap_token=bootstrap_token,
+            agent_frame_traces=agent_frame_traces,
+            agent_frame_bytes=agent_frame_bytes,
         )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

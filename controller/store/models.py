@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -35,6 +36,7 @@ __all__ = [
     "Base",
     "Bridge",
     "Device",
+    "Frame",
     "Grant",
     "Run",
     "RunStatus",
@@ -195,6 +197,28 @@ class RunStep(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Frame(Base):
+    """An evidence frame (PNG) of an agent trace, a run with ``request.kind == "agent"``.
+
+    Immutable once written. Kept for the newest traces only: ``controller.agent.traces``
+    deletes the oldest traces' frames beyond its bounds. ``user_id`` is the trace's owner,
+    copied so that serving a frame is one lookup. ``png`` is the last column so that the
+    retention query, which reads ``size`` only, never touches the bytes.
+    """
+
+    __tablename__ = "frames"
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), default=None)
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    png: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class TestResult(Base):

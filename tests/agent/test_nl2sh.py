@@ -72,8 +72,8 @@ async def test_rules_open_settings_and_turn_on_dark_mode(
     # The frames are kept and linked.
     link = commands[0]["frames"]["at_action"]
     name = link.rsplit("/", 1)[1]
-    kept = traces.frames.get(trace.id, name)
-    assert kept is not None and kept[1].startswith(b"\x89PNG")
+    kept = await traces.frames.get(trace.id, name)
+    assert kept is not None and kept.png.startswith(b"\x89PNG")
 
     run, steps = await stored_steps(store, trace.id)
     assert run.request["kind"] == "agent" and run.request["instruction"].startswith("open")
@@ -142,10 +142,10 @@ async def test_llm_plan_runs_with_a_trace(bridge: Dispatcher, sim: ConnectedSim)
     assert len(commands) == 2 and commands[1]["settled"] is True
     assert [s["status"] for s in out["steps"] if s["kind"] == "expect"] == ["ok"]
     frames = trace.frames
-    at = frames.get(trace.id, commands[1]["frames"]["at_action"].rsplit("/", 1)[1])
-    settled = frames.get(trace.id, commands[1]["frames"]["settled"].rsplit("/", 1)[1])
+    at = await frames.get(trace.id, commands[1]["frames"]["at_action"].rsplit("/", 1)[1])
+    settled = await frames.get(trace.id, commands[1]["frames"]["settled"].rsplit("/", 1)[1])
     assert at is not None and settled is not None
-    assert toast_shown(at[1]) and not toast_shown(settled[1])
+    assert toast_shown(at.png) and not toast_shown(settled.png)
 
 
 async def test_llm_failure_gets_one_corrected_plan(bridge: Dispatcher, sim: ConnectedSim) -> None:

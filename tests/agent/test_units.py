@@ -179,15 +179,20 @@ def test_checks_against_a_state() -> None:
     assert len(failures) == 4
 
 
-def test_the_frame_store_is_bounded_by_traces_and_bytes() -> None:
-    from controller.agent import FrameStore
+async def test_the_memory_frame_store_is_bounded_by_traces_and_bytes() -> None:
+    from controller.agent import FrameNotKept, MemoryFrameStore
 
-    frames = FrameStore(keep=2, max_bytes=100)
-    frames.put("t1", "u", "a.png", b"x" * 10)
-    frames.put("t2", "u", "a.png", b"x" * 10)
-    frames.put("t3", None, "a.png", b"x" * 10)
-    assert frames.get("t1", "a.png") is None and frames.get("t3", "a.png") == (None, b"x" * 10)
-    frames.put("t4", "u", "big.png", b"y" * 95)  # over budget: older traces go, not this one
-    assert frames.get("t2", "a.png") is None and frames.get("t3", "a.png") is None
-    assert frames.get("t4", "big.png") is not None and frames.bytes == 95
-    assert frames.get("t4", "other.png") is None
+    frames = MemoryFrameStore(keep=2, max_bytes=100)
+    await frames.put("t1", "u", "a.png", b"x" * 10)
+    await frames.put("t2", "u", "a.png", b"x" * 10)
+    await frames.put("t3", None, "a.png", b"x" * 10)
+    assert await frames.get("t1", "a.png") is None
+    kept = await frames.get("t3", "a.png")
+    assert kept is not None and (kept.user_id, kept.png) == (None, b"x" * 10)
+    await frames.put("t4", "u", "big.png", b"y" * 95)  # over budget: older traces go, not this one
+    assert await frames.get("t2", "a.png") is None and await frames.get("t3", "a.png") is None
+    assert await frames.get("t4", "big.png") is not None and frames.bytes == 95
+    assert await frames.get("t4", "other.png") is None
+    with pytest.raises(FrameNotKept, match="101 bytes"):  # could never fit: not kept at all
+        await frames.put("t5", "u", "huge.png", b"z" * 101)
+    assert await frames.get("t4", "big.png") is not None

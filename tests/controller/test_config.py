@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import pytest
+import typer
 
 from controller.config import (
+    DEFAULT_AGENT_FRAME_BYTES,
+    DEFAULT_AGENT_FRAME_TRACES,
     DEFAULT_HOST,
     DEFAULT_PORT,
     ConfigError,
@@ -53,8 +56,28 @@ def test_from_env_then_overrides() -> None:
         {"bootstrap_token": "ünicode-tokens-are-unusable"},
         {"db_url": "mysql://u@h/d"},
         {"port": 70000},
+        {"agent_frame_traces": 0},
+        {"agent_frame_bytes": 0},
     ],
 )
 def test_invalid_values_are_config_errors(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         ControllerConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from controller.cli import serve
+
+    seen: list[ControllerConfig] = []
+    monkeypatch.setattr(serve, "run", lambda config, **_: seen.append(config) or True)
+    app = typer.Typer()
+    app.command()(serve.controller)
+    result = CliRunner().invoke(
+        app, ["--db", "sqlite:///x.db", "--agent-frame-traces", "3", "--agent-frame-bytes", "9"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (seen[0].agent_frame_traces, seen[0].agent_frame_bytes) == (3, 9)
+    assert ControllerConfig().agent_frame_traces == DEFAULT_AGENT_FRAME_TRACES
+    assert ControllerConfig().agent_frame_bytes == DEFAULT_AGENT_FRAME_BYTES

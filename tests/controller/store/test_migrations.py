@@ -30,6 +30,7 @@ TABLES = {
     "runs",
     "run_steps",
     "test_results",
+    "frames",
     "audit_log",
     "alembic_version",
 }
