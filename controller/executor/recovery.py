@@ -130,6 +130,8 @@ async def recover_runs(
             continue
         if alive is not None and owner and await alive(owner):
             continue
+        if not await _take(store, run, owner, instance):
+            continue  # another replica took it over first
         if resume is not None:
             async with store.session() as session:
                 steps = (await session.execute(
@@ -146,6 +148,24 @@ async def recover_runs(
         log.warning("ended %d runs left unfinished by a controller restart: %s",
                     len(ended), [r.run_id for r in ended])
     return ended
+
+
+async def _take(store: Store, run: Run, owner: str, instance: str) -> bool:
+    """Make ``run`` this process's own, if it still names ``owner``: one conditional UPDATE,
+    so of two replicas recovering a dead one's runs at once, exactly one ends or resumes it."""
+    named = Run.request["controller"].as_string()
+    async with store.session() as session, session.begin():
+        taken = await session.execute(
+            update(Run)
+            .where(
+                Run.id == run.id,
+                Run.status.in_([RunStatus.QUEUED.value, RunStatus.RUNNING.value]),
+                (named == owner) if owner else named.is_(None),
+            )
+            .values(request={**(run.request or {}), "controller": instance})
+            .execution_options(synchronize_session=False)
+        )
+    return bool(taken.rowcount)
 
 
 def _owed(steps: Sequence[RunStep]) -> list[str]:
@@ -248,8 +268,10 @@ async def clean_up(
     pending = [r for r in owed if r.device and r.packages]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    everywhere = getattr(gateway, "cluster_devices", None)  # cluster mode: any replica's
     while pending:
-        ready = {d.id: d for d in gateway.devices() if d.ready}
+        views = await everywhere() if callable(everywhere) else gateway.devices()
+        ready = {d.id: d for d in views if d.ready}
         for item in [r for r in pending if r.device in ready]:
             pending.remove(item)
             device = ready[str(item.device)]
