@@ -1,0 +1,243 @@
+"""A sandbox run survives the death of its replica (docs/cluster.md, "When a replica dies").
+
+Three controller replicas (real processes) on a fresh PostgreSQL database and real Redis; the
+real bridge (in this process, so that its instrumentation can be held until released) with a
+simulated device behind the real adb server. A run starts on replica A; A is SIGKILLed while
+the tests run on the device. A survivor adopts the run (exactly one: a conditional UPDATE),
+the bridge reconnects to a survivor — the adopter or not — which relays the held result to the
+adopter, and the run ends with its real verdict, the tests having run once. A bridge that
+restarted meanwhile no longer holds the result: the run ends PENDING, its cleanup done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+
+from device_bridge.adb import AdbDevices
+from device_bridge.bridge import Bridge
+from device_bridge.config import HostConfig
+from tests.adb_support import free_port
+from tests.cluster.procs import SETTINGS, WAIT_S
+from tests.cluster.test_cluster import (  # noqa: F401 - fixtures
+    Cluster,
+    cluster,
+    new_bridge_token,
+    redis_ns,
+    until,
+)
+from tests.conftest import TIME_SCALE
+from tests.controller.conftest import pg_url  # noqa: F401 - fixture
+from tests.executor.conftest import build_service
+from tests.executor.test_recovery import packages_on, start_run_until_instrumenting
+from tests.executor.test_recovery_resume import CountingDevices
+from tests.faults.test_process import wait_listed
+
+pytestmark = [pytest.mark.adb, pytest.mark.timeout(120)]
+
+BRIDGE_SETTINGS = replace(SETTINGS, backoff_first_max_s=0.05 * TIME_SCALE,
+                          backoff_base_s=0.1 * TIME_SCALE, backoff_cap_s=0.3 * TIME_SCALE)
+
+
+def _config(world: Cluster, urls: list[str]) -> HostConfig:
+    return HostConfig.from_mapping({
+        "controller": {"url": [u.replace("http://", "ws://") for u in urls]},
+        "adb": {"server_port": world.sim.server.port, "start_server": False},
+        "policy": {"profile": "full"},
+    })
+
+
+def _adb(world: Cluster, cls: type[AdbDevices] = CountingDevices) -> Any:
+    return cls(port=world.sim.server.port, call_timeout_s=15.0 * TIME_SCALE, flush_s=0.02)
+
+
+async def _replica_id(world: Cluster, index: int) -> str:
+    proc = world.replicas[index].proc
+    assert proc is not None
+    found = await world.redis.replica_of_pid(proc.pid)
+    assert found is not None
+    return found
+
+
+async def _finished(world: Cluster, api: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    run: dict[str, Any] = {}
+
+    async def done() -> bool:
+        nonlocal run
+        run = (await api.get(f"/v1/runs/{run_id}")).json()
+        return run.get("status") == "finished"
+
+    await until(done, "the run finished", world)
+    return run
+
+
+async def _awaited_by(world: Cluster, bridge_id: str) -> list[str]:
+    """Who waits for the bridge's held results (``RID SESSION`` values in P:awaits:BID)."""
+    values = await world.redis.client.hvals(f"{world.redis.prefix}:awaits:{bridge_id}")
+    return [v.decode() for v in values]
+
+
+def _assert_confirmed_once(run: dict[str, Any], run_id: str, adb: CountingDevices) -> None:
+    assert run["status"] == "finished" and run["verdict"] == "CONFIRMED", run
+    result = run["result"]
+    assert result["run_id"] == run_id and result["resumed"] is True
+    assert result["summary"].startswith("StrictMode violations: DiskRead | Blocking time: ")
+    assert adb.instrumented == 1  # the held result was delivered: the tests ran once
+    instrument = [s for s in run["steps"] if s["detail"].get("method") == "device.instrument"]
+    assert [s["status"] for s in instrument] == ["ok"] and instrument[0]["detail"]["resumed"]
+    assert all(s["status"] != "running" for s in run["steps"])
+
+
+async def test_a_run_survives_its_replica_and_the_bridge_moves(cluster: Cluster) -> None:
+    """The bridge lands on B (its next URL) at once; A's death is noticed a TTL later, and B
+    or C adopts the run: B relays the held result to C, or delivers it to itself."""
+    world = cluster
+    (_, api_a), (_, api_b), _ = await asyncio.gather(
+        world.replica(), world.replica(), world.replica())
+    ids = [await _replica_id(world, i) for i in range(3)]
+    token, _ = await new_bridge_token(api_a, "desk")
+    adb = _adb(world)
+    before_run = packages_on(world.sim)
+    try:
+        async with Bridge(_config(world, [r.url for r in world.replicas]), token=token,
+                          devices=adb, build=build_service(world.tmp_path / "ws"),
+                          settings=BRIDGE_SETTINGS) as bridge:
+            await bridge.wait_open(WAIT_S)
+            await wait_listed(api_a, world.sim.address, "device")
+            bridge_id = await _bridge_id(world)
+            run_id = await start_run_until_instrumenting(api_a, world.sim, adb)
+            installed = packages_on(world.sim) - before_run
+            assert bridge.link is not None
+            session = bridge.link.session.session_id
+            assert await _awaited_by(world, bridge_id) == [f"{ids[0]} {session}"]
+
+            await world.replicas[0].kill9()
+            await until(lambda: _holder_is(world, bridge_id, ids[1]), "bridge on B", world)
+            adb.release.set()  # the result reaches B before or after the adoption
+            run = await _finished(world, api_b, run_id)
+            adopter = (await _controller_of(world, run_id))
+            await until(lambda: _no_packages(world, installed), "cleaned up", world)
+    finally:
+        adb.release.set()
+        await adb.aclose()
+    _assert_confirmed_once(run, run_id, adb)
+    assert adopter in ids[1:]
+    assert await _awaited_by(world, bridge_id) == []  # the wait ended with the delivery
+
+
+async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
+    cluster: Cluster,
+) -> None:
+    """B is the only survivor, so it adopts; the bridge can only reach C, which starts after
+    the adoption: C lists B's wait in its welcome and relays the result to B."""
+    world = cluster
+    c_port = free_port()
+    (_, api_a), (_, api_b) = await asyncio.gather(world.replica(), world.replica())
+    id_b = await _replica_id(world, 1)
+    token, _ = await new_bridge_token(api_a, "desk")
+    adb = _adb(world)
+    c_url = f"http://127.0.0.1:{c_port}"
+    try:
+        async with Bridge(_config(world, [world.replicas[0].url, c_url]), token=token,
+                          devices=adb, build=build_service(world.tmp_path / "ws"),
+                          settings=BRIDGE_SETTINGS) as bridge:
+            await bridge.wait_open(WAIT_S)
+            await wait_listed(api_a, world.sim.address, "device")
+            bridge_id = await _bridge_id(world)
+            run_id = await start_run_until_instrumenting(api_a, world.sim, adb)
+
+            await world.replicas[0].kill9()
+            await until(lambda: _awaited_is(world, bridge_id, id_b), "B adopted the run",
+                        world)
+            assert await _controller_of(world, run_id) == id_b
+            await world.replica(c_port)
+            id_c = await _replica_id(world, 2)
+            await until(lambda: _holder_is(world, bridge_id, id_c), "bridge on C", world)
+            adb.release.set()
+            run = await _finished(world, api_b, run_id)
+    finally:
+        adb.release.set()
+        await adb.aclose()
+    _assert_confirmed_once(run, run_id, adb)
+
+
+async def test_a_restarted_bridge_ends_the_run_pending_with_its_cleanup(
+    cluster: Cluster,
+) -> None:
+    """The bridge restarts (a new session) while A is dead: the result it held is gone, the
+    replica it reaches marks the wait lost, and the adopter ends the run PENDING and removes
+    the packages the run installed."""
+    world = cluster
+    (_, api_a), (_, api_b), _ = await asyncio.gather(
+        world.replica(), world.replica(), world.replica())
+    ids = [await _replica_id(world, i) for i in range(3)]
+    token, _ = await new_bridge_token(api_a, "desk")
+    adb = _adb(world)
+    adb2 = _adb(world, AdbDevices)
+    before_run = packages_on(world.sim)
+    urls = [r.url for r in world.replicas]
+    try:
+        async with Bridge(_config(world, urls), token=token, devices=adb,
+                          build=build_service(world.tmp_path / "ws"),
+                          settings=BRIDGE_SETTINGS) as bridge:
+            await bridge.wait_open(WAIT_S)
+            await wait_listed(api_a, world.sim.address, "device")
+            bridge_id = await _bridge_id(world)
+            run_id = await start_run_until_instrumenting(api_a, world.sim, adb)
+            installed = packages_on(world.sim) - before_run
+            assert len(installed) == 2
+            await world.replicas[0].kill9()
+        async with Bridge(_config(world, urls[1:]), token=token, devices=adb2,
+                          build=build_service(world.tmp_path / "ws2"),
+                          settings=BRIDGE_SETTINGS) as bridge:
+            await bridge.wait_open(WAIT_S)
+            run = await _finished(world, api_b, run_id)
+            await until(lambda: _no_packages(world, installed), "cleaned up", world)
+    finally:
+        adb.release.set()
+        await adb.aclose()
+        await adb2.aclose()
+    assert run["verdict"] == "PENDING", run
+    assert run["result"]["reason_code"] == "controller_restarted"
+    assert "bridge_restarted" in run["result"]["summary"] or any(
+        "bridge_restarted" in str(s["detail"]) for s in run["steps"]), run
+    assert all(s["status"] != "running" for s in run["steps"])
+    assert await _controller_of(world, run_id) in ids[1:]
+
+
+async def _bridge_id(world: Cluster) -> str:
+    keys = [k.decode() async for k in
+            world.redis.client.scan_iter(match=f"{world.redis.prefix}:bridge:*")]
+    assert len(keys) == 1
+    return keys[0].rpartition(":")[2]
+
+
+async def _holder_is(world: Cluster, bridge_id: str, replica: str) -> bool:
+    return await world.redis.holder(bridge_id) == replica
+
+
+async def _awaited_is(world: Cluster, bridge_id: str, replica: str) -> bool:
+    return any(v.startswith(f"{replica} ") for v in await _awaited_by(world, bridge_id))
+
+
+async def _no_packages(world: Cluster, installed: set[str]) -> bool:
+    return not (packages_on(world.sim) & installed)
+
+
+async def _controller_of(world: Cluster, run_id: str) -> str | None:
+    """The run's controller (its request record), read from the shared store."""
+    from controller.store import Run, Store
+
+    store = Store(world.db_url)
+    try:
+        async with store.session() as session:
+            run = await session.get(Run, run_id)
+            return None if run is None else (run.request or {}).get("controller")
+    finally:
+        with contextlib.suppress(Exception):
+            await store.close()
