@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -133,18 +134,20 @@ async def test_a_run_survives_its_replica_and_the_bridge_moves(cluster: Cluster)
 async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
     cluster: Cluster,
 ) -> None:
-    """B is the only survivor, so it adopts; the bridge can only reach C, which starts after
-    the adoption: C lists B's wait in its welcome and relays the result to B."""
+    """The bridge's only other URL is a loopback relay opened once the run was adopted, to
+    the survivor that did *not* adopt it: that replica lists the adopter's wait in its
+    welcome and relays the held result to the adopter over Redis."""
     world = cluster
-    c_port = free_port()
-    (_, api_a), (_, api_b) = await asyncio.gather(world.replica(), world.replica())
-    id_b = await _replica_id(world, 1)
+    (_, api_a), (_, api_b), _ = await asyncio.gather(
+        world.replica(), world.replica(), world.replica())
+    ids = [await _replica_id(world, i) for i in range(3)]
     token, _ = await new_bridge_token(api_a, "desk")
     adb = _adb(world)
-    c_url = f"http://127.0.0.1:{c_port}"
+    relay_port = free_port()
     try:
-        async with Bridge(_config(world, [world.replicas[0].url, c_url]), token=token,
-                          devices=adb, build=build_service(world.tmp_path / "ws"),
+        async with Bridge(_config(world, [world.replicas[0].url,
+                                          f"http://127.0.0.1:{relay_port}"]),
+                          token=token, devices=adb, build=build_service(world.tmp_path / "ws"),
                           settings=BRIDGE_SETTINGS) as bridge:
             await bridge.wait_open(WAIT_S)
             await wait_listed(api_a, world.sim.address, "device")
@@ -152,14 +155,16 @@ async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
             run_id = await start_run_until_instrumenting(api_a, world.sim, adb)
 
             await world.replicas[0].kill9()
-            await until(lambda: _awaited_is(world, bridge_id, id_b), "B adopted the run",
+            await until(lambda: _adopted(world, bridge_id, ids[1:]), "a survivor adopted it",
                         world)
-            assert await _controller_of(world, run_id) == id_b
-            await world.replica(c_port)
-            id_c = await _replica_id(world, 2)
-            await until(lambda: _holder_is(world, bridge_id, id_c), "bridge on C", world)
-            adb.release.set()
-            run = await _finished(world, api_b, run_id)
+            adopter = await _controller_of(world, run_id)
+            other = 2 if adopter == ids[1] else 1
+            assert adopter == ids[3 - other]
+            async with _tcp_relay(relay_port, world.replicas[other].port):
+                await until(lambda: _holder_is(world, bridge_id, ids[other]),
+                            "bridge on the survivor that did not adopt the run", world)
+                adb.release.set()
+                run = await _finished(world, api_b, run_id)
     finally:
         adb.release.set()
         await adb.aclose()
@@ -221,8 +226,40 @@ async def _holder_is(world: Cluster, bridge_id: str, replica: str) -> bool:
     return await world.redis.holder(bridge_id) == replica
 
 
-async def _awaited_is(world: Cluster, bridge_id: str, replica: str) -> bool:
-    return any(v.startswith(f"{replica} ") for v in await _awaited_by(world, bridge_id))
+async def _adopted(world: Cluster, bridge_id: str, replicas: list[str]) -> bool:
+    return any(v.split(" ")[0] in replicas for v in await _awaited_by(world, bridge_id))
+
+
+@contextlib.asynccontextmanager
+async def _tcp_relay(port: int, to_port: int) -> AsyncIterator[None]:
+    """A loopback TCP relay ``port`` → ``to_port``: a URL that starts answering on cue."""
+    pipes: set[asyncio.Task[None]] = set()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", to_port)
+        for task in (asyncio.create_task(pipe(reader, up_writer)),
+                     asyncio.create_task(pipe(up_reader, writer))):
+            pipes.add(task)
+            task.add_done_callback(pipes.discard)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", port)
+    try:
+        yield
+    finally:
+        server.close()
+        for task in list(pipes):
+            task.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
 
 
 async def _no_packages(world: Cluster, installed: set[str]) -> bool:
