@@ -22,7 +22,13 @@ Everything else (the fix loop, the device queue) died with the process: those ru
 
 Each run's request record names its controller process (``controller``: the executor's
 ``instance``). A single controller ends every run not its own. In a cluster, replicas share
-the database: a run is ended only when its replica is no longer alive (``alive``).
+the database: a run is recovered only when its replica is no longer alive (``alive``), by the
+survivor that noticed the death or a replica starting up. Either first *takes* the run: one
+conditional UPDATE renames its controller only while it still names the dead one, so exactly
+one process ends or resumes it. A resumed run's result reaches its adopter whichever replica
+the bridge reconnects to: the wait is shared in Redis from the moment the request is sent,
+listed in any replica's ``welcome`` and relayed to the waiter (``controller.cluster``,
+docs/cluster.md "How the held result finds the adopter").
 """
 
 from __future__ import annotations

@@ -94,7 +94,9 @@ def _assert_confirmed_once(run: dict[str, Any], run_id: str, adb: CountingDevice
     assert all(s["status"] != "running" for s in run["steps"])
 
 
-async def test_a_run_survives_its_replica_and_the_bridge_moves(cluster: Cluster) -> None:
+async def test_a_run_survives_its_replica_and_the_bridge_moves(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
     """The bridge lands on B (its next URL) at once; A's death is noticed a TTL later, and B
     or C adopts the run: B relays the held result to C, or delivers it to itself."""
     world = cluster
@@ -132,7 +134,7 @@ async def test_a_run_survives_its_replica_and_the_bridge_moves(cluster: Cluster)
 
 
 async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
-    cluster: Cluster,
+    cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     """The bridge's only other URL is a loopback relay opened once the run was adopted, to
     the survivor that did *not* adopt it: that replica lists the adopter's wait in its
@@ -172,7 +174,7 @@ async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
 
 
 async def test_a_restarted_bridge_ends_the_run_pending_with_its_cleanup(
-    cluster: Cluster,
+    cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     """The bridge restarts (a new session) while A is dead: the result it held is gone, the
     replica it reaches marks the wait lost, and the adopter ends the run PENDING and removes
@@ -213,6 +215,7 @@ async def test_a_restarted_bridge_ends_the_run_pending_with_its_cleanup(
         "bridge_restarted" in str(s["detail"]) for s in run["steps"]), run
     assert all(s["status"] != "running" for s in run["steps"])
     assert await _controller_of(world, run_id) in ids[1:]
+    assert not await _adopted(world, bridge_id, ids)  # nobody waits for the lost result
 
 
 async def _bridge_id(world: Cluster) -> str:
