@@ -171,7 +171,7 @@ async def _take(store: Store, run: Run, owner: str, instance: str) -> bool:
             .values(request={**(run.request or {}), "controller": instance})
             .execution_options(synchronize_session=False)
         )
-    return bool(taken.rowcount)
+    return bool(taken.rowcount)  # type: ignore[attr-defined]
 
 
 def _owed(steps: Sequence[RunStep]) -> list[str]:

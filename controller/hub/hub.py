@@ -385,24 +385,25 @@ class Hub:
                 f"bridge {entry.name} does not implement {method[:128]}",
                 {"reason": "unsupported_method"},
             )
-        loop = asyncio.get_running_loop()
-        pending = entry.session.register(
-            method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
-        )
-        waiter = _Waiter(loop.create_future(), on_result)
-        entry.waiters[pending.id] = waiter
-        self._wake(entry)
-        log.debug("call %s %s on %s", pending.id, method, label)
-        if request_id is None or self.cluster is None:
-            return await self._await(entry, pending, waiter, method, label)
-        # A call a run may be resumed from: its wait is shared, so that a survivor can take it
-        # over if this replica dies, and a replica the bridge moves to relays the result here.
-        await self._persist(self.cluster.awaiting(entry.id, pending.id, pending.sent_session
-                                                  or entry.session.session_id))
+        cluster = self.cluster if request_id is not None else None
+        if cluster is not None and request_id is not None:
+            # A call a run may be resumed from: its wait is shared before it goes out, so that
+            # a survivor can take it over if this replica dies, and a replica the bridge moves
+            # to relays the result here (docs/cluster.md).
+            await self._persist(cluster.awaiting(entry.id, request_id, entry.session.session_id))
         try:
+            loop = asyncio.get_running_loop()
+            pending = entry.session.register(
+                method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
+            )
+            waiter = _Waiter(loop.create_future(), on_result)
+            entry.waiters[pending.id] = waiter
+            self._wake(entry)
+            log.debug("call %s %s on %s", pending.id, method, label)
             return await self._await(entry, pending, waiter, method, label)
         finally:
-            self._spawn(self._persist(self.cluster.settled(entry.id, pending.id)))
+            if cluster is not None and request_id is not None:
+                self._spawn(self._persist(cluster.settled(entry.id, request_id)))
 
     def session_of(self, bridge_id: str) -> str | None:
         """The bridge's current session id (its last ``hello``), None before one."""
