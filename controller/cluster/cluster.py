@@ -375,10 +375,22 @@ class Cluster:
                               args=[held[1], json.dumps(devices)])
 
     async def released(self, entry: BridgeEntry) -> None:
-        """The bridge's connection here ended (it may be reconnecting elsewhere)."""
+        """The bridge's connection here ended (it may be reconnecting elsewhere): the calls it
+        leaves in flight are shared in ``P:awaits:BID`` (for ``_AWAIT_TTLS`` TTLs), so that
+        a replica it reconnects to relays their results here."""
         held = self._claims.pop(entry.id, None)
         if self._closed or held is None:
             return
+        sent = {rid: f"{self.replica_id} {p.sent_session}" for rid in entry.session.pending_ids()
+                if rid not in self._awaits and (p := entry.session.pending(rid)) is not None
+                and p.sent_session is not None}
+        if sent:
+            key = self._awaits_key(entry.id)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for request_id, value in sent.items():
+                    pipe.hset(key, request_id, value)
+                pipe.pexpire(key, self._await_ttl_ms)
+                await pipe.execute()
         await self._release(keys=[self._k("bridge", entry.id), self._k("bridges")],
                             args=[held[1], entry.id])
 

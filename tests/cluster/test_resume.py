@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -218,6 +218,47 @@ async def test_a_restarted_bridge_ends_the_run_pending_with_its_cleanup(
     assert not await _adopted(world, bridge_id, ids)  # nobody waits for the lost result
 
 
+async def test_a_call_in_flight_when_its_bridge_moves_returns_to_its_caller(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    """The bridge's link to A breaks while a shell command runs; A stays up, the bridge
+    reconnects to B. A shared the call's wait when the link dropped, B lists it in its welcome
+    and relays the result: the caller on A gets it (not ``unavailable`` after the grace)."""
+    world = cluster
+    (_, api_a), _ = await asyncio.gather(world.replica(), world.replica())
+    id_b = await _replica_id(world, 1)
+    token, _ = await new_bridge_token(api_a, "desk")
+    adb = _adb(world, AdbDevices)
+    relay_port = free_port()
+    seconds = str(max(2, round(2 * TIME_SCALE)))
+    try:
+        async with _tcp_relay(relay_port, world.replicas[0].port) as cut, \
+                Bridge(_config(world, [f"http://127.0.0.1:{relay_port}", world.replicas[1].url]),
+                       token=token, devices=adb, build=build_service(world.tmp_path / "ws"),
+                       settings=BRIDGE_SETTINGS) as bridge:
+            await bridge.wait_open(WAIT_S)
+            await wait_listed(api_a, world.sim.address, "device")
+            bridge_id = await _bridge_id(world)
+            (device,) = [d for d in (await api_a.get("/v1/devices")).json()
+                         if d["serial"] == world.sim.address]
+            call = asyncio.create_task(api_a.post(f"/v1/devices/{device['id']}/shell",
+                                                  json={"argv": ["sleep", seconds]}))
+            link = bridge.link
+            assert link is not None
+
+            async def running() -> bool:
+                return bool(link.session.running_ids())
+
+            await until(running, "the command runs on the bridge", world)
+            await cut()  # A stays up; the bridge drops its link and moves to B
+            await until(lambda: _holder_is(world, bridge_id, id_b), "bridge on B", world)
+            response = await call
+    finally:
+        await adb.aclose()
+    assert response.status_code == 200, response.text
+    assert response.json()["exit_code"] == 0
+
+
 async def _bridge_id(world: Cluster) -> str:
     keys = [k.decode() async for k in
             world.redis.client.scan_iter(match=f"{world.redis.prefix}:bridge:*")]
@@ -234,8 +275,9 @@ async def _adopted(world: Cluster, bridge_id: str, replicas: list[str]) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _tcp_relay(port: int, to_port: int) -> AsyncIterator[None]:
-    """A loopback TCP relay ``port`` → ``to_port``: a URL that starts answering on cue."""
+async def _tcp_relay(port: int, to_port: int) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """A loopback TCP relay ``port`` → ``to_port``: a URL that starts answering on cue, and
+    stops (its connections cut) when the yielded function is called, or on exit."""
     pipes: set[asyncio.Task[None]] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -256,13 +298,17 @@ async def _tcp_relay(port: int, to_port: int) -> AsyncIterator[None]:
             task.add_done_callback(pipes.discard)
 
     server = await asyncio.start_server(accept, "127.0.0.1", port)
-    try:
-        yield
-    finally:
+
+    async def cut() -> None:
         server.close()
         for task in list(pipes):
             task.cancel()
         await asyncio.gather(*pipes, return_exceptions=True)
+
+    try:
+        yield cut
+    finally:
+        await cut()
 
 
 async def _no_packages(world: Cluster, installed: set[str]) -> bool:
