@@ -151,8 +151,9 @@ async def recover_runs(
                 continue
         ended.append(await _end(store, run))
     if ended:
-        log.warning("ended %d runs left unfinished by a controller restart: %s",
-                    len(ended), [r.run_id for r in ended])
+        log.warning("recovered %d runs a gone controller left unfinished: %s ended, %s resuming",
+                    len(ended), [r.run_id for r in ended if r.resumed is None],
+                    [r.run_id for r in ended if r.resumed is not None])
     return ended
 
 
