@@ -181,11 +181,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hub = hub
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
-            # When a replica dies, one survivor ends the runs it left unfinished.
+            # When a replica dies, one survivor ends the runs it left unfinished, or resumes
+            # those whose bridge may hold their instrumentation result (docs/cluster.md).
             from controller.cluster import Cluster
 
             async def replica_lost(_replicas: list[str]) -> None:
-                await sandbox.recover(app)
+                await sandbox.take_over(app)
 
             hub.cluster = await stack.enter_async_context(
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)

@@ -76,6 +76,7 @@ __all__ = [
     "Duplicate",
     "Liveness",
     "Pending",
+    "Relay",
     "Resume",
     "State",
     "WelcomeOutcome",
@@ -199,6 +200,14 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class Relay:
+    """A result for an id another controller replica waits for (``foreign``): not acked
+    here; the I/O layer passes it on and calls :meth:`ControllerSession.ack` once it has."""
+
+    res: Res
+
+
+@dataclass(frozen=True, slots=True)
 class Resume:
     """What ``hello`` did: ``resumed`` if the same bridge session came back."""
 
@@ -230,6 +239,10 @@ class ControllerSession(_Session):
         self.session_id: str | None = None  # the bridge's session (from hello)
         self.hello: Hello | None = None  # the latest hello (inventory, caps)
         self._pending: dict[str, Pending] = {}
+        # Ids another replica of a cluster waits for on this bridge (set by the I/O layer
+        # before the ``hello`` is received): listed in ``welcome.waiting``, their results
+        # returned as Relay, unacked, so the bridge keeps them until they reach the waiter.
+        self.foreign: set[str] = set()
         self._acks: list[str] = []
         self.duplicates = 0
         self._last_rx: float | None = None
@@ -329,7 +342,9 @@ class ControllerSession(_Session):
 
     # -- frames from the bridge
 
-    def receive(self, frame: Frame, now: float) -> Resume | Completion | Duplicate | Evt | None:
+    def receive(
+        self, frame: Frame, now: float
+    ) -> Resume | Completion | Duplicate | Relay | Evt | None:
         """Dispatch one frame from the bridge; frames a bridge must not send raise
         :class:`UnexpectedFrame` (close with 4400)."""
         if isinstance(frame, Hello):
@@ -403,7 +418,7 @@ class ControllerSession(_Session):
             bridge=self.bridge_id,
             session=hello.session,
             resumed=resumed,
-            waiting=list(self._pending),
+            waiting=[*self._pending, *(r for r in sorted(self.foreign) if r not in self._pending)],
             settings=SharedSettings.from_settings(self.settings),
         )
         self._move(State.OPEN)
@@ -415,10 +430,13 @@ class ControllerSession(_Session):
             welcome=welcome, resumed=resumed, resent=[p.id for p in resend], failed=failed
         )
 
-    def on_result(self, res: Res, now: float) -> Completion | Duplicate:
-        """A result: completes its call, or is a duplicate. Acked either way."""
+    def on_result(self, res: Res, now: float) -> Completion | Duplicate | Relay:
+        """A result: completes its call, or is a duplicate (both acked), or is relayed (a
+        ``foreign`` id: acked later, by :meth:`ack`)."""
         self._expect(res, State.OPEN)
         self._touch(now)
+        if res.id not in self._pending and res.id in self.foreign:
+            return Relay(res)
         self._acks.append(res.id)
         pending = self._pending.pop(res.id, None)
         if pending is None:
@@ -463,6 +481,20 @@ class ControllerSession(_Session):
         self._out.append(Ping(id=new_request_id()))
         return Liveness.PING
 
+    def ack(self, request_id: str) -> None:
+        """A relayed result reached its waiter: ack it with the next drain."""
+        self.foreign.discard(request_id)
+        if self.state is State.OPEN:
+            self._acks.append(request_id)
+
+    def resolve(self, completion: Completion) -> Completion | None:
+        """End a pending call with a result that reached this replica another way (relayed
+        by the replica its bridge moved to); None if it is not pending."""
+        pending = self._pending.pop(completion.id, None)
+        if pending is None:
+            return None
+        return Completion(completion.id, pending.method, completion.result, completion.error)
+
     # -- lifecycle
 
     @property
@@ -484,6 +516,7 @@ class ControllerSession(_Session):
         if self.state is State.CLOSED:
             return
         self._acks.clear()  # unacked results are re-sent by the bridge and acked then
+        self.foreign = set()
         self._pings_out = 0
         self._last_ping = None
 

@@ -103,6 +103,21 @@ async def recover(app: Any) -> list[Recovered]:
         return []
 
 
+async def take_over(app: Any) -> None:
+    """Cluster mode: replicas died. Their unfinished runs are ended — or resumed here, when
+    their bridge may hold their instrumentation result — and their cleanup done, in the
+    background (cancelled at shutdown, with the executor)."""
+    recovered = await recover(app)
+    owed = [r for r in recovered if r.packages]
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Future[Any]] = app.state.__dict__.setdefault("recovery_tasks", set())
+    started = [loop.create_task(_clean_up(app, owed))] if owed else []
+    started += [asyncio.ensure_future(r.resumed) for r in recovered if r.resumed is not None]
+    for task in started:
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
 async def _clean_up(app: Any, owed: list[Recovered]) -> None:
     try:
         executor = _executor(app)
@@ -190,6 +205,12 @@ def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
 
 async def close_executor(app: Any) -> None:
     """Cancel the executor's background runs (app shutdown, before the hub closes)."""
+    tasks = list(getattr(app.state, "recovery_tasks", ()))
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
     executor: SandboxExecutor | None = getattr(app.state, "executor", None)
     if executor is not None:
         await executor.aclose()

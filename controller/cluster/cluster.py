@@ -13,12 +13,21 @@ Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
 * ``P:bridge:BID`` — a hash: ``owner`` (``RID/CLAIM``, the replica and the connection that
   hold the bridge's one session), ``replica``, ``name``, ``owner_id``, ``devices`` (JSON
   inventory); with TTL, so a dead replica's bridges vanish from listings on their own;
-* ``P:bridges`` — the set of bridge ids that may have a hash (pruned when one is missing).
+* ``P:bridges`` — the set of bridge ids that may have a hash (pruned when one is missing);
+* ``P:awaits:BID`` — a hash: request id → ``RID SESSION`` (replica ``RID`` waits for that
+  request's result, sent on bridge session ``SESSION``) or ``lost REASON`` (the bridge came
+  back without it). Written for requests a run may be resumed from (the executor's
+  instrumentation) and by the replica adopting such a run; its TTL
+  (``_AWAIT_TTLS`` × ``cluster_ttl_s``) is renewed by the heartbeat of every replica waiting
+  in it, and outlives a dead waiter long enough for a survivor to adopt its run.
 
 Messages travel on pub/sub, one channel per replica, ``P:rpc:RID``, msgpack maps:
 ``req`` (forwarded call) → ``res`` (its result, to the caller's channel), ``cancel`` (the
 caller gave up), ``replace`` (a newer session of a bridge took over elsewhere: close ours
-with 4409). Why pub/sub and not streams: docs/cluster.md.
+with 4409). A held result the bridge delivers to a replica other than the one waiting for
+it (``P:awaits:BID``) travels as a ``res`` too, and is acked to the bridge only once the
+``PUBLISH`` reached the waiter (else the bridge keeps it, and it is tried again).
+Why pub/sub and not streams: docs/cluster.md.
 
 Ownership changes are atomic Lua scripts: a claim returns the previous owner, renewals and
 releases only touch a hash that still names the caller's claim, so a slow replica can never
@@ -46,8 +55,10 @@ from controller.auth import DeviceRef
 from controller.hub.devices import DeviceRecord
 from controller.hub.hub import BridgeEntry, Hub
 from protocol.closecodes import CloseCode
+from protocol.envelope import Hello, Res
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
+from protocol.session import Completion
 
 __all__ = ["DEFAULT_PREFIX", "Cluster", "ClusterUrl", "parse_redis_url"]
 
@@ -97,6 +108,30 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
 end
 return 0
 """
+# KEYS[1] awaits hash. ARGV: request id, "RID SESSION", ttl_ms. Takes the wait over, unless
+# the request is known lost: then returns that marker ("lost REASON").
+_ADOPT = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old and string.sub(old, 1, 5) == 'lost ' then
+  return old
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return false
+"""
+# KEYS[1] awaits hash. ARGV: request id, "lost REASON". Marks a waited-for request lost and
+# returns who waited ("RID SESSION"); false if nobody did.
+_LOSE = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old or string.sub(old, 1, 5) == 'lost ' then
+  return false
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return old
+"""
+# A dead replica's waits outlive it this many TTLs: it takes one TTL to notice the death and
+# one heartbeat to adopt its runs; the rest is margin for a loaded store.
+_AWAIT_TTLS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +207,7 @@ class Cluster:
             raise ValueError("cluster_ttl_s must be longer than cluster_heartbeat_s")
         self._claims: dict[str, tuple[object, str]] = {}  # bridge id → (connection, claim)
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._awaits: dict[str, str] = {}  # request id → bridge id: ours in P:awaits:BID
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
@@ -183,6 +219,8 @@ class Cluster:
         self._renew = self.redis.register_script(_RENEW)
         self._inventory = self.redis.register_script(_INVENTORY)
         self._release = self.redis.register_script(_RELEASE)
+        self._adopt = self.redis.register_script(_ADOPT)
+        self._lose = self.redis.register_script(_LOSE)
 
     # -- keys
 
@@ -195,6 +233,10 @@ class Cluster:
     @property
     def _ttl_ms(self) -> int:
         return max(1, int(self.settings.cluster_ttl_s * 1000))
+
+    @property
+    def _await_ttl_ms(self) -> int:
+        return self._ttl_ms * _AWAIT_TTLS
 
     # -- lifecycle
 
@@ -251,6 +293,8 @@ class Cluster:
         await self.redis.set(self._k("replica", self.replica_id),
                              json.dumps({"pid": os.getpid()}), px=self._ttl_ms)
         await self.redis.sadd(self._k("replicas"), self.replica_id)
+        for bridge_id in set(self._awaits.values()):
+            await self.redis.pexpire(self._k("awaits", bridge_id), self._await_ttl_ms)
         for bridge_id, (conn, claim) in list(self._claims.items()):
             entry = self.hub.entry(bridge_id)
             if entry is None or entry.conn is not conn:
@@ -331,10 +375,22 @@ class Cluster:
                               args=[held[1], json.dumps(devices)])
 
     async def released(self, entry: BridgeEntry) -> None:
-        """The bridge's connection here ended (it may be reconnecting elsewhere)."""
+        """The bridge's connection here ended (it may be reconnecting elsewhere): the calls it
+        leaves in flight are shared in ``P:awaits:BID`` (for ``_AWAIT_TTLS`` TTLs), so that
+        a replica it reconnects to relays their results here."""
         held = self._claims.pop(entry.id, None)
         if self._closed or held is None:
             return
+        sent = {rid: f"{self.replica_id} {p.sent_session}" for rid in entry.session.pending_ids()
+                if rid not in self._awaits and (p := entry.session.pending(rid)) is not None
+                and p.sent_session is not None}
+        if sent:
+            key = self._awaits_key(entry.id)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for request_id, value in sent.items():
+                    pipe.hset(key, request_id, value)
+                pipe.pexpire(key, self._await_ttl_ms)
+                await pipe.execute()
         await self._release(keys=[self._k("bridge", entry.id), self._k("bridges")],
                             args=[held[1], entry.id])
 
@@ -396,6 +452,165 @@ class Cluster:
         if missing:
             await self.redis.srem(self._k("bridges"), *missing)
         return records
+
+    # -- held results: who waits for a request, whichever replica its bridge reaches
+
+    def _awaits_key(self, bridge_id: str) -> str:
+        return self._k("awaits", bridge_id)
+
+    async def awaiting(self, bridge_id: str, request_id: str, session: str | None) -> None:
+        """This replica waits for ``request_id``, sent on the bridge's ``session``: a replica
+        the bridge reconnects to lists it in its ``welcome`` and relays the result here, and a
+        survivor adopting our run after our death takes the wait over."""
+        if self._closed:
+            return
+        self._awaits[request_id] = bridge_id
+        key = self._awaits_key(bridge_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, request_id, f"{self.replica_id} {session or '-'}")
+            pipe.pexpire(key, self._await_ttl_ms)
+            await pipe.execute()
+
+    async def settled(self, bridge_id: str, request_id: str) -> None:
+        """The wait for ``request_id`` ended (result, error, or given up)."""
+        self._awaits.pop(request_id, None)
+        if not self._closed:
+            await self.redis.hdel(self._awaits_key(bridge_id), request_id)
+
+    def adopt(
+        self,
+        device: DeviceRef,
+        request_id: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        sent_session: str,
+        timeout_s: float | None = None,
+    ) -> Awaitable[dict[str, Any]]:
+        """Wait for the result of a request a dead replica sent (``Hub.adopt`` in cluster
+        mode): whichever replica the bridge reaches relays it here. Fails ``unavailable`` when
+        the bridge came back without it (``bridge_restarted``/``result_lost``), or was held by
+        no replica for ``grace_period_s`` (``bridge_disconnected``)."""
+        del params  # never sent again: the bridge's outbox is the only source of the result
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        self._awaits[request_id] = device.bridge_id
+        return asyncio.get_running_loop().create_task(
+            self._adopted(device, request_id, method, sent_session, timeout_s, future))
+
+    async def _adopted(
+        self, device: DeviceRef, request_id: str, method: str, sent_session: str,
+        timeout_s: float | None, future: asyncio.Future[dict[str, Any]],
+    ) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        bridge_id = device.bridge_id
+        try:
+            lost = await self._adopt(keys=[self._awaits_key(bridge_id)],
+                                     args=[request_id, f"{self.replica_id} {sent_session}",
+                                           self._await_ttl_ms])
+            if isinstance(lost, bytes):
+                reason = lost.decode(errors="replace").partition(" ")[2] or "result_lost"
+                raise RpcError(ErrorCode.UNAVAILABLE, f"the bridge of {device} came back "
+                               "without the request's result", {"reason": reason})
+            log.info("cluster: adopted request %s %s on %s", request_id, method, device)
+            away: float | None = None
+            async with asyncio.timeout(timeout_for(method, self.settings, timeout_s)):
+                while True:
+                    done, _ = await asyncio.wait({future},
+                                                 timeout=self.settings.cluster_heartbeat_s)
+                    if done:
+                        return future.result()
+                    local = self.hub.entry(bridge_id)
+                    held = (local is not None and local.conn is not None) or bool(
+                        await self.redis.exists(self._k("bridge", bridge_id)))
+                    if held:
+                        away = None
+                    elif away is None:
+                        away = loop.time()
+                    elif loop.time() - away >= self.settings.grace_period_s:
+                        raise RpcError(ErrorCode.UNAVAILABLE, f"the bridge of {device} did not "
+                                       "come back", {"reason": "bridge_disconnected"})
+        except TimeoutError:
+            raise RpcError(ErrorCode.TIMEOUT, f"{method} on {device} timed out",
+                           {"request": request_id}) from None
+        except (RedisError, OSError) as exc:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
+                           {"reason": "redis_unavailable"}) from exc
+        finally:
+            self._waiting.pop(request_id, None)
+            with contextlib.suppress(RedisError, OSError):
+                await self.settled(bridge_id, request_id)
+
+    async def foreign(self, entry: BridgeEntry, hello: Hello) -> set[str]:
+        """The ids other replicas (or our adopted runs) wait for on this bridge, which its
+        ``hello`` says it holds: the ``welcome`` lists them so the bridge keeps and re-sends
+        their results. One it does not hold is marked lost, and its waiter told."""
+        if self._closed:
+            return set()
+        try:
+            rows = await self.redis.hgetall(self._awaits_key(entry.id))
+            held = set(hello.held)
+            listed: set[str] = set()
+            for raw_id, raw in rows.items():
+                request_id, value = _text(raw_id), _text(raw)
+                replica, _, session = value.partition(" ")
+                if replica == "lost" or (replica == self.replica_id
+                                         and entry.session.pending(request_id) is not None):
+                    continue  # gone, or our own call: the session decides for those
+                if request_id in held:
+                    listed.add(request_id)
+                    continue
+                reason = "result_lost" if session == hello.session else "bridge_restarted"
+                waiter = await self._lose(keys=[self._awaits_key(entry.id)],
+                                          args=[request_id, f"lost {reason}"])
+                if isinstance(waiter, bytes):
+                    error = RpcError(ErrorCode.UNAVAILABLE, "the bridge no longer holds the "
+                                     "request's result", {"reason": reason})
+                    await self._send_res(_text(waiter).partition(" ")[0], {
+                        "k": "res", "id": request_id, "bridge": entry.id, "e": error.to_wire()})
+            return listed
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: cannot read the waits on bridge %s: %s", entry.name, exc)
+            return set()
+
+    async def relay(self, entry: BridgeEntry, res: Res) -> bool:
+        """Pass a held result to the replica waiting for it. True once it reached it (a
+        subscriber got the message, or it is us): the caller acks it to the bridge. While the
+        waiter is dead and not yet replaced by an adopter, tried again every heartbeat;
+        False (not acked: the bridge keeps it) when nobody waits any more."""
+        conn = entry.conn
+        body: dict[str, Any] = {"k": "res", "id": res.id, "bridge": entry.id}
+        if res.e is not None:
+            body["e"] = res.e.to_error().to_wire()
+        else:
+            body["r"] = res.r
+        loop = asyncio.get_running_loop()
+        unreached: float | None = None
+        while not self._closed and entry.conn is conn:
+            try:
+                value = await self.redis.hget(self._awaits_key(entry.id), res.id)
+                replica = _text(value).partition(" ")[0] if value is not None else "lost"
+                if replica == "lost":
+                    return False
+                if await self._send_res(replica, body):
+                    log.info("cluster: bridge %s: result %s relayed to replica %s", entry.name,
+                             res.id, replica)
+                    return True
+            except (RedisError, OSError, TypeError, ValueError) as exc:
+                log.warning("cluster: result %s not relayed: %s", res.id, exc)
+            now = loop.time()
+            if unreached is None:
+                unreached = now
+            elif now - unreached >= self._await_ttl_ms / 1000:
+                return False
+            await asyncio.sleep(self.settings.cluster_heartbeat_s)
+        return False
+
+    async def _send_res(self, replica: str, body: dict[str, Any]) -> bool:
+        if replica == self.replica_id:
+            self._dispatch(body)
+            return True
+        return bool(await self.redis.publish(self.channel(replica), _pack(body)))
 
     # -- forwarding: the calling side
 
@@ -475,6 +690,9 @@ class Cluster:
         kind = body.get("k")
         if kind == "res":
             future = self._waiting.get(str(body.get("id")))
+            if future is None and isinstance(body.get("bridge"), str):
+                self._relayed(body)  # a held result for a call of ours whose bridge moved
+                return
             if future is None or future.done():
                 return
             if body.get("e") is not None:
@@ -496,6 +714,15 @@ class Cluster:
                 serving.cancel()
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
+
+    def _relayed(self, body: dict[str, Any]) -> None:
+        request_id = str(body.get("id"))
+        if body.get("e") is not None:
+            completion = Completion(request_id, "", error=_error(body["e"]))
+        else:
+            result = body.get("r")
+            completion = Completion(request_id, "", result if isinstance(result, dict) else {})
+        self.hub.deliver(str(body["bridge"]), completion)
 
     def _replaced(self, bridge_id: str, by: str) -> None:
         held = self._claims.pop(bridge_id, None)

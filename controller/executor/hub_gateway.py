@@ -50,6 +50,16 @@ class HubGateway:
                 )
         return out
 
+    async def cluster_devices(self) -> list[DeviceView]:
+        """:meth:`devices`, plus in cluster mode the live devices of bridges other replicas
+        hold (a call to those is forwarded by the hub)."""
+        out = self.devices()
+        remote = getattr(self.hub.cluster, "remote_devices", None)
+        if callable(remote):
+            out += [DeviceView(r.bridge_id, r.bridge, r.owner_id, r.serial, r.state, r.info)
+                    for r in await remote()]
+        return out
+
     async def call(
         self,
         target: Target,

@@ -22,7 +22,13 @@ Everything else (the fix loop, the device queue) died with the process: those ru
 
 Each run's request record names its controller process (``controller``: the executor's
 ``instance``). A single controller ends every run not its own. In a cluster, replicas share
-the database: a run is ended only when its replica is no longer alive (``alive``).
+the database: a run is recovered only when its replica is no longer alive (``alive``), by the
+survivor that noticed the death or a replica starting up. Either first *takes* the run: one
+conditional UPDATE renames its controller only while it still names the dead one, so exactly
+one process ends or resumes it. A resumed run's result reaches its adopter whichever replica
+the bridge reconnects to: the wait is shared in Redis from the moment the request is sent,
+listed in any replica's ``welcome`` and relayed to the waiter (``controller.cluster``,
+docs/cluster.md "How the held result finds the adopter").
 """
 
 from __future__ import annotations
@@ -130,6 +136,8 @@ async def recover_runs(
             continue
         if alive is not None and owner and await alive(owner):
             continue
+        if not await _take(store, run, owner, instance):
+            continue  # another replica took it over first
         if resume is not None:
             async with store.session() as session:
                 steps = (await session.execute(
@@ -143,9 +151,28 @@ async def recover_runs(
                 continue
         ended.append(await _end(store, run))
     if ended:
-        log.warning("ended %d runs left unfinished by a controller restart: %s",
-                    len(ended), [r.run_id for r in ended])
+        log.warning("recovered %d runs a gone controller left unfinished: %s ended, %s resuming",
+                    len(ended), [r.run_id for r in ended if r.resumed is None],
+                    [r.run_id for r in ended if r.resumed is not None])
     return ended
+
+
+async def _take(store: Store, run: Run, owner: str, instance: str) -> bool:
+    """Make ``run`` this process's own, if it still names ``owner``: one conditional UPDATE,
+    so of two replicas recovering a dead one's runs at once, exactly one ends or resumes it."""
+    named = Run.request["controller"].as_string()
+    async with store.session() as session, session.begin():
+        taken = await session.execute(
+            update(Run)
+            .where(
+                Run.id == run.id,
+                Run.status.in_([RunStatus.QUEUED.value, RunStatus.RUNNING.value]),
+                (named == owner) if owner else named.is_(None),
+            )
+            .values(request={**(run.request or {}), "controller": instance})
+            .execution_options(synchronize_session=False)
+        )
+    return bool(taken.rowcount)  # type: ignore[attr-defined]
 
 
 def _owed(steps: Sequence[RunStep]) -> list[str]:
@@ -248,8 +275,10 @@ async def clean_up(
     pending = [r for r in owed if r.device and r.packages]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    everywhere = getattr(gateway, "cluster_devices", None)  # cluster mode: any replica's
     while pending:
-        ready = {d.id: d for d in gateway.devices() if d.ready}
+        views = await everywhere() if callable(everywhere) else gateway.devices()
+        ready = {d.id: d for d in views if d.ready}
         for item in [r for r in pending if r.device in ready]:
             pending.remove(item)
             device = ready[str(item.device)]

@@ -50,7 +50,16 @@ from controller.hub.streams import LogStream
 from controller.store import Store, Token, bridge_seen, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
-from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo, Evt, Req, is_channel
+from protocol.envelope import (
+    DEVICES_CHANNEL,
+    Capabilities,
+    DeviceInfo,
+    Evt,
+    Hello,
+    Req,
+    Res,
+    is_channel,
+)
 from protocol.errors import (
     DecodeError,
     EncodeError,
@@ -68,6 +77,7 @@ from protocol.session import (
     Duplicate,
     Liveness,
     Pending,
+    Relay,
     Resume,
 )
 from protocol.settings import Settings
@@ -214,7 +224,9 @@ class ClusterHooks(Protocol):
     """What the hub asks of cluster mode (:class:`controller.cluster.Cluster`), when on.
 
     ``claimed``/``inventory``/``released`` tell the cluster about this replica's bridges;
-    ``owner_elsewhere`` and ``forward`` route a call to the replica holding the bridge.
+    ``owner_elsewhere`` and ``forward`` route a call to the replica holding the bridge;
+    ``awaiting``/``settled``/``adopt``/``foreign``/``relay`` share the waits for held results
+    (a run resumed on another replica, a bridge that moved): docs/cluster.md.
     """
 
     async def claimed(self, entry: BridgeEntry) -> None: ...
@@ -225,6 +237,14 @@ class ClusterHooks(Protocol):
         self, replica: str, target: DeviceRef | str, method: str, params: dict[str, Any],
         *, timeout_s: float | None = None,
     ) -> dict[str, Any]: ...
+    async def awaiting(self, bridge_id: str, request_id: str, session: str | None) -> None: ...
+    async def settled(self, bridge_id: str, request_id: str) -> None: ...
+    def adopt(
+        self, device: DeviceRef, request_id: str, method: str, params: dict[str, Any],
+        *, sent_session: str, timeout_s: float | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+    async def foreign(self, entry: BridgeEntry, hello: Hello) -> set[str]: ...
+    async def relay(self, entry: BridgeEntry, res: Res) -> bool: ...
 
 
 class Hub:
@@ -365,15 +385,25 @@ class Hub:
                 f"bridge {entry.name} does not implement {method[:128]}",
                 {"reason": "unsupported_method"},
             )
-        loop = asyncio.get_running_loop()
-        pending = entry.session.register(
-            method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
-        )
-        waiter = _Waiter(loop.create_future(), on_result)
-        entry.waiters[pending.id] = waiter
-        self._wake(entry)
-        log.debug("call %s %s on %s", pending.id, method, label)
-        return await self._await(entry, pending, waiter, method, label)
+        cluster = self.cluster if request_id is not None else None
+        if cluster is not None and request_id is not None:
+            # A call a run may be resumed from: its wait is shared before it goes out, so that
+            # a survivor can take it over if this replica dies, and a replica the bridge moves
+            # to relays the result here (docs/cluster.md).
+            await self._persist(cluster.awaiting(entry.id, request_id, entry.session.session_id))
+        try:
+            loop = asyncio.get_running_loop()
+            pending = entry.session.register(
+                method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
+            )
+            waiter = _Waiter(loop.create_future(), on_result)
+            entry.waiters[pending.id] = waiter
+            self._wake(entry)
+            log.debug("call %s %s on %s", pending.id, method, label)
+            return await self._await(entry, pending, waiter, method, label)
+        finally:
+            if cluster is not None and request_id is not None:
+                self._spawn(self._persist(cluster.settled(entry.id, request_id)))
 
     def session_of(self, bridge_id: str) -> str | None:
         """The bridge's current session id (its last ``hello``), None before one."""
@@ -394,7 +424,11 @@ class Hub:
         session ``sent_session``: registered now (before the bridge's ``hello`` is answered),
         so the ``welcome`` lists it and the bridge re-sends the result it holds. It is never
         sent again: a bridge that restarted or no longer holds the result makes it fail
-        ``unavailable``. Raises ``RpcError`` ``unavailable`` when the bridge is unknown."""
+        ``unavailable``. Raises ``RpcError`` ``unavailable`` when the bridge is unknown.
+        In cluster mode the wait is the cluster's: the bridge may come back to any replica."""
+        if self.cluster is not None:
+            return self.cluster.adopt(device, request_id, method, params,
+                                      sent_session=sent_session, timeout_s=timeout_s)
         entry = self._entries.get(device.bridge_id) or self._startup_entry(device)
         if entry is None or entry.gone or self._closing:
             raise RpcError(
@@ -418,6 +452,16 @@ class Hub:
         self._wake(entry)
         log.info("adopted request %s %s on %s", pending.id, method, device)
         return loop.create_task(self._await(entry, pending, waiter, method, str(device)))
+
+    def deliver(self, bridge_id: str, completion: Completion) -> bool:
+        """A result the bridge gave another replica (it moved there) for a call pending here;
+        False if it is not pending (a duplicate: dropped)."""
+        entry = self._entries.get(bridge_id)
+        done = entry.session.resolve(completion) if entry is not None else None
+        if entry is None or done is None:
+            return False
+        self._complete(entry, done)
+        return True
 
     async def _await(
         self, entry: BridgeEntry, pending: Pending, waiter: _Waiter, method: str, label: str
@@ -707,6 +751,8 @@ class Hub:
                 if not self._bad_frame(entry, conn, exc, first):
                     return
                 continue
+            if first and self.cluster is not None and isinstance(frame, Hello):
+                session.foreign = await self.cluster.foreign(entry, frame)
             if entry.conn is not conn:
                 return  # replaced: frames still arriving here are the new connection's business
             try:
@@ -722,6 +768,8 @@ class Hub:
                 self._complete(entry, outcome)
                 if entry.conn is conn:
                     self._ack(entry, conn)
+            elif isinstance(outcome, Relay):
+                self._spawn(self._relay(entry, conn, outcome.res))
             elif isinstance(outcome, Duplicate):
                 log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
                 self._ack(entry, conn)
@@ -776,6 +824,18 @@ class Hub:
             conn.wake.set()
         else:
             conn.ack_soon()
+
+    async def _relay(self, entry: BridgeEntry, conn: Connection, res: Res) -> None:
+        """A held result for a wait elsewhere in the cluster: acked once it reached it."""
+        assert self.cluster is not None
+        try:
+            reached = await self.cluster.relay(entry, res)
+        except Exception:
+            log.exception("bridge %s: relaying result %s failed", entry.name, res.id)
+            return
+        if reached and entry.conn is conn:
+            entry.session.ack(res.id)
+            self._ack(entry, conn)
 
     def _unsendable(self, entry: BridgeEntry, frame: Any, exc: Exception) -> None:
         log.warning("bridge %s: cannot send %s frame: %s", entry.name, frame.t, exc)

@@ -23,6 +23,9 @@ from tests.controller.test_hub_support import fast_settings
 __all__ = ["SETTINGS", "WAIT_S", "BridgeProcess", "ReplicaProcess"]
 
 WAIT_S = 30.0 * TIME_SCALE
+# A process start (imports, migration) on a loaded 2-core box can take most of WAIT_S when
+# three start at once: its own, longer bound (not what the tests are about).
+START_S = 90.0 * TIME_SCALE
 PING_S = 0.5 * TIME_SCALE
 SETTINGS = fast_settings(
     ping_interval_s=PING_S,
@@ -92,7 +95,7 @@ class ReplicaProcess(_Process):
     async def start(self) -> None:
         await super().start()
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as http:
-            async with asyncio.timeout(WAIT_S):
+            async with asyncio.timeout(START_S):
                 while True:
                     if self.returncode is not None:
                         raise AssertionError(f"replica exited {self.returncode}:\n"

@@ -75,9 +75,9 @@ class Cluster:
     bridges: list[BridgeProcess] = field(default_factory=list)
     clients: list[httpx.AsyncClient] = field(default_factory=list)
 
-    async def replica(self) -> tuple[ReplicaProcess, httpx.AsyncClient]:
+    async def replica(self, port: int | None = None) -> tuple[ReplicaProcess, httpx.AsyncClient]:
         n = len(self.replicas)
-        replica = ReplicaProcess(free_port(), self.db_url, self.redis.url, ADMIN_TOKEN,
+        replica = ReplicaProcess(port or free_port(), self.db_url, self.redis.url, ADMIN_TOKEN,
                                  self.tmp_path / f"replica{n}.log")
         self.replicas.append(replica)
         await replica.start()

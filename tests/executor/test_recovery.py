@@ -22,7 +22,13 @@ from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from tests.adb_support import AdbServer, ConnectedSim, free_port
 from tests.conftest import TIME_SCALE
-from tests.controller.conftest import ADMIN_TOKEN, bearer
+from tests.controller.conftest import (  # noqa: F401 - fixtures
+    ADMIN_TOKEN,
+    bearer,
+    db_url,
+    pg_url,
+    sqlite_url,
+)
 from tests.executor.conftest import build_service
 from tests.executor.support import llm_style_test
 from tests.faults.procs import ControllerProcess
@@ -181,3 +187,52 @@ async def test_kill_9_mid_run_and_bridge_restart_end_the_run(
     cleanup = run["steps"][-1]
     assert cleanup["status"] == "ok", cleanup
     assert set(cleanup["detail"]["removed"]) == installed and not left
+
+
+async def test_two_replicas_recovering_at_once_take_each_run_exactly_once(
+    db_url: str,  # noqa: F811 - fixture
+) -> None:
+    """A dead replica's runs, recovered by two survivors at the same time (the reaper and a
+    replica starting up): the conditional UPDATE lets exactly one end or resume each."""
+    store = Store(db_url)
+    await store.migrate()
+    now = utcnow()
+    device = {"bridge_id": "b1", "bridge_name": "desk", "owner_id": "u1", "serial": "emu-1"}
+    try:
+        async with store.session() as session, session.begin():
+            session.add_all([_run("cut", "running", "dead"), _run("queued", "queued", "dead")])
+            await session.flush()
+            session.add(RunStep(
+                run_id="cut", seq=0, kind="rpc", status="running", created_at=now,
+                detail={"method": "device.instrument", "request_id": "r", "bridge_session": "s",
+                        "resume": {"device": device}}))
+        resumed: list[tuple[str, str]] = []
+
+        def resume_by(instance: str) -> Any:
+            def resume(item: Any) -> Any:
+                resumed.append((instance, item.run_id))
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                return done
+            return resume
+
+        async def alive(replica: str) -> bool:
+            return replica != "dead"
+
+        first, second = await asyncio.gather(
+            *(recover_runs(store, instance=i, alive=alive, resume=resume_by(i))
+              for i in ("r1", "r2")))
+        taken = [r.run_id for r in (*first, *second)]
+        assert sorted(taken) == ["cut", "queued"]  # each run once, by one replica or the other
+        assert len(resumed) == 1 and resumed[0][1] == "cut"
+        async with store.session() as session:
+            runs = {r.id: r for r in (await session.execute(select(Run))).scalars()}
+            recovery = (await session.execute(
+                select(RunStep).where(RunStep.kind == "recovery"))).scalars().all()
+        assert runs["cut"].status == "running"  # resuming, not ended
+        assert runs["cut"].request["controller"] == resumed[0][0]
+        assert runs["queued"].status == "finished" and runs["queued"].verdict == "PENDING"
+        assert runs["queued"].request["controller"] in ("r1", "r2")
+        assert [s.run_id for s in recovery] == ["queued"]  # ended once
+    finally:
+        await store.close()

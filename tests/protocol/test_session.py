@@ -36,6 +36,7 @@ from protocol.session import (
     ControllerSession,
     Duplicate,
     Liveness,
+    Relay,
     Resume,
     State,
     WelcomeOutcome,
@@ -199,6 +200,51 @@ def test_running_request_is_not_resent_and_its_result_arrives_after_resume() -> 
     assert [c.id for c in link.completions()] == [p.id]
     assert link.b.held_ids() == []
     assert link.b_out.count(Admission.RUN) == 1
+
+
+def test_a_foreign_wait_keeps_the_bridge_running_and_its_result_unacked_until_relayed() -> None:
+    """Cluster mode: the bridge moves from replica A's session to replica B's with a request
+    of A's running. B lists it (``foreign``), the bridge keeps it, and its result is a Relay:
+    not acked — the bridge holds it — until B says it reached A; A then resolves its call."""
+    link = Link()
+    link.connect()
+    p = link.c.register("device.instrument", {"serial": "s", "package": "p"}, now=0,
+                        request_id=new_request_id(), validate=False)
+    link.deliver_to_bridge()
+    replica_a, link.c = link.c, ControllerSession(bridge_id="bridge-1", settings=link.settings)
+    link.drop()
+    replica_a.connection_lost()
+    link.c.foreign = {p.id}
+    link.connect()
+    assert link.last_resume().welcome.waiting == [p.id]
+    assert link.last_welcome_outcome().orphaned == []  # not cancelled: someone waits for it
+    res = link.b.complete(p.id, {"output": "OK (1 test)"}, now=1)
+    assert res is not None
+    (outcome,) = link.deliver_to_controller()
+    assert outcome == Relay(res)
+    link.settle()
+    assert link.b.held_ids() == [p.id]  # not acked: the bridge still holds it
+    assert link.c.duplicates == 0 and link.completions() == []
+
+    link.c.ack(p.id)  # B relayed it to A
+    link.settle()
+    assert link.b.held_ids() == []
+    done = replica_a.resolve(Completion(p.id, "", {"output": "OK (1 test)"}))
+    assert done == Completion(p.id, "device.instrument", {"output": "OK (1 test)"})
+    assert replica_a.resolve(Completion(p.id, "", {})) is None  # once
+    assert replica_a.pending_count == 0
+
+
+def test_foreign_ids_are_forgotten_with_the_connection() -> None:
+    link = Link()
+    rid = new_request_id()
+    link.c.foreign = {rid}
+    link.connect()
+    link.drop()
+    link.connect()
+    assert link.last_resume().welcome.waiting == []
+    stranger = Res.success(rid, {})
+    assert link.c.receive(stranger, 2) == Duplicate(id=rid)
 
 
 def test_lost_ack_makes_a_duplicate_result_that_is_dropped_and_forgotten() -> None:
