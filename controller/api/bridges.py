@@ -1,7 +1,9 @@
 """``/v1/bridges``: the bridges the caller owns (all of them for an admin), with their state.
 
 ``state``: ``connected``, ``reconnecting`` (dropped less than the grace period ago: calls
-wait for it), or ``disconnected``.
+wait for it), or ``disconnected``. In cluster mode (docs/cluster.md) a bridge connected to
+another replica is listed ``connected`` with that ``replica`` and its live device count (its
+software and toolchain are known only to that replica).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class BridgeOut(BaseModel):
     pending: int = 0
     connections: int = 0
     last_seen_at: datetime | None = None
+    replica: str | None = None  # cluster mode: the replica holding its connection, if another
 
 
 @router.get("", response_model=list[BridgeOut])
@@ -44,9 +47,23 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
         query = query.where(Bridge.owner_id == principal.user_id)
     async with hub.store.session() as session:
         rows = (await session.execute(query.order_by(Bridge.name))).all()
+    remote_bridges = getattr(hub.cluster, "remote_bridges", None)
+    elsewhere = await remote_bridges() if remote_bridges is not None else {}
     out: list[dict[str, Any]] = []
     for bridge, owner in rows:
         entry = hub.entry(bridge.id)
+        remote = elsewhere.get(bridge.id)
+        if remote is not None and (entry is None or entry.conn is None):
+            out.append({
+                "id": bridge.id,
+                "name": bridge.name,
+                "owner": owner,
+                "state": BridgeState.CONNECTED.value,
+                "devices": remote.devices,
+                "last_seen_at": bridge.last_seen_at,
+                "replica": remote.replica,
+            })
+            continue
         item: dict[str, Any] = {
             "id": bridge.id,
             "name": bridge.name,

@@ -60,7 +60,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
 from protocol.session import Completion
 
-__all__ = ["DEFAULT_PREFIX", "Cluster", "ClusterUrl", "parse_redis_url"]
+__all__ = ["DEFAULT_PREFIX", "Cluster", "ClusterUrl", "RemoteBridge", "parse_redis_url"]
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -132,6 +132,14 @@ return old
 # A dead replica's waits outlive it this many TTLs: it takes one TTL to notice the death and
 # one heartbeat to adopt its runs; the rest is margin for a loaded store.
 _AWAIT_TTLS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteBridge:
+    """A bridge connected to another replica: which one, and how many live devices."""
+
+    replica: str
+    devices: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +428,35 @@ class Cluster:
             return []
 
     async def _remote_devices(self) -> list[DeviceRecord]:
+        records: list[DeviceRecord] = []
+        for bridge_id, fields, devices in await self._held_elsewhere():
+            for serial, info in devices.items():
+                if not isinstance(info, dict):
+                    continue
+                records.append(DeviceRecord(
+                    bridge_id, fields.get("name", bridge_id), fields.get("owner_id", ""),
+                    str(serial), str(info.get("state", "unknown")), info,
+                ))
+        return records
+
+    async def remote_bridges(self) -> dict[str, RemoteBridge]:
+        """Bridges whose one session another live replica holds, by bridge id (for
+        ``GET /v1/bridges``); none while Redis is unreachable."""
+        if self._closed:
+            return {}
+        try:
+            held = await self._held_elsewhere()
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: cannot read the registry: %s", exc)
+            return {}
+        return {
+            bridge_id: RemoteBridge(fields.get("replica", ""), len(devices))
+            for bridge_id, fields, devices in held
+        }
+
+    async def _held_elsewhere(self) -> list[tuple[str, dict[str, str], dict[str, Any]]]:
+        """(bridge id, its registry fields, its live inventory) for each bridge held by
+        another replica; ids whose hash expired are pruned from ``P:bridges``."""
         ids = sorted(_text(b) for b in await self.redis.smembers(self._k("bridges")))
         if not ids:
             return []
@@ -427,7 +464,7 @@ class Cluster:
             for bridge_id in ids:
                 pipe.hgetall(self._k("bridge", bridge_id))
             rows = await pipe.execute()
-        records: list[DeviceRecord] = []
+        held: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         missing = []
         for bridge_id, row in zip(ids, rows, strict=True):
             if not row:
@@ -439,19 +476,11 @@ class Cluster:
             try:
                 devices = json.loads(fields.get("devices") or "{}")
             except ValueError:
-                continue
-            if not isinstance(devices, dict):
-                continue
-            for serial, info in devices.items():
-                if not isinstance(info, dict):
-                    continue
-                records.append(DeviceRecord(
-                    bridge_id, fields.get("name", bridge_id), fields.get("owner_id", ""),
-                    str(serial), str(info.get("state", "unknown")), info,
-                ))
+                devices = {}
+            held.append((bridge_id, fields, devices if isinstance(devices, dict) else {}))
         if missing:
             await self.redis.srem(self._k("bridges"), *missing)
-        return records
+        return held
 
     # -- held results: who waits for a request, whichever replica its bridge reaches
 

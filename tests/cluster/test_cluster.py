@@ -172,6 +172,11 @@ async def test_forwarding_one_session_and_failover(cluster: Cluster) -> None:
     assert len(bridge_keys) == 1
     bridge_id = bridge_keys[0].rpartition(":")[2]
     assert await cluster.redis.holder(bridge_id) == id_a
+    # GET /v1/bridges on B lists it connected, held by A (one, not a stale copy).
+    for api, replica in ((api_a, None), (api_b, id_a)):
+        (listed_bridge,) = (await api.get("/v1/bridges")).json()
+        assert (listed_bridge["id"], listed_bridge["state"]) == (bridge_id, "connected")
+        assert (listed_bridge["replica"], listed_bridge["devices"]) == (replica, 1)
 
     # B does not hold the bridge: the call is forwarded to A and its result comes back.
     out = await shell(api_b, device["id"], "via-b")
