@@ -24,7 +24,8 @@ from controller.store.models import (
     new_id,
     utcnow,
 )
-from controller.store.seen import bridge_seen, devices_seen, known_devices
+from controller.store.retry import is_busy, retrying
+from controller.store.seen import SeenRecorder, bridge_seen, devices_seen, known_devices
 from controller.store.store import MigrationLockTimeout, Store, head_revision
 from controller.store.url import UnsupportedDatabase, to_async_url
 
@@ -38,6 +39,7 @@ __all__ = [
     "Run",
     "RunStatus",
     "RunStep",
+    "SeenRecorder",
     "Store",
     "TestResult",
     "Token",
@@ -47,8 +49,10 @@ __all__ = [
     "bridge_seen",
     "devices_seen",
     "head_revision",
+    "is_busy",
     "known_devices",
     "new_id",
+    "retrying",
     "to_async_url",
     "utcnow",
 ]

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import StaticPool
 
+from controller.store.seen import SeenRecorder
 from controller.store.url import is_sqlite, to_async_url
 
 __all__ = ["MIGRATIONS_DIR", "MigrationLockTimeout", "Store", "head_revision"]
@@ -119,6 +120,8 @@ class Store:
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self.engine, expire_on_commit=False
         )
+        # Last seen / last used times, written behind (never on a handshake's path).
+        self.seen = SeenRecorder(self.engine)
 
     def __repr__(self) -> str:
         return f"Store({self.url.render_as_string(hide_password=True)!r})"
@@ -160,6 +163,8 @@ class Store:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        """Write the last seen/used times still pending, then let the connections go."""
+        await self.seen.close()
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:
