@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.hub.streams import LogStream
-from controller.store import Store, Token, bridge_seen, devices_seen, utcnow
+from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo, Evt, Req, is_channel
@@ -654,7 +654,7 @@ class Hub:
         if not self._closing:
             entry.grace_task = self._spawn(self._grace(entry, self.settings.grace_period_s))
         entry.last_seen_at = utcnow()
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)  # written behind, never here
 
     async def _grace(self, entry: BridgeEntry, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -806,7 +806,7 @@ class Hub:
             len(entry.devices), len(resume.resent), len(resume.failed),
         )
         await self._persist_devices(entry)
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
         if evt.ch == DEVICES_CHANNEL:
