@@ -122,23 +122,11 @@ class SeenRecorder:
                             len(bridges) + len(tokens), exc)
 
     async def _write(self, bridges: dict[str, datetime], tokens: dict[str, datetime]) -> None:
-        async with self.engine.begin() as conn:
-            for table, column, times in (
-                (Bridge.__table__, "last_seen_at", bridges),
-                (Token.__table__, "last_used_at", tokens),
-            ):
-                if not times:
-                    continue
-                stored = table.c[column]
-                statement = (
-                    update(table)
-                    .where(table.c.id == bindparam("row_id"))
-                    .where(or_(stored.is_(None), stored < bindparam("at")))
-                    .values({column: bindparam("at")})
-                )
-                await conn.execute(
-                    statement, [{"row_id": key, "at": at} for key, at in sorted(times.items())]
-                )
+        async with self.engine.begin() as conn:  # Core: one executemany per table
+            if bridges:
+                await conn.execute(_forward(Bridge.__table__, "last_seen_at"), _rows(bridges))
+            if tokens:
+                await conn.execute(_forward(Token.__table__, "last_used_at"), _rows(tokens))
 
     async def close(self) -> None:
         """Stop the flusher and write what is left (the last chance before the engine goes)."""
@@ -151,6 +139,22 @@ class SeenRecorder:
         await self.flush()
         if self.pending:
             log.warning("%d last seen/used times lost at shutdown", self.pending)
+
+
+def _forward(table: Any, column: str) -> Any:
+    """``UPDATE table SET column = :at WHERE id = :row_id`` where that moves it forward."""
+    stored = table.c[column]
+    return (
+        update(table)
+        .where(table.c.id == bindparam("row_id"))
+        .where(or_(stored.is_(None), stored < bindparam("at")))
+        .values({column: bindparam("at")})
+    )
+
+
+def _rows(times: dict[str, datetime]) -> list[dict[str, Any]]:
+    # In id order: two replicas flushing the same rows take their row locks in one order.
+    return [{"row_id": key, "at": at} for key, at in sorted(times.items())]
 
 
 def _keep_latest(pending: dict[str, datetime], key: str, at: datetime) -> None:
