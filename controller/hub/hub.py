@@ -240,6 +240,9 @@ class Hub:
     ) -> None:
         self.store = store
         self.metrics = HubMetrics(registry)
+        # Counted when scraped: a count on every connect and drop was O(bridges) each time,
+        # O(N²) over a reconnect storm (docs/benchmarks.md).
+        self.metrics.bridges.set_function(self._connected_count)
         self.audit = audit
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
@@ -614,7 +617,6 @@ class Hub:
         if self.cluster is not None:
             await self._persist(self.cluster.claimed(entry))
         self.metrics.reconnects.inc()
-        self._count_bridges()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
         tasks = [
@@ -638,7 +640,6 @@ class Hub:
                     async with asyncio.timeout(self.settings.close_timeout_s):
                         await websocket.close(conn.close_code, conn.close_reason[:120])
             await self._detach(entry, conn)
-            self._count_bridges()
 
     async def _detach(self, entry: BridgeEntry, conn: Connection) -> None:
         if entry.conn is not conn:
@@ -884,8 +885,8 @@ class Hub:
 
     # -- helpers
 
-    def _count_bridges(self) -> None:
-        self.metrics.bridges.set(sum(1 for e in self._entries.values() if e.conn is not None))
+    def _connected_count(self) -> int:
+        return sum(1 for e in self._entries.values() if e.conn is not None)
 
     def _wake(self, entry: BridgeEntry) -> None:
         if entry.conn is not None:
