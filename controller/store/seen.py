@@ -180,11 +180,14 @@ async def devices_seen(
 
     The transaction reads before it writes, so on SQLite it can meet a stale snapshot
     (``database is locked`` at once, see :mod:`controller.store.retry`): it is retried whole.
+    It waits for ``store.background_writes`` first: after a controller restart every bridge
+    says hello at once, and their inventories queue here, not on the connection pool.
     """
     now = at or utcnow()
-    return await retrying(
-        lambda: _upsert_devices(store, bridge_id, inventory, now), what="device inventory"
-    )
+    async with store.background_writes:
+        return await retrying(
+            lambda: _upsert_devices(store, bridge_id, inventory, now), what="device inventory"
+        )
 
 
 async def _upsert_devices(
