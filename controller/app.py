@@ -27,6 +27,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
@@ -39,7 +40,7 @@ from controller.hub import endpoint as hub_endpoint
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
-from controller.store import Store, Token
+from controller.store import Store, Token, is_busy
 from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
@@ -80,6 +81,8 @@ _CLOSE_CODE: Mapping[ErrorCode, int] = {
 }
 
 RevocationHook = Callable[[Token], Awaitable[None]]
+# Seconds a client told "store busy" (503) should wait before it retries.
+STORE_BUSY_RETRY_AFTER_S = "1"
 
 
 def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -157,6 +160,20 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(ErrorCode.INTERNAL.value, "internal error"), status_code=500)
 
 
+async def _store_error(conn: Request, exc: Exception) -> Response | None:
+    """A busy SQLite database that outlasted the busy timeout and the retries: ``unavailable``
+    (503, ``Retry-After``), which a client may retry, not a 500; other store errors are 500s."""
+    if not is_busy(exc):
+        raise exc  # to the catch-all: a 500, logged
+    log.warning("store busy, request refused with 503: %s", exc)
+    response = error_response(
+        RpcError(ErrorCode.UNAVAILABLE, "the store is busy: retry shortly",
+                 {"reason": "store_busy"})
+    )
+    response.headers["Retry-After"] = STORE_BUSY_RETRY_AFTER_S
+    return await _problem(conn, response, CloseCode.TRY_AGAIN_LATER, "store busy")
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     config: ControllerConfig = app.state.config
@@ -225,6 +242,7 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(OperationalError, _store_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(ops.router)
     app.include_router(tokens.router)

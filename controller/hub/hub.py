@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.hub.streams import LogStream
-from controller.store import Store, Token, bridge_seen, devices_seen, utcnow
+from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
 from protocol.envelope import (
@@ -260,6 +260,9 @@ class Hub:
     ) -> None:
         self.store = store
         self.metrics = HubMetrics(registry)
+        # Counted when scraped: a count on every connect and drop was O(bridges) each time,
+        # O(N²) over a reconnect storm (docs/benchmarks.md).
+        self.metrics.bridges.set_function(self._connected_count)
         self.audit = audit
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
@@ -664,7 +667,6 @@ class Hub:
         if self.cluster is not None:
             await self._persist(self.cluster.claimed(entry))
         self.metrics.reconnects.inc()
-        self._count_bridges()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
         tasks = [
@@ -688,7 +690,6 @@ class Hub:
                     async with asyncio.timeout(self.settings.close_timeout_s):
                         await websocket.close(conn.close_code, conn.close_reason[:120])
             await self._detach(entry, conn)
-            self._count_bridges()
 
     async def _detach(self, entry: BridgeEntry, conn: Connection) -> None:
         if entry.conn is not conn:
@@ -704,7 +705,7 @@ class Hub:
         if not self._closing:
             entry.grace_task = self._spawn(self._grace(entry, self.settings.grace_period_s))
         entry.last_seen_at = utcnow()
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)  # written behind, never here
 
     async def _grace(self, entry: BridgeEntry, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -872,7 +873,7 @@ class Hub:
             len(entry.devices), len(resume.resent), len(resume.failed),
         )
         await self._persist_devices(entry)
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
         if evt.ch == DEVICES_CHANNEL:
@@ -950,8 +951,8 @@ class Hub:
 
     # -- helpers
 
-    def _count_bridges(self) -> None:
-        self.metrics.bridges.set(sum(1 for e in self._entries.values() if e.conn is not None))
+    def _connected_count(self) -> int:
+        return sum(1 for e in self._entries.values() if e.conn is not None)
 
     def _wake(self, entry: BridgeEntry) -> None:
         if entry.conn is not None:

@@ -25,7 +25,8 @@ from controller.store.models import (
     new_id,
     utcnow,
 )
-from controller.store.seen import bridge_seen, devices_seen, known_devices
+from controller.store.retry import is_busy, retrying
+from controller.store.seen import SeenRecorder, bridge_seen, devices_seen, known_devices
 from controller.store.store import MigrationLockTimeout, Store, head_revision
 from controller.store.url import UnsupportedDatabase, to_async_url
 
@@ -40,6 +41,7 @@ __all__ = [
     "Run",
     "RunStatus",
     "RunStep",
+    "SeenRecorder",
     "Store",
     "TestResult",
     "Token",
@@ -49,8 +51,10 @@ __all__ = [
     "bridge_seen",
     "devices_seen",
     "head_revision",
+    "is_busy",
     "known_devices",
     "new_id",
+    "retrying",
     "to_async_url",
     "utcnow",
 ]
