@@ -84,29 +84,42 @@ async def test_device_appears_and_bridge_is_listed(
 
 
 @pytest.mark.parametrize(
-    ("which", "status"),
-    [("unknown", 401), ("user", 403), ("no-subprotocol", 400)],
+    ("which", "status", "code"),
+    [
+        ("unknown", 401, "unauthorized"),
+        ("user", 403, "forbidden"),
+        ("no-subprotocol", 400, "bad_request"),
+        ("token-in-url", 400, "bad_request"),
+    ],
 )
 async def test_refused_before_accept(
-    controller: InLoopController, which: str, status: int
+    controller: InLoopController, which: str, status: int, code: str
 ) -> None:
     token = await controller.bridge_token("pi")
-    headers, subprotocols = bearer(token), [SUBPROTOCOL]
+    headers, query = bearer(token), ""
+    subprotocols: list[str] | None = [SUBPROTOCOL]
     if which == "unknown":
         headers = bearer("dw_b_unknown")
     elif which == "user":
         headers = bearer(ADMIN_TOKEN)
+    elif which == "token-in-url":
+        query = "?token=" + token
     else:
-        subprotocols = []
+        subprotocols = None  # no Sec-WebSocket-Protocol header at all
     with pytest.raises(InvalidStatus) as info:
         async with connect(
-            controller.ws_url + "/v1/bridge",
+            controller.ws_url + "/v1/bridge" + query,
             additional_headers=headers,
             subprotocols=subprotocols,  # type: ignore[arg-type]
             open_timeout=WAIT_S,
         ):
             pass
-    assert info.value.response.status_code == status
+    response = info.value.response
+    assert response.status_code == status
+    # The app's error body, as on any route (the endpoint runs before the router).
+    assert json.loads(response.body)["error"]["code"] == code
+    if status == 401:
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 async def test_a_new_connection_replaces_the_old_with_4409(
