@@ -9,9 +9,12 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   lists what we still wait for;
 * one live connection per bridge: a new one replaces the old, which is closed with 4409
   (terminal for the bridge, so two copies of one bridge do not evict each other forever);
-* per connection, a reader (frames → session → outcomes) and a writer that alone drains
-  :meth:`~protocol.session.ControllerSession.frames_to_send`, so frames leave in the order
-  the session produced them and a stalled socket holds up nobody but its writer;
+* per connection, a reader (frames → session → outcomes: the task serving the WebSocket)
+  and a writer that alone drains :meth:`~protocol.session.ControllerSession.frames_to_send`,
+  so frames leave in the order the session produced them and a stalled socket holds up
+  nobody but its writer. The writer runs only while there is something to send, started
+  eagerly in the step that queued it (:meth:`Connection.wake`): an idle bridge costs one
+  task, and a request leaves :meth:`Hub.call` without a trip through the event loop;
 * :meth:`Hub.call` registers a call in the session (sent now, or on resume), then waits for
   its one completion, its deadline, or its caller's cancellation (→ a ``cancel`` frame);
 * grace (§4.7): a bridge that dropped is *reconnecting* for ``grace_period_s``: calls made
