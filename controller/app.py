@@ -28,7 +28,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from sqlalchemy.exc import OperationalError
+from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
 from controller.api.errors import ERROR_RESPONSES, install_openapi
@@ -45,7 +47,14 @@ from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["HTTP_STATUS", "RevocationHook", "create_app", "error_body", "error_response"]
+__all__ = [
+    "HTTP_STATUS",
+    "ControllerApp",
+    "RevocationHook",
+    "create_app",
+    "error_body",
+    "error_response",
+]
 
 log = logging.getLogger("droidwire.controller.app")
 
@@ -220,10 +229,23 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("controller shutting down")
 
 
-def create_app(config: ControllerConfig | None = None) -> FastAPI:
+class ControllerApp(FastAPI):
+    """FastAPI, except that bridge WebSockets (``/v1/bridge``) go straight to their endpoint,
+    past the middleware stack and the router: see :mod:`controller.hub.endpoint` for why
+    and for what it does in their place."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and get_route_path(scope) == hub_endpoint.BRIDGE_PATH:
+            scope["app"] = self
+            await hub_endpoint.bridge_endpoint(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     """A controller app for ``config`` (defaults plus ``DROIDWIRE_*`` environment if None)."""
     config = config if config is not None else ControllerConfig.from_env()
-    app = FastAPI(
+    app = ControllerApp(
         title="droidwire controller",
         version="1",
         lifespan=_lifespan,
@@ -247,7 +269,6 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(tokens.router)
     app.include_router(grants.router)
-    app.include_router(hub_endpoint.router)
     app.include_router(devices.router)
     app.include_router(agent.router)
     app.include_router(bridges.router)
