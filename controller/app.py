@@ -275,6 +275,8 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(sandbox.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
-    app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)
+    # A callable that is not a function is served as an ASGI app (Starlette's Route), which the
+    # stubs do not model.
+    app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)  # type: ignore[arg-type]
     install_openapi(app)
     return app
