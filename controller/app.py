@@ -43,6 +43,7 @@ from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
+from controller.web import SessionStore
 from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
@@ -194,6 +195,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await ensure_bootstrap_admin(store, config.bootstrap_token)
         app.state.store = store
         app.state.audit = AuditLog(store)
+        # Dashboard sessions live in the store: any replica, any restart (controller.web).
+        web_sessions = app.state.web_sessions = SessionStore(store)
+        app.state.revocation_hooks.append(web_sessions.on_token_revoked)
+        stack.callback(app.state.revocation_hooks.remove, web_sessions.on_token_revoked)
         # Components start here, after the store, and stop in reverse order before it:
         # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
         hub = await stack.enter_async_context(

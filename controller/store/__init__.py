@@ -22,6 +22,7 @@ from controller.store.models import (
     Token,
     TokenKind,
     User,
+    WebSession,
     new_id,
     utcnow,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "TokenKind",
     "UnsupportedDatabase",
     "User",
+    "WebSession",
     "bridge_seen",
     "devices_seen",
     "head_revision",
