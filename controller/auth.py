@@ -99,6 +99,7 @@ __all__ = [
     "may",
     "now",
     "parse_bearer",
+    "principal_for",
     "require_scope",
     "revoke_token",
     "rotate_token",
@@ -286,6 +287,32 @@ def parse_bearer(header: str | None) -> str:
     return token
 
 
+def principal_for(
+    *,
+    token_id: str,
+    kind: str,
+    name: str,
+    bridge_id: str | None,
+    scopes: Iterable[str] | None,
+    user_id: str,
+    user_name: str,
+    user_is_admin: bool,
+) -> Principal:
+    """The caller a live token acts as (a Bearer header, or a dashboard session's token)."""
+    held = tuple(scopes or ())
+    return Principal(
+        token_id=token_id,
+        kind=TokenKind(kind),
+        name=name,
+        user_id=user_id,
+        user_name=user_name,
+        # A scoped token of an admin acts as an admin only if it holds the admin scope.
+        is_admin=user_is_admin and Scope.ADMIN in effective_scopes(held),
+        bridge_id=bridge_id,
+        scopes=held,
+    )
+
+
 async def authenticate(store: Store, header: str | None) -> Principal:
     """Resolve an ``Authorization`` header to a :class:`Principal` (or raise Unauthenticated).
 
@@ -302,17 +329,15 @@ async def authenticate(store: Store, header: str | None) -> Principal:
         row = (await conn.execute(_TOKEN_BY_HASH, {"digest": digest})).one_or_none()
     if row is None or row.revoked_at is not None:
         raise Unauthenticated("invalid or revoked token")
-    scopes = tuple(row.scopes or ())
-    principal = Principal(
+    principal = principal_for(
         token_id=row.id,
-        kind=TokenKind(row.kind),
+        kind=row.kind,
         name=row.name,
+        bridge_id=row.bridge_id,
+        scopes=row.scopes,
         user_id=row.user_id,
         user_name=row.user_name,
-        # A scoped token of an admin acts as an admin only if it holds the admin scope.
-        is_admin=row.is_admin and Scope.ADMIN in effective_scopes(scopes),
-        bridge_id=row.bridge_id,
-        scopes=scopes,
+        user_is_admin=row.is_admin,
     )
     at = utcnow()
     if row.last_used_at is None or at - row.last_used_at >= LAST_USED_RESOLUTION:

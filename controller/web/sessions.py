@@ -42,7 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from controller.auth import Principal, Scope, effective_scopes, now
+from controller.auth import Principal, now, principal_for
 from controller.store import Store, Token, TokenKind, User, WebSession
 
 __all__ = [
@@ -239,16 +239,15 @@ def _digest(session_id: str) -> str:
 
 def _principal(token: Token, user: User) -> Principal:
     """The same Principal :func:`controller.auth.authenticate` builds from a Bearer header."""
-    scopes = tuple(token.scopes or ())
-    return Principal(
+    return principal_for(
         token_id=token.id,
-        kind=TokenKind(token.kind),
+        kind=token.kind,
         name=token.name,
+        bridge_id=token.bridge_id,
+        scopes=token.scopes,
         user_id=user.id,
         user_name=user.name,
-        is_admin=user.is_admin and Scope.ADMIN in effective_scopes(scopes),
-        bridge_id=token.bridge_id,
-        scopes=scopes,
+        user_is_admin=user.is_admin,
     )
 
 
