@@ -758,8 +758,11 @@ async def test_a_silently_dead_link_is_noticed_by_the_keepalive(stop: asyncio.Ev
 # --- handlers that never wait, and the eager writer ---------------------------------------------
 
 
-def immediate_table(ran: list[str]) -> Callable[[str], Any]:
-    """The link's ``immediate`` lookup: ``now.*`` handlers (and ``ping``) that never wait."""
+def immediate_table(
+    ran: list[str], pinged: asyncio.Event | None = None
+) -> Callable[[str], Any]:
+    """The link's ``immediate`` lookup: ``now.*`` handlers (and ``ping``) that never wait;
+    ``pinged`` is set when ``ping`` runs (its result is queued in that same step)."""
 
     def ok(params: dict[str, Any]) -> dict[str, Any]:
         ran.append("now.ok")
@@ -783,6 +786,8 @@ def immediate_table(ran: list[str]) -> Callable[[str], Any]:
 
     def ping(params: dict[str, Any]) -> dict[str, Any]:
         ran.append("ping")
+        if pinged is not None:
+            pinged.set()
         return {"payload": params.get("payload", b"")}
 
     table = {"now.ok": ok, "now.refused": refused, "now.crash": crash, "now.odd": odd,
@@ -883,6 +888,7 @@ async def test_a_result_during_backpressure_waits_behind_the_queued_frames(
     paused = asyncio.Event()
     opened = asyncio.Event()
     blocked = asyncio.Event()
+    pinged = asyncio.Event()
     blob = b"x" * 200_000
     # No keepalive (a peer that does not read answers no ping) and a short send queue.
     settings = fast_settings(ping_interval_s=None, ping_timeout_s=None, send_queue_frames=4)
@@ -913,8 +919,8 @@ async def test_a_result_during_backpressure_waits_behind_the_queued_frames(
             rid = new_request_id()
             await conn.send(Req(id=rid, m="ping", p={"payload": b"p"}))
             async with asyncio.timeout(WAIT):  # answered, while the frames before it wait
-                while not any(r.id == rid for r in link.session.unacked_results()):
-                    await asyncio.sleep(0.01)
+                await pinged.wait()
+            assert any(r.id == rid for r in link.session.unacked_results())
             assert link._out, "frames are still queued"
             conn.ws.transport.resume_reading()
             seqs: list[int] = []
@@ -935,7 +941,7 @@ async def test_a_result_during_backpressure_waits_behind_the_queued_frames(
 
     async with Peer(script) as peer:
         link = make_link(
-            [peer.url], settings=settings, immediate=immediate_table(ran),
+            [peer.url], settings=settings, immediate=immediate_table(ran, pinged),
             on_open=lambda _: opened.set(),
         )
         producer = asyncio.create_task(produce())
