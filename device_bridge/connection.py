@@ -719,8 +719,8 @@ class Link:
         """The result and its encoded ``res`` frame, or an error if it cannot travel (over
         the frame cap, not encodable) and None."""
         try:
-            # Our own frame from an admitted id: built without validation (Res.trusted).
-            encoded = self.codec.encode(Res.trusted(id=req.id, r=result))
+            # Our own frame from an admitted id, packed without a model.
+            encoded = self.codec.encode_result(req.id, result)
         except FrameTooLarge as exc:
             return RpcError(
                 ErrorCode.BAD_REQUEST,
