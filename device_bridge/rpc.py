@@ -1,7 +1,9 @@
 """RPC handlers of the bridge: method → handler, each behind the owner's policy.
 
 :class:`Dispatcher` is the link's ``dispatch`` callback (``await dispatcher(method, params)``
-→ result dict, or :class:`RpcError`). For every method, in this order:
+→ result dict, or :class:`RpcError`); the handlers that never wait (``ping``, ``bridge.info``,
+``devices.list``) are also its ``immediate`` lookup, plain functions the link runs without a
+task (:meth:`Dispatcher.immediate`). For every method, in this order:
 
 1. the method must be known and served here (``build`` methods need a build service,
    ``device`` methods an adb layer) — else ``bad_request`` / ``unavailable``;
