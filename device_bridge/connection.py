@@ -491,6 +491,9 @@ class Link:
         finally:
             stopping.cancel()
             self.drop("connection ended")  # no-op if a failure was already recorded
+            # No writer starts for this socket from here on (a handler finishing meanwhile
+            # leaves its result in the outbox, for the resume).
+            self._ws = None
             reader.cancel()
             writer = self._writer
             if isinstance(writer, asyncio.Task):
@@ -498,7 +501,6 @@ class Link:
                 await asyncio.gather(reader, writer, return_exceptions=True)
             else:
                 await asyncio.gather(reader, return_exceptions=True)
-            self._ws = None
             self._writer = None
             self._out.clear()
             self.session.connection_lost()
@@ -793,19 +795,22 @@ class Link:
             self._writer = None
 
     async def _write(self, ws: ClientConnection) -> None:
-        """Send the queue until it is empty; the only writer while it runs."""
+        """Send the queue until it is empty; the only writer while it runs, and only for
+        ``ws`` (it stops when that connection is no longer the current one)."""
         try:
-            while self._out:
+            while self._out and self._ws is ws:
                 await ws.send(self._out[0])
                 self._out.popleft()
                 if len(self._out) < self.settings.send_queue_frames:
                     self._room.set()
             self._room.set()
         except ConnectionClosed as exc:
-            self.drop(classify_failure(exc))
+            if self._ws is ws:
+                self.drop(classify_failure(exc))
         except Exception as exc:
             self.log.exception("link writer failed")
-            self.drop(f"writer failed: {type(exc).__name__}")
+            if self._ws is ws:
+                self.drop(f"writer failed: {type(exc).__name__}")
         finally:
             # In the same step as the last look at the queue: a frame queued from now on
             # starts a new writer.
