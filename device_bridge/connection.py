@@ -228,9 +228,9 @@ class Link:
 
     ``dispatch`` runs one RPC; ``describe`` gives ``hello``'s capabilities and inventory;
     ``immediate`` (optional) names the handlers that never wait, which run without a task
-    (:meth:`device_bridge.rpc.Dispatcher.immediate`). Options are keyword-only. ``random`` (a ``[0, 1)`` source) and ``clock`` are swappable
-    for tests. :meth:`run` returns when ``stop`` is set and raises :class:`LinkError` when the
-    link ends for good.
+    (:meth:`device_bridge.rpc.Dispatcher.immediate`). Options are keyword-only. ``random``
+    (a ``[0, 1)`` source) and ``clock`` are swappable for tests. :meth:`run` returns when
+    ``stop`` is set and raises :class:`LinkError` when the link ends for good.
     """
 
     def __init__(
