@@ -227,6 +227,7 @@ class Bridge:
             token,
             dispatch=self.dispatcher,
             describe=self._describe,
+            immediate=self.dispatcher.immediate,
             software=self.software,
             settings=self.settings,
             ssl=ssl_context(cfg),

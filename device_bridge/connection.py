@@ -9,7 +9,14 @@ module is the I/O around :class:`protocol.session.BridgeSession`:
   settings, §4.1) and ``max_size`` = the protocol's frame cap;
 * send ``hello`` (inventory, capabilities, held ids) on every connect, wait for ``welcome``
   within ``handshake_timeout_s``, then serve ``req`` frames concurrently (bounded by
-  ``handler_concurrency``), results through the session's outbox until acked;
+  ``handler_concurrency``), results through the session's outbox until acked. A handler that
+  never waits (``immediate``: ``ping``, ``bridge.info``, ``devices.list``) runs in the step
+  that read its request, without a task, while the bound leaves room;
+* one writer at a time sends the send queue in order, and only while it is not empty: it
+  starts in the step that queued a frame and runs up to its first real suspension (a send
+  waits only when the socket pushes back), then a task carries it on — so a result usually
+  leaves in the step that produced it (the controller's hub does the same, the "eager
+  writer");
 * reconnect as a loop with two swappable pieces (STYLE.md §6): :func:`classify_failure`
   (terminal or retryable) and :func:`protocol.settings.backoff` (full jitter, a cap). One
   generator per *outage*: it is created when a session that reached ``welcome`` drops (quick
@@ -41,7 +48,8 @@ import logging
 import random as _random
 import ssl as _ssl
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +60,7 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+from websockets.protocol import State as WsState
 
 from protocol.closecodes import CloseCode, describe, is_terminal
 from protocol.codec import Codec
@@ -83,6 +92,7 @@ __all__ = [
     "Describe",
     "Dispatch",
     "Failure",
+    "Immediate",
     "Link",
     "LinkError",
     "LinkRefused",
@@ -100,6 +110,9 @@ TERMINAL_HTTP = frozenset({401, 403})
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 #: ``await describe()`` → the capabilities and the full inventory for ``hello``.
 Describe = Callable[[], Awaitable[tuple[Capabilities, Sequence[DeviceInfo]]]]
+#: ``immediate(method)`` → a handler that never waits (params → result dict, or raise
+#: :class:`RpcError`), or None: that method goes through ``dispatch``.
+Immediate = Callable[[str], Callable[[dict[str, Any]], dict[str, Any]] | None]
 
 
 class LinkError(Exception):
@@ -213,10 +226,11 @@ class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class Link:
     """The bridge's side of the reverse WebSocket, across reconnects.
 
-    ``dispatch`` runs one RPC; ``describe`` gives ``hello``'s capabilities and inventory.
-    Options are keyword-only. ``random`` (a ``[0, 1)`` source) and ``clock`` are swappable
-    for tests. :meth:`run` returns when ``stop`` is set and raises :class:`LinkError` when the
-    link ends for good.
+    ``dispatch`` runs one RPC; ``describe`` gives ``hello``'s capabilities and inventory;
+    ``immediate`` (optional) names the handlers that never wait, which run without a task
+    (:meth:`device_bridge.rpc.Dispatcher.immediate`). Options are keyword-only. ``random``
+    (a ``[0, 1)`` source) and ``clock`` are swappable for tests. :meth:`run` returns when
+    ``stop`` is set and raises :class:`LinkError` when the link ends for good.
     """
 
     def __init__(
@@ -226,6 +240,7 @@ class Link:
         *,
         dispatch: Dispatch,
         describe: Describe,
+        immediate: Immediate | None = None,
         software: str,
         settings: Settings,
         session: BridgeSession | None = None,
@@ -244,6 +259,7 @@ class Link:
         self._token = token
         self._dispatch = dispatch
         self._describe = describe
+        self._immediate = immediate
         self.software = software
         self.settings = settings
         self.session = session or BridgeSession(settings=settings)
@@ -264,7 +280,7 @@ class Link:
         # Per connection (reset in _serve).
         self._ws: ClientConnection | None = None
         self._out: collections.deque[bytes] = collections.deque()
-        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | object | None = None  # _EAGER, a task, or None
         self._room = asyncio.Event()
         self._welcomed = asyncio.Event()
         self._lost = asyncio.Event()
@@ -323,7 +339,7 @@ class Link:
         except (FrameTooLarge, EncodeError) as exc:  # a producer's bug, never a crash
             self.log.error("dropping an unsendable evt frame on %s: %s", ch, exc)
             return True
-        self._wake.set()
+        self._write_soon()
         return True
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -433,7 +449,7 @@ class Link:
             )
         self._ws = ws
         self._out = collections.deque()
-        self._wake = asyncio.Event()
+        self._writer = None
         self._room = asyncio.Event()
         self._welcomed = asyncio.Event()
         self._lost = asyncio.Event()
@@ -441,7 +457,6 @@ class Link:
         welcomed = False
         self.session.connection_made()
         reader = asyncio.create_task(self._read(ws), name="droidwire-link-reader")
-        writer = asyncio.create_task(self._write(ws), name="droidwire-link-writer")
         stopping = asyncio.create_task(stop.wait())
         try:
             try:
@@ -476,10 +491,17 @@ class Link:
         finally:
             stopping.cancel()
             self.drop("connection ended")  # no-op if a failure was already recorded
-            reader.cancel()
-            writer.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+            # No writer starts for this socket from here on (a handler finishing meanwhile
+            # leaves its result in the outbox, for the resume).
             self._ws = None
+            reader.cancel()
+            writer = self._writer
+            if isinstance(writer, asyncio.Task):
+                writer.cancel()
+                await asyncio.gather(reader, writer, return_exceptions=True)
+            else:
+                await asyncio.gather(reader, return_exceptions=True)
+            self._writer = None
             self._out.clear()
             self.session.connection_lost()
             if self._on_lost is not None and welcomed:
@@ -630,12 +652,38 @@ class Link:
                 self._clock(),
             )
             return
+        run = self._immediate(req.m) if self._immediate is not None else None
+        if run is not None and not self._sem.locked():
+            # A handler that never waits, while the bound has room: it runs here, in the
+            # reader's step, as if it took the semaphore and gave it back at once (a full
+            # bound makes it queue for a task like any other handler).
+            self._run_now(req, run)
+            return
         task = asyncio.create_task(self._handle(req), name=f"droidwire-rpc-{req.m}")
         self._tasks[req.id] = task
         task.add_done_callback(functools.partial(self._forget_task, req.id))
 
     def _forget_task(self, request_id: str, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(request_id, None)
+
+    def _run_now(self, req: Req, run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Run a handler that never waits in this step; its result is queued (and usually
+        written) before this returns. Same outcomes as :meth:`_handle`."""
+        outcome: dict[str, Any] | RpcError
+        encoded: bytes | None = None
+        self.executed += 1
+        self.log.debug("request %s %s: running", req.id, req.m)
+        try:
+            outcome = run(dict(req.p))
+            if not isinstance(outcome, dict):
+                raise TypeError(f"handler of {req.m} returned {type(outcome).__name__}")
+            outcome, encoded = self._fit(req, outcome)
+        except RpcError as exc:
+            outcome = exc
+        except Exception as exc:
+            self.log.exception("request %s %s: handler failed", req.id, req.m)
+            outcome = RpcError(ErrorCode.INTERNAL, f"{req.m} failed: {type(exc).__name__}")
+        self._finish(req, outcome, encoded)
 
     async def _handle(self, req: Req) -> None:
         outcome: dict[str, Any] | RpcError
@@ -655,6 +703,12 @@ class Link:
         except Exception as exc:
             self.log.exception("request %s %s: handler failed", req.id, req.m)
             outcome = RpcError(ErrorCode.INTERNAL, f"{req.m} failed: {type(exc).__name__}")
+        self._finish(req, outcome, encoded)
+
+    def _finish(
+        self, req: Req, outcome: dict[str, Any] | RpcError, encoded: bytes | None
+    ) -> None:
+        """A handler ended: its result into the outbox and out (unless cancelled meanwhile)."""
         if self.session.state.name == "CLOSED":
             return
         if self.session.is_running(req.id):
@@ -667,8 +721,8 @@ class Link:
         """The result and its encoded ``res`` frame, or an error if it cannot travel (over
         the frame cap, not encodable) and None."""
         try:
-            # Our own frame from an admitted id: built without validation (Res.trusted).
-            encoded = self.codec.encode(Res.trusted(id=req.id, r=result))
+            # Our own frame from an admitted id, packed without a model.
+            encoded = self.codec.encode_result(req.id, result)
         except FrameTooLarge as exc:
             return RpcError(
                 ErrorCode.BAD_REQUEST,
@@ -697,29 +751,97 @@ class Link:
             except (FrameTooLarge, EncodeError) as exc:  # pre-checked for results; never a crash
                 self.log.error("dropping an unsendable %s frame: %s", frame.t, exc)
         if self._out:
-            self._wake.set()
+            self._write_soon()
 
     def _send_direct(self, res: Res) -> None:
         if self._ws is not None and self.session.is_open:
             self._out.append(self.codec.encode(res))
-            self._wake.set()
+            self._write_soon()
+
+    def _write_soon(self) -> None:
+        """The send queue has frames: send them now, unless a writer is already at it (it
+        sends everything queued before it returns).
+
+        An eager start (3.12's eager tasks, by hand for 3.11, as the hub's writer): the
+        writer runs in the caller's step up to its first real suspension — ``ws.send``
+        suspends only while the transport pushes back — and a task carries it on from there.
+        Not while the connection is closing: websockets then waits for the close under a
+        timeout bound to the *current* task, which must be the writer's own.
+        """
+        ws = self._ws
+        if self._writer is not None or ws is None:
+            return
+        if ws.state is not WsState.OPEN:
+            task = asyncio.get_running_loop().create_task(
+                self._write(ws), name="droidwire-link-writer"
+            )
+            self._writer = task
+            task.add_done_callback(self._written)
+            return
+        self._writer = _EAGER
+        writer = self._write(ws)
+        try:
+            yielded = writer.send(None)
+        except StopIteration:
+            return  # all sent in this step (_write reset self._writer)
+        task = asyncio.get_running_loop().create_task(
+            _carry_on(writer, yielded), name="droidwire-link-writer"
+        )
+        self._writer = task
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        if self._writer is task:
+            self._writer = None
 
     async def _write(self, ws: ClientConnection) -> None:
+        """Send the queue until it is empty; the only writer while it runs, and only for
+        ``ws`` (it stops when that connection is no longer the current one)."""
         try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._out:
-                    await ws.send(self._out[0])
-                    self._out.popleft()
-                    if len(self._out) < self.settings.send_queue_frames:
-                        self._room.set()
-                self._room.set()
+            while self._out and self._ws is ws:
+                await ws.send(self._out[0])
+                self._out.popleft()
+                if len(self._out) < self.settings.send_queue_frames:
+                    self._room.set()
+            self._room.set()
         except ConnectionClosed as exc:
-            self.drop(classify_failure(exc))
+            if self._ws is ws:
+                self.drop(classify_failure(exc))
         except Exception as exc:
             self.log.exception("link writer failed")
-            self.drop(f"writer failed: {type(exc).__name__}")
+            if self._ws is ws:
+                self.drop(f"writer failed: {type(exc).__name__}")
+        finally:
+            # In the same step as the last look at the queue: a frame queued from now on
+            # starts a new writer.
+            self._writer = None
+
+
+# Link._writer while a writer runs eagerly, in the step that queued a frame.
+_EAGER = object()
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
+    """Drive ``coro`` on from the suspension where it yielded ``yielded`` (what a task does
+    with a coroutine's yields: pass them to the loop, send or throw back what comes)."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
+    await _resume(coro, yielded)
 
 
 async def _close(ws: ClientConnection, code: int, reason: str) -> None:

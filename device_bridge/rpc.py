@@ -1,7 +1,9 @@
 """RPC handlers of the bridge: method → handler, each behind the owner's policy.
 
 :class:`Dispatcher` is the link's ``dispatch`` callback (``await dispatcher(method, params)``
-→ result dict, or :class:`RpcError`). For every method, in this order:
+→ result dict, or :class:`RpcError`); the handlers that never wait (``ping``, ``bridge.info``,
+``devices.list``) are also its ``immediate`` lookup, plain functions the link runs without a
+task (:meth:`Dispatcher.immediate`). For every method, in this order:
 
 1. the method must be known and served here (``build`` methods need a build service,
    ``device`` methods an adb layer) — else ``bad_request`` / ``unavailable``;
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
     from device_bridge.adb import AdbDevices, LineStream
     from device_bridge.build import BuildService
 
-__all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink", "StreamStats"]
+__all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink", "Immediate", "StreamStats"]
 
 log = logging.getLogger("droidwire.bridge.rpc")
 
@@ -128,6 +130,8 @@ class _Subscription:
 
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: A handler that never waits: params → result dict, or raise :class:`RpcError`.
+Immediate = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Dispatcher:
@@ -167,10 +171,17 @@ class Dispatcher:
         self._screens: dict[str, tuple[int, int] | None] = {}
         self._subs: dict[str, _Subscription] = {}
         self._indexes: dict[str, Any] = {}  # project name -> fixer SourceCodeIndex
+        # The handlers that never wait (no I/O, no await): the link may run them in the step
+        # that read the request (:meth:`immediate`). Each is also served the ordinary way.
+        self._immediate: dict[str, Immediate] = {
+            "ping": self._checked("ping", self._ping),
+            "bridge.info": self._checked("bridge.info", self._bridge_info),
+            "devices.list": self._checked("devices.list", self._devices_list),
+        }
         self._handlers: dict[str, Handler] = {
-            "ping": self._ping,
-            "bridge.info": self._bridge_info,
-            "devices.list": self._devices_list,
+            "ping": _waits_not(self._ping),
+            "bridge.info": _waits_not(self._bridge_info),
+            "devices.list": _waits_not(self._devices_list),
             "device.shell": self._shell,
             "device.logcat.clear": self._logcat_clear,
             "device.logcat.dump": self._logcat_dump,
@@ -200,6 +211,7 @@ class Dispatcher:
         if method in self._handlers and not replace:
             raise ValueError(f"method {method!r} is already served")
         self._handlers[method] = handler
+        self._immediate.pop(method, None)  # the new handler may wait
 
     def methods(self) -> list[str]:
         """Exactly the methods that work here (capabilities never lie)."""
@@ -235,6 +247,29 @@ class Dispatcher:
                 f"unknown method {method[:128]!r}",
                 {"reason": "unknown_method"},
             )
+        self._check(method, params)
+        return await handler(params)
+
+    def immediate(self, method: str) -> Immediate | None:
+        """``method``'s handler as a plain function if it never waits (``ping``,
+        ``bridge.info``, ``devices.list``), else None.
+
+        It runs the same checks as :meth:`__call__` and gives the same result or
+        :class:`RpcError`; the link calls it in the step that read the request, so a ping
+        costs no task and no trip through the event loop (docs/benchmarks.md). A method
+        served through :meth:`add` is never immediate.
+        """
+        return self._immediate.get(method)
+
+    def _checked(self, method: str, handler: Immediate) -> Immediate:
+        def run(params: dict[str, Any]) -> dict[str, Any]:
+            self._check(method, params)
+            return handler(params)
+
+        return run
+
+    def _check(self, method: str, params: dict[str, Any]) -> None:
+        """What every call passes before its handler: served here, exposure and pause."""
         spec = METHODS[method]
         if spec.capability == "devices" and self.devices is None:
             raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
@@ -245,7 +280,6 @@ class Dispatcher:
             if isinstance(serial, str):
                 # Exposure and the pause switch before anything else (DESIGN.md §6).
                 self.policy.check_exposed(serial)
-        return await handler(params)
 
     def _adb(self) -> AdbDevices:
         assert self.devices is not None  # checked in __call__
@@ -263,11 +297,11 @@ class Dispatcher:
 
     # -- bridge --------------------------------------------------------------------------------
 
-    async def _ping(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _ping(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("ping", params, PingParams)
         return {"payload": p.payload}
 
-    async def _bridge_info(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _bridge_info(self, params: dict[str, Any]) -> dict[str, Any]:
         _valid("bridge.info", params)
         info = {
             "software": "",
@@ -279,7 +313,7 @@ class Dispatcher:
         }
         return dump(METHODS["bridge.info"].result.model_validate(info))
 
-    async def _devices_list(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _devices_list(self, params: dict[str, Any]) -> dict[str, Any]:
         _valid("devices.list", params)
         return {"devices": [_device(d) for d in self.inventory()]}
 
@@ -575,6 +609,15 @@ class Dispatcher:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _waits_not(handler: Immediate) -> Handler:
+    """A handler that never waits, served the ordinary way (awaited by the link's task)."""
+
+    async def run(params: dict[str, Any]) -> dict[str, Any]:
+        return handler(params)
+
+    return run
 
 
 def _valid(method: str, params: dict[str, Any], model: type[BaseModel] | None = None) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from protocol import agent_methods  # noqa: F401  (registers the agent toolkit's RPCs)
 from protocol.closecodes import CloseClass, CloseCode, classify, describe, is_terminal
-from protocol.codec import Codec, decode, decode_raw, encode, encode_event
+from protocol.codec import Codec, decode, decode_raw, encode, encode_event, encode_result
 from protocol.envelope import (
     DEVICES_CHANNEL,
     PROTOCOL_VERSION,
@@ -127,6 +127,7 @@ __all__ = [
     "describe",
     "encode",
     "encode_event",
+    "encode_result",
     "is_channel",
     "is_request_id",
     "is_terminal",

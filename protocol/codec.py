@@ -8,7 +8,8 @@ never another exception type. msgpack maps keep ``str`` keys (``raw=False``), ``
 Hot path: ``evt`` frames (logcat batches, hundreds of lines each) skip pydantic — the envelope
 keys are checked by hand and ``d`` is left as plain msgpack structures, for the channel's
 consumer to validate once per batch (see :func:`protocol.methods.parse_log_batch`).
-:func:`encode_event` likewise packs a plain dict.
+:func:`encode_event` likewise packs a plain dict, and :func:`encode_result` a successful
+``res`` (the bridge's RPC hot path).
 
 Set the WebSocket library's own ``max_size`` to the same cap, so an oversize frame is
 refused before it is buffered whole.
@@ -25,7 +26,7 @@ from protocol.envelope import FRAME_ADAPTER, FRAME_KINDS, Ack, Evt, Frame, Req, 
 from protocol.errors import DecodeError, EncodeError, FrameTooLarge
 from protocol.settings import DEFAULTS
 
-__all__ = ["Codec", "decode", "decode_raw", "encode", "encode_event"]
+__all__ = ["Codec", "decode", "decode_raw", "encode", "encode_event", "encode_result"]
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
@@ -72,6 +73,17 @@ def encode_event(
     if d is not None:
         obj["d"] = d
     return _pack(obj, max_frame_bytes)
+
+
+def encode_result(
+    request_id: str, r: dict[str, Any], *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
+) -> bytes:
+    """A successful ``res`` from plain values: the bytes :func:`encode` gives for
+    ``Res(id=request_id, r=r)``, without building the model (one result per RPC)."""
+    try:
+        return _pack({"t": "res", "id": request_id, "r": r}, max_frame_bytes)
+    except EncodeError:  # something only model_dump can pack (a model, a datetime …)
+        return encode(Res.trusted(id=request_id, r=r), max_frame_bytes=max_frame_bytes)
 
 
 def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> dict[str, Any]:
@@ -147,6 +159,9 @@ class Codec:
 
     def encode_event(self, ch: str, seq: int, d: Any) -> bytes:
         return encode_event(ch, seq, d, max_frame_bytes=self.max_frame_bytes)
+
+    def encode_result(self, request_id: str, r: dict[str, Any]) -> bytes:
+        return encode_result(request_id, r, max_frame_bytes=self.max_frame_bytes)
 
     def decode(self, data: bytes) -> Frame:
         return decode(data, max_frame_bytes=self.max_frame_bytes)

@@ -16,7 +16,10 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   eagerly in the step that queued it (:meth:`Connection.wake`): an idle bridge costs one
   task, and a request leaves :meth:`Hub.call` without a trip through the event loop;
 * :meth:`Hub.call` registers a call in the session (sent now, or on resume), then waits for
-  its one completion, its deadline, or its caller's cancellation (→ a ``cancel`` frame);
+  its one completion, its deadline, or its caller's cancellation (→ a ``cancel`` frame).
+  Deadlines are enforced by one timer per bridge, set for the earliest pending deadline
+  (:meth:`~protocol.session.ControllerSession.expire` / ``next_deadline``), not one per call:
+  sequential calls with the same timeout never touch it;
 * grace (§4.7): a bridge that dropped is *reconnecting* for ``grace_period_s``: calls made
   meanwhile are queued and go out when it is back; after that it is *disconnected*, its calls
   fail with ``unavailable`` and new ones fail at once. After a controller restart, every
@@ -265,6 +268,10 @@ async def _carry_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
     await _resume(coro, yielded)
 
 
+# What a waiter's future gets when its call's deadline passed (Hub._expire).
+_EXPIRED = Completion(id="", method="")
+
+
 @dataclass(slots=True)
 class _Waiter:
     future: asyncio.Future[Completion]
@@ -295,6 +302,8 @@ class BridgeEntry:
     streams: dict[str, LogStream] = field(default_factory=dict)  # by live channel
     subscriptions: set[LogStream] = field(default_factory=set)  # across reconnects
     grace_task: asyncio.Task[None] | None = None
+    # Fires at the earliest deadline of the pending calls (Hub._arm), whatever the connection.
+    deadline_timer: asyncio.TimerHandle | None = None
     store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # inventory writes in order
 
     @property
@@ -390,6 +399,9 @@ class Hub:
             self._end_streams(entry, "shutdown")
             if entry.grace_task is not None:
                 entry.grace_task.cancel()
+            if entry.deadline_timer is not None:
+                entry.deadline_timer.cancel()
+                entry.deadline_timer = None
         tasks = [t for t in (self._liveness, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -563,20 +575,17 @@ class Hub:
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         outcome = "ok"
+        self._arm(entry, pending.deadline)
         try:
-            async with asyncio.timeout_at(pending.deadline):
-                completion = await waiter.future
+            completion = await waiter.future
+            if completion is _EXPIRED:
+                outcome = ErrorCode.TIMEOUT.value
+                raise RpcError(
+                    ErrorCode.TIMEOUT, f"{method} on {label} timed out", {"request": pending.id}
+                )
             if completion.error is not None:
                 outcome = completion.error.code.value
             return completion.unwrap()
-        except TimeoutError:
-            outcome = ErrorCode.TIMEOUT.value
-            entry.waiters.pop(pending.id, None)
-            entry.session.fail(pending.id, RpcError(ErrorCode.TIMEOUT, "timed out"))
-            self._wake(entry)
-            raise RpcError(
-                ErrorCode.TIMEOUT, f"{method} on {label} timed out", {"request": pending.id}
-            ) from None
         except asyncio.CancelledError:
             outcome = ErrorCode.CANCELLED.value
             entry.waiters.pop(pending.id, None)
@@ -587,6 +596,32 @@ class Hub:
             spec_known = method in METHODS
             name = method if spec_known else "<unknown>"
             self.metrics.call_done(name, outcome, loop.time() - pending.created)
+
+    def _arm(self, entry: BridgeEntry, deadline: float) -> None:
+        """Make the bridge's deadline timer fire by ``deadline`` (a no-op when it already
+        does: the common case, each call's deadline later than the earliest one's)."""
+        timer = entry.deadline_timer
+        if timer is not None:
+            if timer.when() <= deadline:
+                return
+            timer.cancel()
+        entry.deadline_timer = asyncio.get_running_loop().call_at(deadline, self._expire, entry)
+
+    def _expire(self, entry: BridgeEntry) -> None:
+        """The deadline timer fired: end the calls that are due (each waiter raises
+        ``timeout``; the bridge gets a ``cancel`` for those it has), then set it again."""
+        timer, entry.deadline_timer = entry.deadline_timer, None
+        now = asyncio.get_running_loop().time()
+        if timer is not None:
+            now = max(now, timer.when())  # the loop may run a timer a hair early
+        for completion in entry.session.expire(now):
+            waiter = entry.waiters.pop(completion.id, None)
+            if waiter is not None and not waiter.future.done():
+                waiter.future.set_result(_EXPIRED)
+        self._wake(entry)
+        following = entry.session.next_deadline()
+        if following is not None:
+            self._arm(entry, following)
 
     async def device_call(
         self,

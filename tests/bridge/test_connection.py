@@ -753,3 +753,201 @@ async def test_a_silently_dead_link_is_noticed_by_the_keepalive(stop: asyncio.Ev
     assert not peer.errors
     assert link.welcomes == 2 and peer.accepted == 2
     assert link.settings.ping_timeout_s is not None
+
+
+# --- handlers that never wait, and the eager writer ---------------------------------------------
+
+
+def immediate_table(
+    ran: list[str], pinged: asyncio.Event | None = None
+) -> Callable[[str], Any]:
+    """The link's ``immediate`` lookup: ``now.*`` handlers (and ``ping``) that never wait;
+    ``pinged`` is set when ``ping`` runs (its result is queued in that same step)."""
+
+    def ok(params: dict[str, Any]) -> dict[str, Any]:
+        ran.append("now.ok")
+        return {"echo": params.get("x")}
+
+    def refused(params: dict[str, Any]) -> dict[str, Any]:
+        ran.append("now.refused")
+        raise RpcError(ErrorCode.FORBIDDEN, "not here", {"rule": "test"})
+
+    def crash(params: dict[str, Any]) -> dict[str, Any]:
+        ran.append("now.crash")
+        raise ValueError("a bug in a handler")
+
+    def odd(params: dict[str, Any]) -> Any:
+        ran.append("now.odd")
+        return ["not", "a", "map"]
+
+    def big(params: dict[str, Any]) -> dict[str, Any]:
+        ran.append("now.big")
+        return {"blob": b"x" * 70_000}
+
+    def ping(params: dict[str, Any]) -> dict[str, Any]:
+        ran.append("ping")
+        if pinged is not None:
+            pinged.set()
+        return {"payload": params.get("payload", b"")}
+
+    table = {"now.ok": ok, "now.refused": refused, "now.crash": crash, "now.odd": odd,
+             "now.big": big, "ping": ping}
+    return table.get
+
+
+async def test_immediate_handlers_give_the_outcomes_of_awaited_ones(stop: asyncio.Event) -> None:
+    handlers = Handlers()
+    ran: list[str] = []
+    seen: dict[str, Any] = {}
+    small = fast_settings(max_frame_bytes=65_536)
+
+    def script(n: int) -> Script:
+        async def run(conn: PeerConn) -> None:
+            await conn.welcome(settings=small)
+            for method in ("now.ok", "now.refused", "now.crash", "now.odd", "now.big"):
+                seen[method] = await conn.call(method, {"x": 1})
+            # Re-sent after its result: answered from the outbox, never run again.
+            rid = new_request_id()
+            await conn.send(Req(id=rid, m="now.ok", p={"x": 2}))
+            first = await conn.recv_kind(Res)
+            await conn.send(Req(id=rid, m="now.ok", p={"x": 2}))
+            again = await conn.recv_kind(Res)
+            seen["twice"] = [first, again]
+            await conn.send(Ack(ids=[rid]))
+            stop.set()
+            await conn.closed()
+
+        return run
+
+    async with Peer(script) as peer:
+        link = make_link([peer.url], handlers, settings=small, immediate=immediate_table(ran))
+        await run_link(link, stop)
+    assert not peer.errors
+    assert seen["now.ok"].unwrap() == {"echo": 1}
+    assert seen["now.refused"].e.code == "forbidden"
+    assert seen["now.refused"].e.data == {"rule": "test"}
+    assert seen["now.crash"].e.code == "internal"
+    assert seen["now.odd"].e.code == "internal"
+    assert seen["now.big"].e.code == "bad_request"
+    assert seen["now.big"].e.data["reason"] == "frame_too_large"
+    assert [r.unwrap() for r in seen["twice"]] == [{"echo": 2}, {"echo": 2}]
+    assert ran.count("now.ok") == 2  # once per request id: exactly-once holds
+    assert handlers.calls == []  # none of them went through dispatch
+    assert link.executed == 6
+    assert link.session.unacked_results() == []
+
+
+async def test_an_immediate_handler_waits_its_turn_when_every_slot_is_busy(
+    stop: asyncio.Event,
+) -> None:
+    # handler_concurrency bounds immediate handlers too: with every slot taken, a ping is
+    # not answered in the reader's step (its result would come before the pong) but queues
+    # for a slot like any other request.
+    handlers = Handlers()
+    ran: list[str] = []
+    seen: dict[str, Any] = {}
+
+    def script(n: int) -> Script:
+        async def run(conn: PeerConn) -> None:
+            await conn.welcome()
+            slow, ping = new_request_id(), new_request_id()
+            await conn.send(Req(id=slow, m="test.slow", p={}))
+            async with asyncio.timeout(WAIT):
+                await handlers.started.wait()
+            await conn.send(Req(id=ping, m="ping", p={"payload": b"p"}))
+            await conn.send(Ping(id="alive"))
+            seen["first"] = await conn.recv()
+            handlers.release.set()
+            results = [await conn.recv_kind(Res), await conn.recv_kind(Res)]
+            seen["order"] = [r.id for r in results] == [slow, ping]
+            seen["ping"] = results[1]
+            await conn.send(Ack(ids=[slow, ping]))
+            stop.set()
+            await conn.closed()
+
+        return run
+
+    settings = fast_settings(handler_concurrency=1)
+    async with Peer(script) as peer:
+        link = make_link([peer.url], handlers, settings=settings, immediate=immediate_table(ran))
+        await run_link(link, stop)
+    assert not peer.errors
+    assert isinstance(seen["first"], Pong)
+    assert seen["order"] and seen["ping"].unwrap() == {"payload": b"p"}
+    assert handlers.calls.count("ping") == 1 and ran == []  # it waited for the slot
+
+
+async def test_a_result_during_backpressure_waits_behind_the_queued_frames(
+    stop: asyncio.Event,
+) -> None:
+    # The controller stops reading, so the socket pushes back and the writer is suspended
+    # with frames queued. A ping answered meanwhile (in the reader's step) must queue behind
+    # them: not written past them, not lost, sent once the socket drains.
+    ran: list[str] = []
+    seen: dict[str, Any] = {}
+    paused = asyncio.Event()
+    opened = asyncio.Event()
+    blocked = asyncio.Event()
+    pinged = asyncio.Event()
+    blob = b"x" * 200_000
+    # No keepalive (a peer that does not read answers no ping) and a short send queue.
+    settings = fast_settings(ping_interval_s=None, ping_timeout_s=None, send_queue_frames=4)
+    link: Link | None = None
+
+    async def produce() -> None:
+        assert link is not None
+        async with asyncio.timeout(WAIT):
+            await paused.wait()
+            await opened.wait()
+        sent = 0
+        # Emit until the socket pushed back: the writer was handed to a task (suspended).
+        while not isinstance(link._writer, asyncio.Task):
+            assert sent < 2_000, "the socket never pushed back"
+            assert await link.emit("bulk", {"blob": blob})
+            sent += 1
+        seen["emitted"] = sent
+        blocked.set()
+
+    def script(n: int) -> Script:
+        async def run(conn: PeerConn) -> None:
+            assert link is not None
+            await conn.welcome(settings=settings)
+            conn.ws.transport.pause_reading()
+            paused.set()
+            async with asyncio.timeout(WAIT):
+                await blocked.wait()
+            rid = new_request_id()
+            await conn.send(Req(id=rid, m="ping", p={"payload": b"p"}))
+            async with asyncio.timeout(WAIT):  # answered, while the frames before it wait
+                await pinged.wait()
+            assert any(r.id == rid for r in link.session.unacked_results())
+            assert link._out, "frames are still queued"
+            conn.ws.transport.resume_reading()
+            seqs: list[int] = []
+            while True:
+                data = await asyncio.wait_for(conn.ws.recv(), WAIT)
+                assert isinstance(data, bytes)
+                frame = decode(data)
+                if isinstance(frame, Res):
+                    break
+                seqs.append(frame.seq)  # type: ignore[union-attr]
+            seen["seqs"] = seqs
+            seen["res"] = frame
+            await conn.send(Ack(ids=[rid]))
+            stop.set()
+            await conn.closed()
+
+        return run
+
+    async with Peer(script) as peer:
+        link = make_link(
+            [peer.url], settings=settings, immediate=immediate_table(ran, pinged),
+            on_open=lambda _: opened.set(),
+        )
+        producer = asyncio.create_task(produce())
+        await run_link(link, stop)
+        await producer
+    assert not peer.errors
+    assert ran == ["ping"]  # answered in the reader's step, written after the rest
+    assert seen["res"].unwrap() == {"payload": b"p"}
+    assert seen["seqs"] == list(range(seen["emitted"]))  # every frame, in order, before it

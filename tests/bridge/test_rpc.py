@@ -245,6 +245,41 @@ async def test_inventory_methods_and_capabilities(devices: AdbDevices) -> None:
         d.add("ping", extra)
 
 
+async def test_immediate_handlers_answer_as_the_awaited_ones_do() -> None:
+    # The handlers the link may run without a task (Dispatcher.immediate) give the same
+    # results and the same typed errors as the ordinary call, and stop being immediate when
+    # another handler replaces them.
+    info = DeviceInfo(serial="127.0.0.1:5555", state="device")
+    d = Dispatcher(
+        policy=Policy(PolicyConfig()), inventory=lambda: [info], info=lambda: {"software": "1"}
+    )
+    ping = d.immediate("ping")
+    assert ping is not None
+    assert ping({"payload": b"x"}) == await d("ping", {"payload": b"x"}) == {"payload": b"x"}
+    with pytest.raises(RpcError) as now:
+        ping({"payload": 3})
+    err = await refused(d, "ping", {"payload": 3})
+    assert now.value.code is err.code is ErrorCode.BAD_REQUEST
+    assert now.value.data == err.data
+    about = d.immediate("bridge.info")
+    assert about is not None and about({}) == await d("bridge.info", {})
+    listing = d.immediate("devices.list")
+    assert listing is not None  # this bridge serves no devices: unavailable, both ways
+    with pytest.raises(RpcError) as now:
+        listing({})
+    assert now.value.code is (await refused(d, "devices.list", {})).code
+    assert now.value.code is ErrorCode.UNAVAILABLE
+    assert d.immediate("device.shell") is None and d.immediate("no.such") is None
+
+    async def waits(params: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"payload": b"replaced"}
+
+    d.add("ping", waits, replace=True)
+    assert d.immediate("ping") is None
+    assert await d("ping", {"payload": b"x"}) == {"payload": b"replaced"}
+
+
 class SlowSink(Sink):
     """A consumer that, once ``block()``-ed, stays away until ``release`` is set (a link whose
     send queue is full)."""

@@ -295,6 +295,40 @@ async def test_call_timeout_sends_cancel(controller: InLoopController) -> None:
     await fake.close()
 
 
+async def test_deadlines_share_one_timer_yet_each_call_times_out_on_its_own(
+    controller: InLoopController,
+) -> None:
+    # One timer per bridge, set for the earliest pending deadline: a call with a shorter
+    # timeout than the pending ones must move it earlier, and when it fires it must be set
+    # again for the next one — else ``mid`` would wait for ``slow``'s deadline, or forever.
+    gate = Gate()
+    fake = FakeBridge(controller.url, await controller.bridge_token("pi"), handler=gate)
+    await fake.connect()
+    hub = controller.hub
+    entry = hub.entries()[0]
+
+    def shell(command: str, timeout_s: float) -> asyncio.Task[dict[str, Any]]:
+        params = {"serial": "emulator-5554", "command": command}
+        return asyncio.create_task(
+            hub.call(entry.id, "device.shell", params, timeout_s=timeout_s)
+        )
+
+    slow = shell("slow", WAIT_S * 10)
+    await asyncio.wait_for(gate.entered.wait(), WAIT_S)
+    mid = shell("mid", 0.4 * WAIT_S / 10)
+    short = shell("short", 0.2 * WAIT_S / 10)
+    for call in (short, mid):
+        with pytest.raises(RpcError) as info:
+            await asyncio.wait_for(call, WAIT_S)
+        assert info.value.code is ErrorCode.TIMEOUT
+        assert "timed out" in info.value.message
+    assert not slow.done()
+    await _wait_until(lambda: len(fake.session.running_ids()) == 1)  # both cancelled there
+    gate.release.set()
+    assert (await asyncio.wait_for(slow, WAIT_S))["stdout"] == "slow\n"
+    await fake.close()
+
+
 # -- liveness
 
 

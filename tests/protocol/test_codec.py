@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.codec import Codec, decode, decode_raw, encode, encode_event
+from protocol.codec import Codec, decode, decode_raw, encode, encode_event, encode_result
 from protocol.envelope import (
     Ack,
     Evt,
@@ -171,6 +171,18 @@ def test_event_fast_path_matches_model_path() -> None:
     assert fast == encode(Evt(ch="logcat-1", seq=7, d=d))
     assert decode(fast) == Evt(ch="logcat-1", seq=7, d=d)
     assert decode_raw(fast) == {"t": "evt", "ch": "logcat-1", "seq": 7, "d": d}
+
+
+def test_result_fast_path_matches_model_path() -> None:
+    rid = new_request_id()
+    r = {"payload": b"\x00" * 200, "n": 3, "nested": {"a": [1, "b"]}}
+    assert encode_result(rid, r) == encode(Res(id=rid, r=r))
+    assert decode(encode_result(rid, r)) == Res(id=rid, r=r)
+    with pytest.raises(FrameTooLarge):  # the same cap
+        encode_result(rid, {"png": b"\0" * 5000}, max_frame_bytes=4096)
+    with pytest.raises(EncodeError):  # and the same refusal
+        encode_result(rid, {"x": object()})
+    assert Codec(max_frame_bytes=64).encode_result(rid, {}) == encode(Res(id=rid, r={}))
 
 
 @pytest.mark.parametrize(
