@@ -543,7 +543,8 @@ class Hub:
     async def device_stream(
         self, principal: Principal, device: DeviceRef, params: dict[str, Any] | None = None
     ) -> LogStream:
-        """A user's logcat stream on a device: authorize, subscribe, audit."""
+        """A user's logcat stream on a device: authorize, subscribe, audit (here, also when
+        the bridge is held by another replica, which then relays it: :meth:`subscribe_logcat`)."""
         action = "device.logcat.stream"
         try:
             await authorize(principal, device, Action.USE, store=self.store)

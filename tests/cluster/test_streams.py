@@ -3,8 +3,9 @@
 Two controller replicas (real processes) on a fresh PostgreSQL database and real Redis, the
 real bridge connected to replica A only, a simulated device behind the real adb server. The
 stream is opened on replica B, which relays it from A over Redis: lines logged on the device
-arrive in order and complete; the consumer leaving stops the subscription on A; A dying ends
-B's stream with an ``eof`` saying so; B dying makes A stop serving it.
+arrive in order and complete; the consumer leaving stops the subscription on A; A dying, or
+the bridge moving away from A, ends B's stream with an ``eof`` saying so; B dying makes A stop
+serving it.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ async def read_until(ws: ClientConnection, done: Callable[[dict[str, Any]], bool
 
 
 async def test_a_stream_opened_on_b_relays_a_device_on_a_in_order_and_stops_there(
-    cluster: Cluster,
+    cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     a, api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
     got: list[int] = []
@@ -118,7 +119,9 @@ async def test_a_stream_opened_on_b_relays_a_device_on_a_in_order_and_stops_ther
     assert "relaying logcat" in a.log()
 
 
-async def test_the_holder_dying_ends_the_stream_with_replica_lost(cluster: Cluster) -> None:
+async def test_the_holder_dying_ends_the_stream_with_replica_lost(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
     a, _api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
     got: list[int] = []
     async with open_stream(b, device_id) as ws:
@@ -131,10 +134,26 @@ async def test_the_holder_dying_ends_the_stream_with_replica_lost(cluster: Clust
     await until(streams_are(api_b, NONE), "B forgot the stream", cluster)
 
 
-async def test_the_requester_dying_stops_the_stream_on_the_holder(cluster: Cluster) -> None:
+async def test_the_requester_dying_stops_the_stream_on_the_holder(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
     _a, api_a, b, _api_b, device_id = await two_replicas_bridge_on_a(cluster)
     async with open_stream(b, device_id):
         assert await streams(api_a) == {"local": 1, "served": 1, "relayed": 0}
         await b.kill9()
     await burst(cluster, 20)  # a PUBLISH to B's channel now reaches nobody
     await until(streams_are(api_a, NONE), "A stopped serving the dead replica", cluster)
+
+
+async def test_the_bridge_moving_ends_the_stream_with_bridge_moved(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    _a, api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    token = cluster.bridges[0].env["DROIDWIRE_BRIDGE_TOKEN"]
+    async with open_stream(b, device_id) as ws:
+        # A newer session of the same bridge, on B: A's is closed (4409), A serves no more.
+        await cluster.bridge([b.url], token)
+        last = await read_until(ws, lambda chunk: bool(chunk.get("eof")), [])
+    assert last["reason"] == "bridge_moved"
+    await until(streams_are(api_a, NONE), "A stopped the stream", cluster)
+    await until(streams_are(api_b, NONE), "B forgot the stream", cluster)
