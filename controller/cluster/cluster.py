@@ -326,10 +326,18 @@ class Cluster:
         await self.close()
 
     async def close(self) -> None:
-        """Leave: stop the loops, fail what waits on other replicas, drop our keys."""
+        """Leave: end the streams we relay (their readers get ``eof`` ``replica_shutdown``),
+        stop the loops, fail what waits on other replicas, drop our keys."""
         if self._closed:
             return
         self._closed = True
+        relays = []
+        for key, served in self._served.items():
+            if served.stream is not None and (relay := self._serving.get(key)) is not None:
+                served.stream.end("replica_shutdown")
+                relays.append(relay)
+        if relays:  # each relay publishes its eof, then ends; bounded, as the whole shutdown
+            await asyncio.wait(relays, timeout=self.settings.cluster_heartbeat_s)
         tasks = [t for t in (self._listener, self._heartbeat, *self._tasks,
                              *self._serving.values()) if t is not None]
         for task in tasks:
@@ -770,7 +778,8 @@ class Cluster:
 
         Raises :class:`RpcError`: the subscription's own typed error, or ``unavailable`` when
         the replica is unreachable or dies before it answers. Once open, the stream ends with
-        an ``eof`` of its own when the holder dies (``replica_lost``), the bridge moves to
+        an ``eof`` of its own when the holder dies (``replica_lost``) or shuts down
+        (``replica_shutdown``, sent by it), the bridge moves to
         another replica (``bridge_moved``) or Redis stays unreachable for ``cluster_ttl_s``
         (``redis_unavailable``), checked every heartbeat; :meth:`stop_stream` ends it here and
         tells the holder."""

@@ -4,8 +4,8 @@ Two controller replicas (real processes) on a fresh PostgreSQL database and real
 real bridge connected to replica A only, a simulated device behind the real adb server. The
 stream is opened on replica B, which relays it from A over Redis: lines logged on the device
 arrive in order and complete; the consumer leaving stops the subscription on A; A dying, or
-the bridge moving away from A, ends B's stream with an ``eof`` saying so; B dying makes A stop
-serving it.
+the bridge moving away from A, or A shutting down, ends B's stream with an ``eof`` saying so;
+B dying makes A stop serving it.
 """
 
 from __future__ import annotations
@@ -156,4 +156,15 @@ async def test_the_bridge_moving_ends_the_stream_with_bridge_moved(
         last = await read_until(ws, lambda chunk: bool(chunk.get("eof")), [])
     assert last["reason"] == "bridge_moved"
     await until(streams_are(api_a, NONE), "A stopped the stream", cluster)
+    await until(streams_are(api_b, NONE), "B forgot the stream", cluster)
+
+
+async def test_the_holder_stopping_ends_the_stream_with_replica_shutdown(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    a, _api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    async with open_stream(b, device_id) as ws:
+        await a.stop()  # SIGTERM: A leaves the cluster in order, and says why
+        last = await read_until(ws, lambda chunk: bool(chunk.get("eof")), [])
+    assert last["reason"] == "replica_shutdown"
     await until(streams_are(api_b, NONE), "B forgot the stream", cluster)
