@@ -24,10 +24,10 @@ test: setup
 	@sh tests/tools/system_deps.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
-## lint: ruff everywhere, mypy (strict on protocol/)
+## lint: ruff everywhere, mypy on every package (strict on protocol/)
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/mypy protocol
+	$(BIN)/mypy protocol controller device_bridge fixer bench
 
 ## bench: run the benchmarks in bench/ (QUICK=1 for a short run)
 bench: setup

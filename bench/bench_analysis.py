@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Figure, figure
@@ -84,7 +85,7 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
     return written
 
 
-def _best(fn, repeat: int) -> float:
+def _best(fn: Callable[[], object], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -466,7 +466,10 @@ class BridgeClient(_Client):
         try:
             await ws.send(self.hello)
             async with asyncio.timeout(DEFAULTS.handshake_timeout_s):
-                frame = self.codec.decode(await ws.recv())
+                raw = await ws.recv()
+                if not isinstance(raw, bytes):
+                    raise RuntimeError("expected a binary welcome frame")
+                frame = self.codec.decode(raw)
             if not isinstance(frame, Welcome):
                 raise RuntimeError(f"expected welcome, got {frame.t}")
         except BaseException:

@@ -27,7 +27,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
+from sqlalchemy.exc import OperationalError
+from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
 from controller.api.errors import ERROR_RESPONSES, install_openapi
@@ -39,12 +42,20 @@ from controller.hub import endpoint as hub_endpoint
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
-from controller.store import Store, Token
+from controller.store import Store, Token, is_busy
+from controller.web import SessionStore
 from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["HTTP_STATUS", "RevocationHook", "create_app", "error_body", "error_response"]
+__all__ = [
+    "HTTP_STATUS",
+    "ControllerApp",
+    "RevocationHook",
+    "create_app",
+    "error_body",
+    "error_response",
+]
 
 log = logging.getLogger("droidwire.controller.app")
 
@@ -80,6 +91,8 @@ _CLOSE_CODE: Mapping[ErrorCode, int] = {
 }
 
 RevocationHook = Callable[[Token], Awaitable[None]]
+# Seconds a client told "store busy" (503) should wait before it retries.
+STORE_BUSY_RETRY_AFTER_S = "1"
 
 
 def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -157,6 +170,20 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(ErrorCode.INTERNAL.value, "internal error"), status_code=500)
 
 
+async def _store_error(conn: Request, exc: Exception) -> Response | None:
+    """A busy SQLite database that outlasted the busy timeout and the retries: ``unavailable``
+    (503, ``Retry-After``), which a client may retry, not a 500; other store errors are 500s."""
+    if not is_busy(exc):
+        raise exc  # to the catch-all: a 500, logged
+    log.warning("store busy, request refused with 503: %s", exc)
+    response = error_response(
+        RpcError(ErrorCode.UNAVAILABLE, "the store is busy: retry shortly",
+                 {"reason": "store_busy"})
+    )
+    response.headers["Retry-After"] = STORE_BUSY_RETRY_AFTER_S
+    return await _problem(conn, response, CloseCode.TRY_AGAIN_LATER, "store busy")
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     config: ControllerConfig = app.state.config
@@ -168,6 +195,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await ensure_bootstrap_admin(store, config.bootstrap_token)
         app.state.store = store
         app.state.audit = AuditLog(store)
+        # Dashboard sessions live in the store: any replica, any restart (controller.web).
+        web_sessions = app.state.web_sessions = SessionStore(store)
+        app.state.revocation_hooks.append(web_sessions.on_token_revoked)
+        stack.callback(app.state.revocation_hooks.remove, web_sessions.on_token_revoked)
         # Components start here, after the store, and stop in reverse order before it:
         # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
         hub = await stack.enter_async_context(
@@ -203,10 +234,23 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("controller shutting down")
 
 
-def create_app(config: ControllerConfig | None = None) -> FastAPI:
+class ControllerApp(FastAPI):
+    """FastAPI, except that bridge WebSockets (``/v1/bridge``) go straight to their endpoint,
+    past the middleware stack and the router: see :mod:`controller.hub.endpoint` for why
+    and for what it does in their place."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and get_route_path(scope) == hub_endpoint.BRIDGE_PATH:
+            scope["app"] = self
+            await hub_endpoint.bridge_endpoint(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     """A controller app for ``config`` (defaults plus ``DROIDWIRE_*`` environment if None)."""
     config = config if config is not None else ControllerConfig.from_env()
-    app = FastAPI(
+    app = ControllerApp(
         title="droidwire controller",
         version="1",
         lifespan=_lifespan,
@@ -225,17 +269,19 @@ def create_app(config: ControllerConfig | None = None) -> FastAPI:
     app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(OperationalError, _store_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(ops.router)
     app.include_router(tokens.router)
     app.include_router(grants.router)
-    app.include_router(hub_endpoint.router)
     app.include_router(devices.router)
     app.include_router(agent.router)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
-    app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)
+    # A callable that is not a function is served as an ASGI app (Starlette's Route), which the
+    # stubs do not model.
+    app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)  # type: ignore[arg-type]
     install_openapi(app)
     return app

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from controller.auth import Principal
-from controller.store import AuditEntry, Store
+from controller.store import AuditEntry, Store, retrying
 
 __all__ = ["AuditLog"]
 
@@ -34,16 +34,21 @@ class AuditLog:
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one entry. ``principal`` None is the controller itself (e.g. a scheduler)."""
-        entry = AuditEntry(
-            actor=principal.actor if principal else "controller",
-            actor_token_id=principal.token_id if principal else None,
-            action=action,
-            device=device,
-            outcome=outcome,
-            detail=dict(detail or {}),
-        )
-        async with self.store.session() as session, session.begin():
-            session.add(entry)
+        row = {
+            "actor": principal.actor if principal else "controller",
+            "actor_token_id": principal.token_id if principal else None,
+            "action": action,
+            "device": device,
+            "outcome": outcome,
+            "detail": dict(detail or {}),
+        }
+
+        async def append() -> None:
+            async with self.store.session() as session, session.begin():
+                session.add(AuditEntry(**row))
+
+        # A busy SQLite database (another writer holds the lock) is retried, not a 500.
+        await retrying(append, what="audit entry")
 
     async def recent(self, *, limit: int = 100, device: str | None = None) -> list[AuditEntry]:
         """The newest entries first (for admins and tests)."""

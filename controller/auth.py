@@ -53,8 +53,8 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends
 from fastapi.requests import HTTPConnection
-from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, User, utcnow
@@ -99,6 +99,7 @@ __all__ = [
     "may",
     "now",
     "parse_bearer",
+    "principal_for",
     "require_scope",
     "revoke_token",
     "rotate_token",
@@ -286,50 +287,81 @@ def parse_bearer(header: str | None) -> str:
     return token
 
 
+def principal_for(
+    *,
+    token_id: str,
+    kind: str,
+    name: str,
+    bridge_id: str | None,
+    scopes: Iterable[str] | None,
+    user_id: str,
+    user_name: str,
+    user_is_admin: bool,
+) -> Principal:
+    """The caller a live token acts as (a Bearer header, or a dashboard session's token)."""
+    held = tuple(scopes or ())
+    return Principal(
+        token_id=token_id,
+        kind=TokenKind(kind),
+        name=name,
+        user_id=user_id,
+        user_name=user_name,
+        # A scoped token of an admin acts as an admin only if it holds the admin scope.
+        is_admin=user_is_admin and Scope.ADMIN in effective_scopes(held),
+        bridge_id=bridge_id,
+        scopes=held,
+    )
+
+
 async def authenticate(store: Store, header: str | None) -> Principal:
     """Resolve an ``Authorization`` header to a :class:`Principal` (or raise Unauthenticated).
 
     The lookup is by the SHA-256 of the presented secret, so there is no secret comparison to
-    time; unknown and revoked tokens get the same answer.
+    time; unknown and revoked tokens get the same answer. It is one indexed read (the token
+    joined to its user by primary key) and nothing else: no cache, so a revocation committed
+    by any replica refuses the very next request or handshake. ``last_used_at`` is noted in
+    the store's write-behind (:class:`controller.store.SeenRecorder`), never written here, so
+    a busy database cannot fail, or slow down, an authentication (bridges reconnecting by the
+    thousand after a restart all come through here).
     """
     digest = hash_token(parse_bearer(header))
-    async with store.session() as session:
-        row = (
-            await session.execute(
-                select(Token, User)
-                .join(User, Token.owner_id == User.id)
-                .where(Token.hash == digest)
-            )
-        ).one_or_none()
-        if row is None or row.Token.revoked_at is not None:
-            raise Unauthenticated("invalid or revoked token")
-        token, user = row.Token, row.User
-        scopes = tuple(token.scopes or ())
-        # Built before the bookkeeping write below: a rollback there expires these objects.
-        principal = Principal(
-            token_id=token.id,
-            kind=TokenKind(token.kind),
-            name=token.name,
-            user_id=user.id,
-            user_name=user.name,
-            # A scoped token of an admin acts as an admin only if it holds the admin scope.
-            is_admin=user.is_admin and Scope.ADMIN in effective_scopes(scopes),
-            bridge_id=token.bridge_id,
-            scopes=scopes,
-        )
-        at = utcnow()
-        if token.last_used_at is None or at - token.last_used_at >= LAST_USED_RESOLUTION:
-            # Bookkeeping only: a busy database (SQLite under a burst of bridge handshakes
-            # answers "database is locked") must not turn a valid token into a 500.
-            try:
-                await session.execute(
-                    update(Token).where(Token.id == principal.token_id).values(last_used_at=at)
-                )
-                await session.commit()
-            except OperationalError as exc:
-                await session.rollback()
-                log.debug("last_used_at of token %s not recorded: %s", principal.token_id, exc)
+    async with store.engine.connect() as conn:
+        row = (await conn.execute(_TOKEN_BY_HASH, {"digest": digest})).one_or_none()
+    if row is None or row.revoked_at is not None:
+        raise Unauthenticated("invalid or revoked token")
+    principal = principal_for(
+        token_id=row.id,
+        kind=row.kind,
+        name=row.name,
+        bridge_id=row.bridge_id,
+        scopes=row.scopes,
+        user_id=row.user_id,
+        user_name=row.user_name,
+        user_is_admin=row.is_admin,
+    )
+    at = utcnow()
+    if row.last_used_at is None or at - row.last_used_at >= LAST_USED_RESOLUTION:
+        store.seen.token(principal.token_id, at)
     return principal
+
+
+# Core, not ORM: the handshake needs these columns, not Token and User objects in a session.
+_TOKEN_BY_HASH = (
+    select(
+        Token.id,
+        Token.kind,
+        Token.name,
+        Token.bridge_id,
+        Token.scopes,
+        Token.revoked_at,
+        Token.last_used_at,
+        User.id.label("user_id"),
+        User.name.label("user_name"),
+        User.is_admin,
+    )
+    .join(User, Token.owner_id == User.id)
+    .where(Token.hash == bindparam("digest"))
+)
 
 
 async def ensure_bootstrap_admin(store: Store, secret: str) -> None:

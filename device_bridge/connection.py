@@ -639,6 +639,7 @@ class Link:
 
     async def _handle(self, req: Req) -> None:
         outcome: dict[str, Any] | RpcError
+        encoded: bytes | None = None
         try:
             async with self._sem:
                 self.executed += 1
@@ -646,7 +647,7 @@ class Link:
                 outcome = await self._dispatch(req.m, dict(req.p))
             if not isinstance(outcome, dict):
                 raise TypeError(f"handler of {req.m} returned {type(outcome).__name__}")
-            outcome = self._fit(req, outcome)
+            outcome, encoded = self._fit(req, outcome)
         except RpcError as exc:
             outcome = exc
         except asyncio.CancelledError:
@@ -657,33 +658,40 @@ class Link:
         if self.session.state.name == "CLOSED":
             return
         if self.session.is_running(req.id):
-            self.session.complete(req.id, outcome, self._clock())
-            self._flush()
+            res = self.session.complete(req.id, outcome, self._clock())
+            self._flush(res, encoded)
 
-    def _fit(self, req: Req, result: dict[str, Any]) -> dict[str, Any] | RpcError:
-        """The result, or an error if it cannot travel (over the frame cap, not encodable)."""
+    def _fit(
+        self, req: Req, result: dict[str, Any]
+    ) -> tuple[dict[str, Any] | RpcError, bytes | None]:
+        """The result and its encoded ``res`` frame, or an error if it cannot travel (over
+        the frame cap, not encodable) and None."""
         try:
             # Our own frame from an admitted id: built without validation (Res.trusted).
-            self.codec.encode(Res.trusted(id=req.id, r=result))
+            encoded = self.codec.encode(Res.trusted(id=req.id, r=result))
         except FrameTooLarge as exc:
             return RpcError(
                 ErrorCode.BAD_REQUEST,
                 f"the result of {req.m} ({exc.size} bytes) exceeds the {exc.limit}-byte frame cap",
                 {"reason": "frame_too_large", "size": exc.size, "limit": exc.limit},
-            )
+            ), None
         except EncodeError as exc:
             self.log.error("request %s %s: result not encodable: %s", req.id, req.m, exc)
-            return RpcError(ErrorCode.INTERNAL, f"the result of {req.m} cannot be encoded")
-        return result
+            return RpcError(ErrorCode.INTERNAL, f"the result of {req.m} cannot be encoded"), None
+        return result, encoded
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _flush(self) -> None:
-        """Move the session's queued frames to this connection's send queue."""
+    def _flush(self, res: Res | None = None, encoded: bytes | None = None) -> None:
+        """Move the session's queued frames to this connection's send queue (``encoded``:
+        ``res`` as :meth:`_fit` encoded it already, so a result is not encoded twice)."""
         frames = self.session.frames_to_send()
         if self._ws is None:
             return
         for frame in frames:
+            if frame is res and encoded is not None:
+                self._out.append(encoded)
+                continue
             try:
                 self._out.append(self.codec.encode(frame))
             except (FrameTooLarge, EncodeError) as exc:  # pre-checked for results; never a crash

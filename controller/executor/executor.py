@@ -1016,6 +1016,15 @@ class SandboxExecutor:
         return asyncio.get_running_loop().create_task(self._resume(item, waiter))
 
     async def _resume(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
+        """Finish a resumed run, holding its device's turn as the run did before the restart,
+        so a new run on that device waits until this one has collected its logcat and cleaned
+        up. After a restart the turn is free (resume() runs before any new run can queue); a
+        survivor adopting a dead replica's run may first finish its own run on that device."""
+        dev = item.context["device"]
+        async with self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id):
+            await self._finish_resumed(item, waiter)
+
+    async def _finish_resumed(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
         assert self.store is not None
         ctx = item.context
         dev = ctx["device"]

@@ -1,36 +1,64 @@
 """``/v1/bridge``: where bridges dial in (DESIGN.md §3).
 
-The bridge token is checked before the WebSocket is accepted (``BridgePrincipal``: HTTP 401
-for a missing, unknown or revoked token, 403 for a token that is not a bridge's), and so is
-the subprotocol (400 without ``droidwire.v1``): a refused bridge never gets an open socket,
-so it never mistakes a refusal for a connection that merely dropped. The bridge's identity is
-its token's; nothing it says in ``hello`` changes it.
+The bridge token is checked before the WebSocket is accepted (HTTP 401 for a missing,
+unknown or revoked token, 403 for a token that is not a bridge's), and so is the subprotocol
+(400 without ``droidwire.v1``): a refused bridge never gets an open socket, so it never
+mistakes a refusal for a connection that merely dropped. The bridge's identity is its
+token's; nothing it says in ``hello`` changes it.
+
+The endpoint is a plain ASGI app that :class:`controller.app.ControllerApp` calls for this
+one path **before** its middleware stack and router: an idle bridge holds its connection for
+hours, and every layer it passes through (error and exception middleware, FastAPI's routing,
+dependency solving and exit stacks) keeps a coroutine frame and a few containers alive for
+as long — about 12 KB per bridge, a quarter of the controller's memory per idle bridge
+(docs/benchmarks.md). What those layers did for this route is done here: the same
+authentication functions (:func:`controller.auth.current_principal`,
+:func:`~controller.auth.current_bridge`), and a refusal answered by the app's own exception
+handlers, as an HTTP response through the ASGI denial-response extension. Any other error
+before ``accept`` reaches the server, which answers HTTP 500. HTTP metrics never counted
+WebSockets, so nothing is lost there.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, WebSocket
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
-from controller.auth import BridgePrincipal
+from controller.auth import Unauthenticated, current_bridge, current_principal
 from controller.hub.hub import Hub
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["BRIDGE_PATH", "router"]
+__all__ = ["BRIDGE_PATH", "bridge_endpoint"]
 
 BRIDGE_PATH = "/v1/bridge"
 
-router = APIRouter(tags=["bridges"])
 
-
-@router.websocket(BRIDGE_PATH)
-async def bridge_endpoint(websocket: WebSocket, principal: BridgePrincipal) -> None:
-    if SUBPROTOCOL not in websocket.scope.get("subprotocols", []):
-        raise RpcError(
-            ErrorCode.BAD_REQUEST,
-            f"the bridge endpoint speaks the {SUBPROTOCOL} subprotocol only",
-            {"rule": "subprotocol"},
-        )
+async def bridge_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+    """The ``/v1/bridge`` WebSocket (``scope["app"]`` is the controller's app)."""
+    websocket = WebSocket(scope, receive, send)
+    try:
+        principal = await current_bridge(await current_principal(websocket))
+        if SUBPROTOCOL not in scope.get("subprotocols", []):
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                f"the bridge endpoint speaks the {SUBPROTOCOL} subprotocol only",
+                {"rule": "subprotocol"},
+            )
+    except (RpcError, Unauthenticated) as exc:
+        await _refuse(websocket, exc)
+        return
     hub: Hub = websocket.app.state.hub
     await websocket.accept(subprotocol=SUBPROTOCOL)
     await hub.serve(websocket, principal)
+
+
+async def _refuse(websocket: WebSocket, exc: Exception) -> None:
+    """Answer ``exc`` as the app's exception handler for it would on any WebSocket route."""
+    handlers = websocket.app.exception_handlers
+    handler = next((handlers[c] for c in type(exc).__mro__ if c in handlers), None)
+    if handler is None:
+        raise exc
+    response = await handler(websocket, exc)
+    if response is not None:
+        await response(websocket.scope, websocket.receive, websocket.send)

@@ -9,9 +9,12 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   lists what we still wait for;
 * one live connection per bridge: a new one replaces the old, which is closed with 4409
   (terminal for the bridge, so two copies of one bridge do not evict each other forever);
-* per connection, a reader (frames → session → outcomes) and a writer that alone drains
-  :meth:`~protocol.session.ControllerSession.frames_to_send`, so frames leave in the order
-  the session produced them and a stalled socket holds up nobody but its writer;
+* per connection, a reader (frames → session → outcomes: the task serving the WebSocket)
+  and a writer that alone drains :meth:`~protocol.session.ControllerSession.frames_to_send`,
+  so frames leave in the order the session produced them and a stalled socket holds up
+  nobody but its writer. The writer runs only while there is something to send, started
+  eagerly in the step that queued it (:meth:`Connection.wake`): an idle bridge costs one
+  task, and a request leaves :meth:`Hub.call` without a trip through the event loop;
 * :meth:`Hub.call` registers a call in the session (sent now, or on resume), then waits for
   its one completion, its deadline, or its caller's cancellation (→ a ``cancel`` frame);
 * grace (§4.7): a bridge that dropped is *reconnecting* for ``grace_period_s``: calls made
@@ -34,7 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -47,7 +51,7 @@ from starlette.websockets import WebSocket
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.hub.streams import LogStream
-from controller.store import Store, Token, bridge_seen, devices_seen, utcnow
+from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
 from protocol.envelope import (
@@ -139,16 +143,68 @@ class BridgeState(StrEnum):
 
 
 class Connection:
-    """One WebSocket of one bridge: what the reader and writer share."""
+    """One WebSocket of one bridge.
 
-    def __init__(self, websocket: WebSocket) -> None:
+    The task serving the connection reads it (:meth:`Hub.serve`); a writer task exists only
+    while the session has frames to send (:meth:`wake`) and ends when it has drained them.
+    An idle bridge therefore costs one task and no per-connection events or timers: it is
+    what most bridges are most of the time (docs/benchmarks.md, ``idle_bridge_kb``).
+    """
+
+    __slots__ = (
+        "ack_due", "ack_timer", "again", "close_code", "close_reason", "drain", "ending",
+        "failure", "reader", "writer", "ws",
+    )
+
+    def __init__(
+        self, websocket: WebSocket, drain: Callable[[Connection], Coroutine[Any, Any, None]]
+    ) -> None:
         self.ws = websocket
-        self.wake = asyncio.Event()  # the session has frames to send
-        self.kicked = asyncio.Event()  # someone decided to close this connection
+        self.drain = drain  # the writer's body: sends what the session has, then returns
+        self.reader: asyncio.Task[Any] | None = None  # the serving task, while it reads
+        self.writer: asyncio.Task[None] | object | None = None  # _EAGER, a task, or None
+        self.again = False  # woken while the writer was sending: it drains once more
+        self.ending = False  # kicked, or the writer failed: the reader stops
+        self.failure: BaseException | None = None  # what ended the writer, if it failed
         self.close_code: int | None = None
         self.close_reason = ""
         self.ack_due = False  # the batched acks go out with the next drain
         self.ack_timer: asyncio.TimerHandle | None = None
+
+    def wake(self) -> None:
+        """The session has frames to send: drain them now, or once more if draining."""
+        if self.writer is not None:
+            self.again = True
+            return
+        if self.ending:
+            return
+        # An eager start (3.12's eager tasks, by hand for 3.11): the drain runs here up to
+        # its first real suspension. A send suspends only when the transport pushes back, so
+        # a frame usually leaves at once — no task, no extra trip through the event loop on
+        # the RPC path; if it does suspend, a task carries the drain on from there.
+        self.writer = _EAGER
+        drain = self.drain(self)
+        try:
+            yielded = drain.send(None)
+        except StopIteration:
+            return
+        except Exception as exc:  # e.g. the socket is gone
+            self.writer = None
+            self._failed(exc)
+            return
+        task = asyncio.get_running_loop().create_task(_carry_on(drain, yielded))
+        self.writer = task
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        if self.writer is task:
+            self.writer = None
+        if not task.cancelled() and task.exception() is not None:
+            self._failed(task.exception())
+
+    def _failed(self, exc: BaseException | None) -> None:
+        self.failure = exc
+        self._end()
 
     def ack_soon(self) -> None:
         """Results were received: their ack goes out within ACK_DELAY_S."""
@@ -158,7 +214,7 @@ class Connection:
     def _ack_now(self) -> None:
         self.ack_timer = None
         self.ack_due = True
-        self.wake.set()
+        self.wake()
 
     def stop_timers(self) -> None:
         if self.ack_timer is not None:
@@ -170,7 +226,43 @@ class Connection:
         if self.close_code is None:
             self.close_code = code
             self.close_reason = reason
-        self.kicked.set()
+        self._end()
+
+    def _end(self) -> None:
+        """Stop the reader: cancel it, unless it is the caller (it returns by itself then)."""
+        if self.ending:
+            return
+        self.ending = True
+        reader = self.reader
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+
+
+# Connection.writer while a drain runs eagerly, in the caller's own step.
+_EAGER = object()
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
+    """Drive ``coro`` on from the suspension where it yielded ``yielded`` (what a task does
+    with a coroutine's yields: pass them to the loop, send or throw back what comes)."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
+    await _resume(coro, yielded)
 
 
 @dataclass(slots=True)
@@ -265,6 +357,9 @@ class Hub:
     ) -> None:
         self.store = store
         self.metrics = HubMetrics(registry)
+        # Counted when scraped: a count on every connect and drop was O(bridges) each time,
+        # O(N²) over a reconnect storm (docs/benchmarks.md).
+        self.metrics.bridges.set_function(self._connected_count)
         self.audit = audit
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
@@ -665,7 +760,7 @@ class Hub:
         assert principal.bridge_id is not None
         entry = self._entry_for(principal.bridge_id, principal.name, principal.user_id)
         entry.token_id = principal.token_id
-        conn = Connection(websocket)
+        conn = Connection(websocket, lambda c: self._write(entry, c))
         old = entry.conn
         if old is not None:
             log.info("bridge %s: a new connection replaces the current one (4409)", entry.name)
@@ -682,23 +777,32 @@ class Hub:
         if self.cluster is not None:
             await self._persist(self.cluster.claimed(entry))
         self.metrics.reconnects.inc()
-        self._count_bridges()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
-        tasks = [
-            asyncio.create_task(self._read(entry, conn), name=f"hub-read-{entry.name}"),
-            asyncio.create_task(self._write(entry, conn), name=f"hub-write-{entry.name}"),
-            asyncio.create_task(conn.kicked.wait(), name=f"hub-kick-{entry.name}"),
-        ]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if not conn.ending:
+                # This task reads; a kick (another connection of the bridge, liveness,
+                # revocation, shutdown) or a failed writer cancels it (Connection._end).
+                conn.reader = asyncio.current_task()
+                await self._read(entry, conn)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not conn.ending or task is None or task.uncancel() > 0:
+                raise  # cancelled from outside, not by the connection's end
+        except Exception as exc:
+            if not _is_disconnect(exc):
+                log.warning("bridge %s: connection task failed: %r", entry.name, exc)
         finally:
+            conn.reader = None
+            conn.ending = True  # no new writer from here on
             conn.stop_timers()
-            for task in tasks:
-                task.cancel()
-            for result in await asyncio.gather(*tasks, return_exceptions=True):
-                if isinstance(result, Exception) and not _is_disconnect(result):
-                    log.warning("bridge %s: connection task failed: %r", entry.name, result)
+            writer = conn.writer
+            if isinstance(writer, asyncio.Task):
+                writer.cancel()
+                await asyncio.gather(writer, return_exceptions=True)
+            failure = conn.failure
+            if failure is not None and not _is_disconnect(failure):
+                log.warning("bridge %s: connection task failed: %r", entry.name, failure)
             if conn.close_code is not None:
                 log.info("bridge %s: closing with %s (%s)", entry.name, conn.close_code,
                          conn.close_reason)
@@ -706,7 +810,6 @@ class Hub:
                     async with asyncio.timeout(self.settings.close_timeout_s):
                         await websocket.close(conn.close_code, conn.close_reason[:120])
             await self._detach(entry, conn)
-            self._count_bridges()
 
     async def _detach(self, entry: BridgeEntry, conn: Connection) -> None:
         if entry.conn is not conn:
@@ -722,7 +825,7 @@ class Hub:
         if not self._closing:
             entry.grace_task = self._spawn(self._grace(entry, self.settings.grace_period_s))
         entry.last_seen_at = utcnow()
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)  # written behind, never here
 
     async def _grace(self, entry: BridgeEntry, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -794,10 +897,10 @@ class Hub:
             elif isinstance(outcome, Evt):
                 await self._on_event(entry, outcome)
             elif isinstance(outcome, Resume):
-                conn.wake.set()  # welcome and re-sent requests go first
+                conn.wake()  # welcome and re-sent requests go first
                 await self._on_resume(entry, outcome)
             else:
-                conn.wake.set()  # a pong to the bridge's ping
+                conn.wake()  # a pong to the bridge's ping
 
     def _bad_frame(
         self, entry: BridgeEntry, conn: Connection, exc: DecodeError, first: bool
@@ -815,31 +918,36 @@ class Hub:
             )
             if completion is not None:
                 self._complete(entry, completion)
-                conn.wake.set()
+                conn.wake()
         return True
 
     async def _write(self, entry: BridgeEntry, conn: Connection) -> None:
-        """The only drain of the session's outgoing frames while ``conn`` is current."""
-        while True:
-            await conn.wake.wait()
-            conn.wake.clear()
-            if entry.conn is not conn:
-                return
-            acks = conn.ack_due
-            conn.ack_due = False
-            for frame in entry.session.frames_to_send(acks=acks):
-                try:
-                    data = self.codec.encode(frame)
-                except (EncodeError, DecodeError) as exc:  # FrameTooLarge is a DecodeError
-                    self._unsendable(entry, frame, exc)
-                    continue
-                await conn.ws.send_bytes(data)
+        """The only drain of the session's outgoing frames while ``conn`` is current: runs
+        while there is something to send (``conn.writer``; see :meth:`Connection.wake`)."""
+        try:
+            while entry.conn is conn:
+                conn.again = False
+                acks = conn.ack_due
+                conn.ack_due = False
+                for frame in entry.session.frames_to_send(acks=acks):
+                    try:
+                        data = self.codec.encode(frame)
+                    except (EncodeError, DecodeError) as exc:  # FrameTooLarge: a DecodeError
+                        self._unsendable(entry, frame, exc)
+                        continue
+                    await conn.ws.send_bytes(data)
+                if not conn.again:
+                    return
+        finally:
+            # In the same step as the last check of ``again`` (one drain at a time): a wake
+            # from now on starts a new one.
+            conn.writer = None
 
     def _ack(self, entry: BridgeEntry, conn: Connection) -> None:
         if entry.session.acks_waiting >= ACK_BATCH:
             conn.stop_timers()
             conn.ack_due = True
-            conn.wake.set()
+            conn.wake()
         else:
             conn.ack_soon()
 
@@ -890,7 +998,7 @@ class Hub:
             len(entry.devices), len(resume.resent), len(resume.failed),
         )
         await self._persist_devices(entry)
-        await self._persist(bridge_seen(self.store, entry.id, at=entry.last_seen_at))
+        self.store.seen.bridge(entry.id, entry.last_seen_at)
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
         if evt.ch == DEVICES_CHANNEL:
@@ -954,7 +1062,7 @@ class Hub:
                     continue
                 verdict = entry.session.liveness(now)
                 if verdict is Liveness.PING:
-                    conn.wake.set()
+                    conn.wake()
                 elif verdict is Liveness.DEAD:
                     log.warning("bridge %s missed %d liveness pings: dropping it", entry.name,
                                 self.settings.liveness_missed_max)
@@ -968,12 +1076,12 @@ class Hub:
 
     # -- helpers
 
-    def _count_bridges(self) -> None:
-        self.metrics.bridges.set(sum(1 for e in self._entries.values() if e.conn is not None))
+    def _connected_count(self) -> int:
+        return sum(1 for e in self._entries.values() if e.conn is not None)
 
     def _wake(self, entry: BridgeEntry) -> None:
         if entry.conn is not None:
-            entry.conn.wake.set()
+            entry.conn.wake()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

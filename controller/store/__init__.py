@@ -22,10 +22,12 @@ from controller.store.models import (
     Token,
     TokenKind,
     User,
+    WebSession,
     new_id,
     utcnow,
 )
-from controller.store.seen import bridge_seen, devices_seen, known_devices
+from controller.store.retry import is_busy, retrying
+from controller.store.seen import SeenRecorder, bridge_seen, devices_seen, known_devices
 from controller.store.store import MigrationLockTimeout, Store, head_revision
 from controller.store.url import UnsupportedDatabase, to_async_url
 
@@ -40,17 +42,21 @@ __all__ = [
     "Run",
     "RunStatus",
     "RunStep",
+    "SeenRecorder",
     "Store",
     "TestResult",
     "Token",
     "TokenKind",
     "UnsupportedDatabase",
     "User",
+    "WebSession",
     "bridge_seen",
     "devices_seen",
     "head_revision",
+    "is_busy",
     "known_devices",
     "new_id",
+    "retrying",
     "to_async_url",
     "utcnow",
 ]

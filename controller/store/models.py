@@ -46,6 +46,7 @@ __all__ = [
     "TokenKind",
     "UTCDateTime",
     "User",
+    "WebSession",
     "new_id",
     "utcnow",
 ]
@@ -233,6 +234,26 @@ class TestResult(Base):
     name: Mapped[str] = mapped_column(String(255))
     status: Mapped[str] = mapped_column(String(32))
     stack: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class WebSession(Base):
+    """A dashboard sign-in (``controller.web.sessions``), shared by every replica.
+
+    Keyed by the SHA-256 of the cookie's random id, never the id itself: like a token's, a
+    stolen table yields no usable cookie. It acts for ``token_id``, whose row is re-read at
+    every request (revocation ends it). ``expires_at`` is the sooner of the absolute and the
+    idle end; expired rows are deleted at sign-in (its index).
+    """
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[str] = mapped_column(
+        ForeignKey("tokens.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class AuditEntry(Base):

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import StaticPool
 
+from controller.store.seen import SeenRecorder
 from controller.store.url import is_sqlite, to_async_url
 
 __all__ = ["MIGRATIONS_DIR", "MigrationLockTimeout", "Store", "head_revision"]
@@ -45,6 +46,8 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 PG_MIGRATION_LOCK_KEY = 0x6477_6D69_6772  # "dwmigr"
 DEFAULT_MIGRATE_TIMEOUT = 120.0
 SQLITE_BUSY_TIMEOUT_MS = 5000
+# Background write transactions at once on PostgreSQL (SQLite: one), out of the pool's 5 + 10.
+BACKGROUND_WRITERS = 4
 
 
 # Alembic keeps its migration context in module globals (``alembic.context``, ``alembic.op``),
@@ -119,6 +122,15 @@ class Store:
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             self.engine, expire_on_commit=False
         )
+        # Last seen / last used times, written behind (never on a handshake's path).
+        self.seen = SeenRecorder(self.engine)
+        # Background writes (device inventories on hello) take a connection only through this
+        # gate: SQLite has one writer at a time anyway, and thousands of bridges saying hello
+        # at once must not hold every pooled connection waiting for its lock, starving the
+        # one read each handshake needs.
+        self.background_writes = asyncio.Semaphore(
+            1 if is_sqlite(self.url) else BACKGROUND_WRITERS
+        )
 
     def __repr__(self) -> str:
         return f"Store({self.url.render_as_string(hide_password=True)!r})"
@@ -160,6 +172,8 @@ class Store:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        """Write the last seen/used times still pending, then let the connections go."""
+        await self.seen.close()
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:

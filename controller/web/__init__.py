@@ -1,7 +1,8 @@
 """The web dashboard (DESIGN.md §6, issue 8 item 5): server-rendered pages at ``/``.
 
 Sign in once with a token (``POST /login`` → an HttpOnly, SameSite=Strict session cookie;
-:mod:`controller.web.sessions`), then: devices (state, owner, lent to, battery, Android
+:mod:`controller.web.sessions`; sessions are kept hashed in the store, so they survive a
+restart and work on every cluster replica), then: devices (state, owner, lent to, battery, Android
 version), runs (verdict, device, timings), a run (step log with every RPC including refused
 ones, compile rounds with diffs, per-test results, logcat with the evidence highlighted) and
 a device's live logcat tail over a same-origin WebSocket (:mod:`controller.web.pages`).

@@ -39,7 +39,6 @@ from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, Use
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
-    SESSION_TTL,
     SessionStore,
     same_origin,
     secure_context,
@@ -64,10 +63,10 @@ _HIGHLIGHT_MARKERS = ("StrictMode", "ANR in ", "FATAL EXCEPTION")
 
 
 def sessions_of(app: Any) -> SessionStore:
-    """The app's dashboard sessions, created on first use."""
+    """The app's dashboard sessions (in its store), created on first use."""
     sessions: SessionStore | None = getattr(app.state, "web_sessions", None)
     if sessions is None:
-        sessions = app.state.web_sessions = SessionStore()
+        sessions = app.state.web_sessions = SessionStore(app.state.store)
     return sessions
 
 
@@ -194,13 +193,13 @@ async def login(request: Request) -> Response:
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
     sessions = sessions_of(request.app)
-    sessions.close(request.cookies.get(COOKIE_NAME))  # never keep a session id across sign-ins
-    session_id = sessions.open(principal.token_id)
+    # Never keep a session id across sign-ins: the browser's old one is closed.
+    session_id = await sessions.open(principal.token_id, replacing=request.cookies.get(COOKIE_NAME))
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(
         COOKIE_NAME,
         session_id,
-        max_age=int(SESSION_TTL),
+        max_age=int(sessions.ttl.total_seconds()),
         path="/",
         httponly=True,
         samesite="strict",
@@ -220,7 +219,7 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     if not same_origin(request):
         return _message("Sign out", "cross-site sign-out refused", 403)
-    sessions_of(request.app).close(request.cookies.get(COOKIE_NAME))
+    await sessions_of(request.app).close(request.cookies.get(COOKIE_NAME))
     response = _to_login()
     response.delete_cookie(
         COOKIE_NAME, path="/", httponly=True, samesite="strict",

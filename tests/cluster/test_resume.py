@@ -65,6 +65,17 @@ async def _replica_id(world: Cluster, index: int) -> str:
     return found
 
 
+async def _three_replicas(world: Cluster) -> tuple[httpx.AsyncClient, httpx.AsyncClient,
+                                                   list[str], str]:
+    """Replicas A, B, C started together: A's and B's API clients, the three replica ids,
+    a bridge token issued through A."""
+    (_, api_a), (_, api_b), _ = await asyncio.gather(
+        world.replica(), world.replica(), world.replica())
+    ids = [await _replica_id(world, i) for i in range(3)]
+    token, _ = await new_bridge_token(api_a, "desk")
+    return api_a, api_b, ids, token
+
+
 async def _finished(world: Cluster, api: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
     run: dict[str, Any] = {}
 
@@ -100,10 +111,7 @@ async def test_a_run_survives_its_replica_and_the_bridge_moves(
     """The bridge lands on B (its next URL) at once; A's death is noticed a TTL later, and B
     or C adopts the run: B relays the held result to C, or delivers it to itself."""
     world = cluster
-    (_, api_a), (_, api_b), _ = await asyncio.gather(
-        world.replica(), world.replica(), world.replica())
-    ids = [await _replica_id(world, i) for i in range(3)]
-    token, _ = await new_bridge_token(api_a, "desk")
+    api_a, api_b, ids, token = await _three_replicas(world)
     adb = _adb(world)
     before_run = packages_on(world.sim)
     try:
@@ -140,10 +148,7 @@ async def test_the_bridge_reconnects_to_a_replica_other_than_the_adopter(
     the survivor that did *not* adopt it: that replica lists the adopter's wait in its
     welcome and relays the held result to the adopter over Redis."""
     world = cluster
-    (_, api_a), (_, api_b), _ = await asyncio.gather(
-        world.replica(), world.replica(), world.replica())
-    ids = [await _replica_id(world, i) for i in range(3)]
-    token, _ = await new_bridge_token(api_a, "desk")
+    api_a, api_b, ids, token = await _three_replicas(world)
     adb = _adb(world)
     relay_port = free_port()
     try:
@@ -180,10 +185,7 @@ async def test_a_restarted_bridge_ends_the_run_pending_with_its_cleanup(
     replica it reaches marks the wait lost, and the adopter ends the run PENDING and removes
     the packages the run installed."""
     world = cluster
-    (_, api_a), (_, api_b), _ = await asyncio.gather(
-        world.replica(), world.replica(), world.replica())
-    ids = [await _replica_id(world, i) for i in range(3)]
-    token, _ = await new_bridge_token(api_a, "desk")
+    api_a, api_b, ids, token = await _three_replicas(world)
     adb = _adb(world)
     adb2 = _adb(world, AdbDevices)
     before_run = packages_on(world.sim)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 import pytest
 from sqlalchemy import select, text
@@ -136,12 +137,42 @@ async def test_revoked_tokens_stop_working_at_once(store: Store) -> None:
         await authenticate(store, f"Bearer {issued.secret}")
 
 
-async def test_authenticate_records_last_use(store: Store) -> None:
+async def last_used(store: Store, token_id: str) -> datetime | None:
+    async with store.session() as session:
+        token = await session.get(Token, token_id)
+    assert token is not None
+    return token.last_used_at
+
+
+async def test_authenticate_records_last_use_behind_the_request(store: Store) -> None:
     issued = await create_token(store, await admin(store), TokenKind.USER, "alice")
     await authenticate(store, f"Bearer {issued.secret}")
-    async with store.session() as session:
-        token = await session.get(Token, issued.id)
-    assert token is not None and token.last_used_at is not None
+    # Noted, not written: authentication itself never writes to the store.
+    assert await last_used(store, issued.id) is None
+    assert store.seen.pending >= 1
+    await store.seen.flush()
+    assert await last_used(store, issued.id) is not None
+
+
+async def test_last_use_is_written_when_the_store_closes(sqlite_url: str) -> None:
+    async with Store(sqlite_url) as store:
+        await store.migrate()
+        await ensure_bootstrap_admin(store, BOOTSTRAP)
+        issued = await create_token(store, await admin(store), TokenKind.USER, "alice")
+        await authenticate(store, f"Bearer {issued.secret}")
+    async with Store(sqlite_url) as reopened:
+        assert await last_used(reopened, issued.id) is not None
+
+
+async def test_a_revoked_token_is_refused_right_after_it_was_used(store: Store) -> None:
+    issued = await create_token(store, await admin(store), TokenKind.BRIDGE, "pi-1")
+    assert (await authenticate(store, f"Bearer {issued.secret}")).token_id == issued.id
+    await revoke_token(store, await admin(store), issued.id)
+    with pytest.raises(Unauthenticated):
+        await authenticate(store, f"Bearer {issued.secret}")
+    await store.seen.flush()  # the pending last-use write does not bring it back
+    with pytest.raises(Unauthenticated):
+        await authenticate(store, f"Bearer {issued.secret}")
 
 
 async def test_users_only_issue_tokens_for_themselves(store: Store) -> None:

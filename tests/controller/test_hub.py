@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from controller.hub import BridgeState
 from protocol.closecodes import CloseCode
-from protocol.envelope import SUBPROTOCOL
+from protocol.envelope import SUBPROTOCOL, new_request_id
 from protocol.errors import ErrorCode, RpcError
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.test_hub_support import (
@@ -84,29 +84,42 @@ async def test_device_appears_and_bridge_is_listed(
 
 
 @pytest.mark.parametrize(
-    ("which", "status"),
-    [("unknown", 401), ("user", 403), ("no-subprotocol", 400)],
+    ("which", "status", "code"),
+    [
+        ("unknown", 401, "unauthorized"),
+        ("user", 403, "forbidden"),
+        ("no-subprotocol", 400, "bad_request"),
+        ("token-in-url", 400, "bad_request"),
+    ],
 )
 async def test_refused_before_accept(
-    controller: InLoopController, which: str, status: int
+    controller: InLoopController, which: str, status: int, code: str
 ) -> None:
     token = await controller.bridge_token("pi")
-    headers, subprotocols = bearer(token), [SUBPROTOCOL]
+    headers, query = bearer(token), ""
+    subprotocols: list[str] | None = [SUBPROTOCOL]
     if which == "unknown":
         headers = bearer("dw_b_unknown")
     elif which == "user":
         headers = bearer(ADMIN_TOKEN)
+    elif which == "token-in-url":
+        query = "?token=" + token
     else:
-        subprotocols = []
+        subprotocols = None  # no Sec-WebSocket-Protocol header at all
     with pytest.raises(InvalidStatus) as info:
         async with connect(
-            controller.ws_url + "/v1/bridge",
+            controller.ws_url + "/v1/bridge" + query,
             additional_headers=headers,
             subprotocols=subprotocols,  # type: ignore[arg-type]
             open_timeout=WAIT_S,
         ):
             pass
-    assert info.value.response.status_code == status
+    response = info.value.response
+    assert response.status_code == status
+    # The app's error body, as on any route (the endpoint runs before the router).
+    assert json.loads(response.body)["error"]["code"] == code
+    if status == 401:
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 async def test_a_new_connection_replaces_the_old_with_4409(
@@ -514,6 +527,34 @@ async def test_many_concurrent_calls_each_get_their_own_result(
     metrics = (await controller.http.get("/metrics")).text
     assert 'droidwire_rpc_calls_total{method="ping",outcome="ok"} 200.0' in metrics
     assert "droidwire_bridges_connected 1.0" in metrics
+
+
+async def test_requests_behind_a_stalled_bridge_go_out_in_order_when_it_reads_again(
+    controller: InLoopController, bridge: FakeBridge
+) -> None:
+    """A bridge that stops reading pushes back: the hub's drain, started in the caller's
+    step, suspends and a task carries it on; every request still arrives once, in order."""
+    entry = controller.hub.entries()[0]
+    assert bridge.ws is not None and entry.conn is not None
+    bridge.ws.transport.pause_reading()
+    # 24 MiB: more than the loopback socket buffers hold (a receive buffer is not grown
+    # while its reader does not read; tcp_wmem's maximum is 4 MiB), so the transport pushes
+    # back.
+    payloads = [bytes([i]) * (1 << 20) for i in range(24)]
+    ids = [new_request_id() for _ in payloads]
+    calls = [
+        asyncio.create_task(
+            controller.hub.call(entry.id, "ping", {"payload": p}, request_id=rid)
+        )
+        for p, rid in zip(payloads, ids, strict=True)
+    ]
+    await asyncio.sleep(0)  # every call has taken its first step (FIFO) and queued its frame
+    assert isinstance(entry.conn.writer, asyncio.Task)  # the drain waits for room
+    bridge.ws.transport.resume_reading()
+    results = await asyncio.wait_for(asyncio.gather(*calls), WAIT_S)
+    assert [r["payload"] for r in results] == payloads
+    assert list(bridge.runs.items()) == [(rid, 1) for rid in ids]
+    assert entry.conn.writer is None  # the drain ended with nothing left to send
 
 
 async def test_a_cancelled_call_cancels_on_the_bridge(controller: InLoopController) -> None:

@@ -21,6 +21,7 @@ from protocol.session import ControllerSession
 from tests.adb_support import AdbServer, ConnectedSim, free_port
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.executor.conftest import build_service
+from tests.executor.support import llm_style_test
 from tests.executor.test_recovery import WAIT_S, packages_on, start_run_until_instrumenting
 from tests.faults.procs import ControllerProcess
 from tests.faults.test_process import host_config, wait_listed
@@ -41,6 +42,16 @@ class CountingDevices(AdbDevices):
         self.started.set()
         await self.release.wait()
         return await super().instrument(*args, **kw)
+
+
+async def _until_run(http: httpx.AsyncClient, run_id: str, done: Any) -> dict[str, Any]:
+    """Poll ``GET /v1/runs/{run_id}`` (bounded) until ``done(run)``; return that run."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            run: dict[str, Any] = (await http.get(f"/v1/runs/{run_id}")).json()
+            if done(run):
+                return run
+            await asyncio.sleep(0.05)
 
 
 def _hello(session: str, held: list[str]) -> Hello:
@@ -106,14 +117,19 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
 
                 await controller.kill9()
                 await controller.start()
+                # A new run on the device waits for the resumed one's turn to end.
+                second = await http.post(
+                    "/v1/sandbox/execute", params={"wait": "false"},
+                    json={"test_code": llm_style_test("loadSettingsFromDisk()"),
+                          "device": sim.address})
+                assert second.status_code == 202, second.text
+                second_id = second.json()["run_id"]
+                await _until_run(http, second_id, lambda r: any(
+                    s["kind"] == "device_busy" for s in r["steps"]))
                 adb.release.set()  # the result comes while the controller is away or back
-                async with asyncio.timeout(WAIT_S):
-                    while True:
-                        run = (await http.get(f"/v1/runs/{run_id}")).json()
-                        if run["status"] != "running":
-                            break
-                        await asyncio.sleep(0.05)
+                run = await _until_run(http, run_id, lambda r: r["status"] != "running")
                 left = packages_on(sim) & installed
+                after = await _until_run(http, second_id, lambda r: r["status"] == "finished")
     finally:
         adb.release.set()
         with contextlib.suppress(Exception):
@@ -123,7 +139,11 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
     result = run["result"]
     assert result["run_id"] == run_id and result["resumed"] is True
     assert result["summary"].startswith("StrictMode violations: DiskRead | Blocking time: ")
-    assert adb.instrumented == 1  # the held result was delivered, the tests not run again
+    assert adb.instrumented == 2  # the held result was delivered, the tests not run again;
+    # the second run's tests ran once the resumed run was done with the device
+    assert after["verdict"] == "CONFIRMED", after
+    [busy] = [s for s in after["steps"] if s["kind"] == "device_busy"]
+    assert busy["status"] == "ok"
     instrument = [s for s in run["steps"] if s["detail"].get("method") == "device.instrument"]
     assert [s["status"] for s in instrument] == ["ok"] and instrument[0]["detail"]["resumed"]
     assert all(s["status"] != "running" for s in run["steps"])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+import controller.store.store as store_module
 from controller.app import HTTP_STATUS, create_app
 from controller.config import ControllerConfig
 from protocol.errors import ErrorCode, RpcError
-from tests.controller.conftest import Api, _api
+from tests.controller.conftest import ADMIN_TOKEN, Api, _api, bearer
 
 EXPECTED = {
     "bad_request": 400,
@@ -71,3 +74,29 @@ async def test_framework_errors_share_the_shape(api: Api) -> None:
     wrong_method = await api.client.put("/healthz")
     assert wrong_method.status_code == 405
     assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_a_write_refused_by_a_busy_database_is_503_not_500(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Give up on the lock quickly: this test holds it on purpose for as long as it likes.
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 50)
+    app = create_app(ControllerConfig(db_url=sqlite_url, bootstrap_token=ADMIN_TOKEN))
+    async for api in _api(app):
+        holder = sqlite3.connect(tmp_path / "controller.db", isolation_level=None)
+        try:
+            holder.execute("BEGIN EXCLUSIVE")  # another writer holds SQLite's write lock
+            response = await api.client.post(
+                "/v1/tokens", json={"kind": "user", "name": "alice"}, headers=bearer(ADMIN_TOKEN)
+            )
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert response.status_code == 503
+        assert response.headers["Retry-After"] == "1"
+        assert response.json()["error"]["code"] == "unavailable"
+        assert response.json()["error"]["reason"] == "store_busy"
+        again = await api.client.post(
+            "/v1/tokens", json={"kind": "user", "name": "alice"}, headers=bearer(ADMIN_TOKEN)
+        )
+        assert again.status_code == 201

@@ -31,6 +31,7 @@ TABLES = {
     "run_steps",
     "test_results",
     "frames",
+    "web_sessions",
     "audit_log",
     "alembic_version",
 }
