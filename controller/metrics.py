@@ -20,6 +20,9 @@ scrape renders those numbers:
 - ``droidwire_bridge_reconnects_total``: connections of a bridge after its first one, since
   this controller started;
 - ``droidwire_rpc_pending``: calls sent or queued to bridges and not yet answered;
+- ``droidwire_logcat_streams{kind}``: live logcat streams: ``local`` on this controller's
+  bridges (whoever reads them), ``served`` of those relayed to another replica, ``relayed``
+  read here from a bridge another replica holds (cluster mode, docs/cluster.md);
 - ``droidwire_runs{status}``: runs in the store by status (every replica's);
 - ``droidwire_run_queue_depth``: runs waiting to start: queued, or waiting for a device busy
   with another run.
@@ -55,6 +58,7 @@ DEVICE_STATES = frozenset({
 })
 BRIDGE_STATES = ("connected", "reconnecting", "disconnected")
 RUN_STATUSES = ("queued", "running", "finished", "cancelled")
+STREAM_KINDS = ("local", "served", "relayed")
 OTHER = "other"
 
 
@@ -66,6 +70,7 @@ class Snapshot:
     devices: Mapping[str, int] = field(default_factory=dict)
     reconnects: int = 0
     rpc_pending: int = 0
+    logcat_streams: Mapping[str, int] = field(default_factory=dict)
     runs: Mapping[str, int] = field(default_factory=dict)
     run_queue: int = 0
 
@@ -103,6 +108,15 @@ class StateCollector(Collector):
             "droidwire_rpc_pending", "Calls to bridges not yet answered (sent or queued)",
             value=snap.rpc_pending,
         )
+        streams = GaugeMetricFamily(
+            "droidwire_logcat_streams",
+            "Live logcat streams: on this controller's bridges (local), of those read by another "
+            "replica (served), read here from another replica's bridge (relayed)",
+            labels=["kind"],
+        )
+        for kind in STREAM_KINDS:
+            streams.add_metric([kind], snap.logcat_streams.get(kind, 0))
+        yield streams
         runs = GaugeMetricFamily("droidwire_runs", "Runs in the store, by status", labels=["status"])
         for status in RUN_STATUSES:
             runs.add_metric([status], snap.runs.get(status, 0))
@@ -175,6 +189,12 @@ async def _snapshot(app_state: Any) -> Snapshot:
         snap.devices = devices
         snap.reconnects = sum(max(e.connections - 1, 0) for e in entries)
         snap.rpc_pending = sum(e.session.pending_count for e in entries)
+        cluster = getattr(hub, "cluster", None)
+        snap.logcat_streams = {
+            "local": sum(len(e.subscriptions) for e in entries),
+            "served": getattr(cluster, "streams_served", 0),
+            "relayed": getattr(cluster, "streams_relayed", 0),
+        }
     if store is not None:
         async with store.session() as session:
             known = (await session.execute(select(Device.bridge_id, Device.serial).join(Bridge))).all()

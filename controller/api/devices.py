@@ -133,7 +133,10 @@ async def logcat_stream(
 
     Authorization is checked again every ``stream_reauth_s`` while the stream runs: when the
     caller's loan of the device ends (expired or revoked), the stream stops at once with a
-    last ``{"eof": true, "reason": "forbidden: …"}`` message and close code 1008."""
+    last ``{"eof": true, "reason": "forbidden: …"}`` message and close code 1008.
+
+    In cluster mode any replica serves it: one that does not hold the device's bridge relays
+    the stream from the one that does (docs/cluster.md, "Logcat streams")."""
     hub = _hub(websocket.app.state)
     record = await resolve_device(hub, principal, device)
     params: dict[str, Any] = {} if tail is None else {"tail": tail}

@@ -1,7 +1,7 @@
 """Cluster mode: several controller replicas sharing Redis (routing) and PostgreSQL (state).
 
 DESIGN.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
-``hub.cluster`` (the hub calls the four hooks of :class:`controller.hub.hub.ClusterHooks`).
+``hub.cluster`` (the hub calls the hooks of :class:`controller.hub.hub.ClusterHooks`).
 
 Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
 ``settings.cluster_ttl_s``, renewed every ``settings.cluster_heartbeat_s``):
@@ -27,6 +27,9 @@ caller gave up), ``replace`` (a newer session of a bridge took over elsewhere: c
 with 4409). A held result the bridge delivers to a replica other than the one waiting for
 it (``P:awaits:BID``) travels as a ``res`` too, and is acked to the bridge only once the
 ``PUBLISH`` reached the waiter (else the bridge keeps it, and it is tried again).
+A logcat stream on a bridge held elsewhere: ``sub`` (subscribe, answered by a ``res``), then
+the holder's ``chunk`` messages (numbered: a gap becomes ``lost_batches``), ``unsub`` when the
+consumer leaves (:class:`RemoteLogStream`).
 Why pub/sub and not streams: docs/cluster.md.
 
 Ownership changes are atomic Lua scripts: a claim returns the previous owner, renewals and
@@ -54,13 +57,17 @@ from redis.exceptions import RedisError
 from controller.auth import DeviceRef
 from controller.hub.devices import DeviceRecord
 from controller.hub.hub import BridgeEntry, Hub
+from controller.hub.streams import LogChunk, LogStream
 from protocol.closecodes import CloseCode
 from protocol.envelope import Hello, Res
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import timeout_for
+from protocol.methods import LogBatch, parse_log_batch, timeout_for
 from protocol.session import Completion
 
-__all__ = ["DEFAULT_PREFIX", "Cluster", "ClusterUrl", "RemoteBridge", "parse_redis_url"]
+__all__ = [
+    "DEFAULT_PREFIX", "Cluster", "ClusterUrl", "RemoteBridge", "RemoteLogStream",
+    "parse_redis_url",
+]
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -168,6 +175,60 @@ def parse_redis_url(text: str) -> ClusterUrl:
     return ClusterUrl(urlunsplit(parts._replace(query=urlencode(rest))), prefix)
 
 
+class RemoteLogStream(LogStream):
+    """A logcat stream on a bridge another replica (``replica``) holds: that replica runs an
+    ordinary local subscription and publishes each of its chunks here, numbered from 0
+    (``chunk`` messages); this object reads like a local :class:`LogStream` (same bounded
+    queue, same markers), so the API handler and the dashboard need not know.
+
+    A chunk's number is its ``seq``: a gap (a message lost on the way, e.g. while our
+    subscription to Redis was being re-established) becomes ``lost_batches``, never silent
+    loss; the holder's own ``dropped`` and ``lost_batches`` are passed on."""
+
+    def __init__(self, *, stream_id: str, replica: str, bridge_id: str, serial: str,
+                 max_batches: int, params: dict[str, Any]) -> None:
+        super().__init__(channel="", bridge_id=bridge_id, serial=serial,
+                         max_batches=max_batches, params=params)
+        self.stream_id = stream_id
+        self.replica = replica
+        self.watch: asyncio.Task[None] | None = None
+
+    def take(self, body: dict[str, Any]) -> None:
+        """One ``chunk`` message from the holder (never raises). A malformed one with a
+        usable number counts as one lost batch; one without is dropped (the next number
+        shows the gap)."""
+        seq = body.get("seq")
+        if type(seq) is not int or seq < 0:
+            log.warning("cluster: stream %s: dropped a chunk without a sequence number",
+                        self.stream_id)
+            return
+        lost = body.get("lost")
+        try:
+            batch = parse_log_batch(body.get("d"), seq=seq)
+        except RpcError:
+            log.warning("cluster: stream %s: malformed chunk %d", self.stream_id, seq)
+            self.feed(LogBatch([], seq=seq), lost_batches=1)
+            return
+        self.feed(batch, lost_batches=lost if type(lost) is int else 0)
+
+
+def _chunk_body(stream_id: str, sender: str, seq: int, chunk: LogChunk) -> dict[str, Any]:
+    d: dict[str, Any] = {"lines": chunk.lines, "dropped": chunk.dropped}
+    if chunk.eof:
+        d["eof"] = True
+        d["reason"] = chunk.reason or "eof"
+    return {"k": "chunk", "id": stream_id, "from": sender, "seq": seq, "d": d,
+            "lost": chunk.lost_batches}
+
+
+@dataclass(slots=True)
+class _Served:
+    """A stream this replica runs for another one (the holding side)."""
+
+    stream: LogStream | None = None
+    stopped: bool = False
+
+
 def _pack(message: dict[str, Any]) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
@@ -217,6 +278,8 @@ class Cluster:
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._awaits: dict[str, str] = {}  # request id → bridge id: ours in P:awaits:BID
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._streams: dict[str, RemoteLogStream] = {}  # stream id → relayed to us
+        self._served: dict[tuple[str, str], _Served] = {}  # (requester, stream id) → ours
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
@@ -263,10 +326,18 @@ class Cluster:
         await self.close()
 
     async def close(self) -> None:
-        """Leave: stop the loops, fail what waits on other replicas, drop our keys."""
+        """Leave: end the streams we relay (their readers get ``eof`` ``replica_shutdown``),
+        stop the loops, fail what waits on other replicas, drop our keys."""
         if self._closed:
             return
         self._closed = True
+        relays = []
+        for key, served in self._served.items():
+            if served.stream is not None and (relay := self._serving.get(key)) is not None:
+                served.stream.end("replica_shutdown")
+                relays.append(relay)
+        if relays:  # each relay publishes its eof, then ends; bounded, as the whole shutdown
+            await asyncio.wait(relays, timeout=self.settings.cluster_heartbeat_s)
         tasks = [t for t in (self._listener, self._heartbeat, *self._tasks,
                              *self._serving.values()) if t is not None]
         for task in tasks:
@@ -277,6 +348,9 @@ class Cluster:
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
+        for stream in self._streams.values():
+            stream.end("shutdown")  # its holder sees our channel go (PUBLISH → 0) and stops
+        self._streams.clear()
         with contextlib.suppress(RedisError, OSError):
             for bridge_id, (_conn, claim) in list(self._claims.items()):
                 await self._release(keys=[self._k("bridge", bridge_id), self._k("bridges")],
@@ -695,6 +769,227 @@ class Cluster:
         finally:
             self._waiting.pop(request_id, None)
 
+    # -- logcat streams: the requesting side
+
+    async def stream(self, replica: str, device: DeviceRef,
+                     params: dict[str, Any]) -> RemoteLogStream:
+        """Ask ``replica`` (which holds the device's bridge) to subscribe to its logcat and
+        relay the chunks here. The caller authorized the user already.
+
+        Raises :class:`RpcError`: the subscription's own typed error, or ``unavailable`` when
+        the replica is unreachable or dies before it answers. Once open, the stream ends with
+        an ``eof`` of its own when the holder dies (``replica_lost``) or shuts down
+        (``replica_shutdown``, sent by it), the bridge moves to
+        another replica (``bridge_moved``) or Redis stays unreachable for ``cluster_ttl_s``
+        (``redis_unavailable``), checked every heartbeat; :meth:`stop_stream` ends it here and
+        tells the holder."""
+        stream_id = uuid.uuid4().hex
+        stream = RemoteLogStream(stream_id=stream_id, replica=replica, bridge_id=device.bridge_id,
+                                 serial=device.serial,
+                                 max_batches=self.settings.stream_queue_batches, params=params)
+        message: dict[str, Any] = {"k": "sub", "id": stream_id, "from": self.replica_id,
+                                   "p": params, "bridge": device.bridge_id,
+                                   "serial": device.serial, "owner_id": device.owner_id,
+                                   "name": device.bridge_name}
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[stream_id] = future
+        self._streams[stream_id] = stream  # before the sub: chunks follow its answer at once
+        gone = RpcError(ErrorCode.UNAVAILABLE, f"the replica holding the bridge of {device} "
+                        "is unreachable", {"reason": "replica_unreachable"})
+        deadline = (timeout_for("device.logcat.subscribe", self.settings)
+                    + self.settings.cluster_ttl_s)
+        opened = False
+        try:
+            if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
+                raise gone
+            async with asyncio.timeout(deadline):
+                while True:
+                    done, _ = await asyncio.wait({future},
+                                                 timeout=self.settings.cluster_heartbeat_s)
+                    if done:
+                        break
+                    if not await self.replica_alive(replica):
+                        raise gone
+            channel = future.result().get("channel")
+            stream.channel = channel if isinstance(channel, str) else ""
+            watch = stream.watch = asyncio.get_running_loop().create_task(
+                self._watch(stream), name=f"cluster-stream-{stream_id[:8]}")
+            self._tasks.add(watch)
+            watch.add_done_callback(self._tasks.discard)
+            opened = True
+            log.info("cluster: logcat of %s relayed from replica %s (stream %s)", device,
+                     replica, stream_id)
+            return stream
+        except TimeoutError:
+            raise RpcError(ErrorCode.TIMEOUT, f"logcat subscription on replica {replica} "
+                           "timed out") from None
+        except (RedisError, OSError) as exc:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
+                           {"reason": "redis_unavailable"}) from exc
+        finally:
+            self._waiting.pop(stream_id, None)
+            if not opened:  # failed or cancelled: the holder may have subscribed already
+                self._streams.pop(stream_id, None)
+                stream.end("unsubscribed")
+                self._tell(replica, {"k": "unsub", "id": stream_id, "from": self.replica_id})
+
+    @property
+    def streams_relayed(self) -> int:
+        """Logcat streams read here from bridges other replicas hold."""
+        return len(self._streams)
+
+    @property
+    def streams_served(self) -> int:
+        """Logcat streams this replica subscribes to for other replicas."""
+        return len(self._served)
+
+    def stop_stream(self, stream: LogStream) -> bool:
+        """``hub.unsubscribe`` of a relayed stream: ended here, and the holder told to stop
+        (in the background: the consumer's handler never waits for Redis). False for a
+        local stream."""
+        if not isinstance(stream, RemoteLogStream):
+            return False
+        stream.end("unsubscribed")
+        if self._streams.pop(stream.stream_id, None) is not None:
+            self._tell(stream.replica,
+                       {"k": "unsub", "id": stream.stream_id, "from": self.replica_id})
+        if stream.watch is not None:
+            stream.watch.cancel()
+        return True
+
+    def _tell(self, replica: str, body: dict[str, Any]) -> None:
+        """Publish ``body`` to ``replica`` in the background, best effort."""
+        if self._closed:
+            return
+
+        async def publish() -> None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.publish(self.channel(replica), _pack(body))
+
+        task = asyncio.get_running_loop().create_task(publish())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, stream: RemoteLogStream) -> None:
+        """Every heartbeat: is the holder alive, and does it still hold the bridge? Pub/sub
+        says nothing when a publisher dies, so without this a consumer would wait forever."""
+        unreachable: float | None = None
+        loop = asyncio.get_running_loop()
+        key = self._k("bridge", stream.bridge_id)
+        reason: str | None = None
+        while reason is None:
+            await asyncio.sleep(self.settings.cluster_heartbeat_s)
+            if stream.ended or self._streams.get(stream.stream_id) is not stream:
+                return
+            try:
+                alive = await self.replica_alive(stream.replica)
+                holder = await self.redis.hget(key, "replica")
+            except (RedisError, OSError) as exc:
+                now = loop.time()
+                unreachable = now if unreachable is None else unreachable
+                if now - unreachable >= self.settings.cluster_ttl_s:
+                    log.warning("cluster: stream %s ends: %s", stream.stream_id, exc)
+                    reason = "redis_unavailable"
+                continue
+            unreachable = None
+            if not alive:
+                reason = "replica_lost"
+            elif holder is not None and _text(holder) != stream.replica:
+                reason = "bridge_moved"  # the old holder ends it after its grace; we end now
+        if self._streams.pop(stream.stream_id, None) is not None:
+            log.info("cluster: logcat stream %s from replica %s ends: %s", stream.stream_id,
+                     stream.replica, reason)
+            stream.end(reason)
+            self._tell(stream.replica,
+                       {"k": "unsub", "id": stream.stream_id, "from": self.replica_id})
+
+    def _chunk(self, body: dict[str, Any]) -> None:
+        stream = self._streams.get(str(body.get("id")))
+        if stream is None:
+            # A stream we no longer read (its stop was lost, or we gave up on it): say so.
+            sender = body.get("from")
+            if isinstance(sender, str):
+                self._tell(sender, {"k": "unsub", "id": str(body.get("id")),
+                                    "from": self.replica_id})
+            return
+        stream.take(body)
+        if stream.ended:
+            self._streams.pop(stream.stream_id, None)
+            if stream.watch is not None:
+                stream.watch.cancel()
+
+    # -- logcat streams: the holding side
+
+    async def _serve_stream(self, body: dict[str, Any], served: _Served) -> None:
+        """Subscribe locally for another replica and publish the chunks to it, each once, in
+        order. Bounded: the next chunk is taken only when the last ``PUBLISH`` returned, so a
+        slow requester (or Redis) costs lines in our local stream's bounded queue, counted
+        there as ``dropped``, never memory. Ends when the requester says ``unsub``, when a
+        ``PUBLISH`` reaches nobody (the requester is gone), when its liveness key expires
+        (checked every heartbeat while no line comes), or at the stream's ``eof``."""
+        sender, stream_id = str(body["from"]), str(body["id"])
+        channel = self.channel(sender)
+        reply: dict[str, Any] = {"k": "res", "id": stream_id}
+        stream: LogStream | None = None
+        try:
+            params, bridge_id, serial = body.get("p"), body.get("bridge"), body.get("serial")
+            if not isinstance(params, dict) or not isinstance(bridge_id, str) \
+                    or not isinstance(serial, str):
+                raise RpcError(ErrorCode.BAD_REQUEST, "malformed stream request")
+            name = body.get("name")
+            device = DeviceRef(bridge_id, serial, str(body.get("owner_id", "")),
+                               name if isinstance(name, str) else None)
+            stream = served.stream = await self.hub.subscribe_logcat(device, params,
+                                                                     route=False)
+            reply["r"] = {"channel": stream.channel}
+        except RpcError as exc:
+            reply["e"] = exc.to_wire()
+        except Exception:
+            log.exception("cluster: logcat stream for replica %s failed", sender)
+            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
+        try:
+            if served.stopped or not await self.redis.publish(channel, _pack(reply)) \
+                    or stream is None:
+                return
+            log.info("cluster: relaying logcat of %s to replica %s (stream %s)", stream.serial,
+                     sender, stream_id)
+            seq = 0
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.cluster_heartbeat_s):
+                        chunk = await stream.get()
+                except TimeoutError:
+                    if served.stopped:
+                        return
+                    if not await self.replica_alive(sender):
+                        log.info("cluster: stream %s: replica %s is gone", stream_id, sender)
+                        return
+                    continue
+                if served.stopped:
+                    return
+                reached = await self.redis.publish(
+                    channel, _pack(_chunk_body(stream_id, self.replica_id, seq, chunk)))
+                seq += 1
+                if chunk.eof:
+                    return
+                if not reached:
+                    log.info("cluster: stream %s: nobody listens for replica %s any more",
+                             stream_id, sender)
+                    return
+        except (RedisError, OSError, TypeError, ValueError) as exc:
+            log.warning("cluster: stream %s for replica %s ends: %s", stream_id, sender, exc)
+        finally:
+            if stream is not None:
+                await self.hub.unsubscribe(stream)
+
+    def _stop_serving(self, body: dict[str, Any]) -> None:
+        served = self._served.get((str(body.get("from")), str(body.get("id"))))
+        if served is None:
+            return
+        served.stopped = True
+        if served.stream is not None:
+            served.stream.end("unsubscribed")  # wakes the relay, which unsubscribes
+
     # -- the listening side
 
     async def _listen(self) -> None:
@@ -741,6 +1036,24 @@ class Cluster:
             serving = self._serving.get((str(body.get("from")), str(body.get("id"))))
             if serving is not None:
                 serving.cancel()
+        elif kind == "chunk":
+            self._chunk(body)
+        elif kind == "sub":
+            sender, stream_id = body.get("from"), body.get("id")
+            if not isinstance(sender, str) or not isinstance(stream_id, str):
+                return
+            key = (sender, stream_id)
+            served = self._served[key] = _Served()
+            task = asyncio.get_running_loop().create_task(self._serve_stream(body, served))
+            self._serving[key] = task
+
+            def done(_t: asyncio.Task[None]) -> None:
+                self._serving.pop(key, None)
+                self._served.pop(key, None)
+
+            task.add_done_callback(done)
+        elif kind == "unsub":
+            self._stop_serving(body)
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
 

@@ -327,7 +327,8 @@ class ClusterHooks(Protocol):
     ``claimed``/``inventory``/``released`` tell the cluster about this replica's bridges;
     ``owner_elsewhere`` and ``forward`` route a call to the replica holding the bridge;
     ``awaiting``/``settled``/``adopt``/``foreign``/``relay`` share the waits for held results
-    (a run resumed on another replica, a bridge that moved): docs/cluster.md.
+    (a run resumed on another replica, a bridge that moved); ``stream``/``stop_stream`` relay
+    a logcat stream from the replica holding the bridge: docs/cluster.md.
     """
 
     async def claimed(self, entry: BridgeEntry) -> None: ...
@@ -346,6 +347,10 @@ class ClusterHooks(Protocol):
     ) -> Awaitable[dict[str, Any]]: ...
     async def foreign(self, entry: BridgeEntry, hello: Hello) -> set[str]: ...
     async def relay(self, entry: BridgeEntry, res: Res) -> bool: ...
+    async def stream(
+        self, replica: str, device: DeviceRef, params: dict[str, Any]
+    ) -> LogStream: ...
+    def stop_stream(self, stream: LogStream) -> bool: ...
 
 
 class Hub:
@@ -668,7 +673,8 @@ class Hub:
     async def device_stream(
         self, principal: Principal, device: DeviceRef, params: dict[str, Any] | None = None
     ) -> LogStream:
-        """A user's logcat stream on a device: authorize, subscribe, audit."""
+        """A user's logcat stream on a device: authorize, subscribe, audit (here, also when
+        the bridge is held by another replica, which then relays it: :meth:`subscribe_logcat`)."""
         action = "device.logcat.stream"
         try:
             await authorize(principal, device, Action.USE, store=self.store)
@@ -682,12 +688,22 @@ class Hub:
     # -- logcat streams
 
     async def subscribe_logcat(
-        self, device: DeviceRef, params: dict[str, Any] | None = None
+        self, device: DeviceRef, params: dict[str, Any] | None = None, *, route: bool = True
     ) -> LogStream:
-        """Start a logcat stream on ``device`` (caller authorized already); see LogStream."""
+        """Start a logcat stream on ``device`` (caller authorized already); see LogStream.
+
+        In cluster mode, for a bridge connected to another replica, that replica subscribes
+        and relays the chunks here (``route=False``: the relaying end, which never routes
+        again); the stream returned reads the same way (docs/cluster.md)."""
         made: list[LogStream] = []
 
         params = {k: v for k, v in (params or {}).items() if k != "serial"}
+        if route and self.cluster is not None:
+            local = self._entries.get(device.bridge_id)
+            if local is None or local.conn is None:
+                replica = await self.cluster.owner_elsewhere(device.bridge_id)
+                if replica is not None:
+                    return await self.cluster.stream(replica, device, params)
 
         def register(result: dict[str, Any]) -> None:
             channel = result.get("channel")
@@ -745,6 +761,8 @@ class Hub:
         a consumer's socket handler — never waits for the bridge, so a bridge dropping in that
         moment cannot hold the handler (and a controller shutdown) through the grace period."""
         stream.end("unsubscribed")
+        if self.cluster is not None and self.cluster.stop_stream(stream):
+            return  # relayed from another replica: the cluster tells it to stop
         entry = self._entries.get(stream.bridge_id)
         if entry is None:
             return

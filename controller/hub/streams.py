@@ -93,13 +93,16 @@ class LogStream:
     def ended(self) -> bool:
         return self._eof is not None
 
-    def feed(self, batch: LogBatch) -> None:
-        """Take one batch from the bridge (never blocks, never raises)."""
+    def feed(self, batch: LogBatch, *, lost_batches: int = 0) -> None:
+        """Take one batch from the bridge (never blocks, never raises). ``lost_batches``: the
+        source already lost that many batches before this one (a stream relayed from another
+        replica passes its own markers on this way)."""
         if self._eof is not None:
             return
         if batch.seq < self.next_seq:
             self.duplicates += 1
             return
+        self._lost += max(0, lost_batches)
         if batch.seq > self.next_seq:
             self._lost += batch.seq - self.next_seq
         self.next_seq = batch.seq + 1

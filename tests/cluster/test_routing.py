@@ -246,3 +246,27 @@ def test_docs_state_the_cluster_defaults() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text()
     assert f"`cluster_heartbeat_s` ({DEFAULTS.cluster_heartbeat_s:g} s)" in doc
     assert f"`cluster_ttl_s` ({DEFAULTS.cluster_ttl_s:g} s)" in doc
+
+
+async def test_a_relayed_stream_reports_a_gap_and_the_holders_markers() -> None:
+    from controller.cluster import RemoteLogStream
+
+    stream = RemoteLogStream(stream_id="s1", replica="r1", bridge_id="bridge-1",
+                             serial="emulator-5554", max_batches=4, params={})
+
+    def chunk(seq: Any, lines: list[str], **extra: Any) -> dict[str, Any]:
+        return {"k": "chunk", "id": "s1", "seq": seq, "d": {"lines": lines, "dropped": 0},
+                **extra}
+
+    stream.take(chunk(0, ["a"]))
+    stream.take(chunk(2, ["c"]))  # chunk 1 never came: one lost batch, said so
+    stream.take(chunk(2, ["c"]))  # a duplicate: ignored
+    stream.take(chunk(3, ["d"], lost=2, d={"lines": ["d"], "dropped": 5}))  # the holder's own
+    stream.take(chunk("x", ["?"]))  # no usable number: dropped, the next number tells
+    stream.take(chunk(5, ["f"], d={"lines": "not a list"}))  # malformed: one lost batch
+    stream.take(chunk(6, [], d={"lines": [], "dropped": 0, "eof": True, "reason": "device_gone"}))
+    got = [await stream.get() for _ in range(5)]
+    assert [(c.lines, c.dropped, c.lost_batches) for c in got[:4]] == [
+        (["a"], 0, 0), (["c"], 0, 1), (["d"], 5, 2), ([], 0, 2)]
+    assert (got[4].eof, got[4].reason) == (True, "device_gone")
+    assert stream.ended

@@ -77,10 +77,11 @@ class _Session:
     pending_count = 2
 
 
-def _entry(state: str, devices: dict[str, str], connections: int) -> Any:
+def _entry(state: str, devices: dict[str, str], connections: int, streams: int = 0) -> Any:
     infos = {s: DeviceInfo(serial=s, state=st) for s, st in devices.items()}
     return SimpleNamespace(id=state, state=state, connections=connections, session=_Session(),
-                           live_devices=lambda: infos)
+                           live_devices=lambda: infos,
+                           subscriptions={object() for _ in range(streams)})
 
 
 async def test_state_is_read_at_scrape_time_and_labels_stay_in_a_vocabulary(
@@ -97,7 +98,8 @@ async def test_state_is_read_at_scrape_time_and_labels_stay_in_a_vocabulary(
             session.add(RunStep(run_id=waiting.id, seq=0, kind="device_busy", status="running"))
         hub = SimpleNamespace(entries=lambda: [
             _entry("connected", {"emulator-5554": "device",
-                                 "evil\"}serial-123": "<script>", "R58M": "unauthorized"}, 3),
+                                 "evil\"}serial-123": "<script>", "R58M": "unauthorized"}, 3,
+                   streams=2),
             _entry("reconnecting", {}, 1),
         ])
         metrics = Metrics()
@@ -113,6 +115,8 @@ async def test_state_is_read_at_scrape_time_and_labels_stay_in_a_vocabulary(
     assert value(found, "droidwire_devices", state="other") == 1  # not the bridge's text
     assert value(found, "droidwire_bridge_reconnects_total") == 2
     assert value(found, "droidwire_rpc_pending") == 4
+    assert value(found, "droidwire_logcat_streams", kind="local") == 2
+    assert value(found, "droidwire_logcat_streams", kind="relayed") == 0  # no cluster
     assert value(found, "droidwire_runs", status="queued") == 1
     assert value(found, "droidwire_runs", status="running") == 1
     assert value(found, "droidwire_run_queue_depth") == 2  # one queued, one waiting its device
