@@ -46,7 +46,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -139,6 +139,14 @@ return old
 # A dead replica's waits outlive it this many TTLs: it takes one TTL to notice the death and
 # one heartbeat to adopt its runs; the rest is margin for a loaded store.
 _AWAIT_TTLS = 3
+
+
+@dataclass(slots=True)
+class _Claiming:
+    """A bridge's claims in flight on this replica: one at a time, counted."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +283,7 @@ class Cluster:
         if self.settings.cluster_ttl_s <= self.settings.cluster_heartbeat_s:
             raise ValueError("cluster_ttl_s must be longer than cluster_heartbeat_s")
         self._claims: dict[str, tuple[object, str]] = {}  # bridge id → (connection, claim)
+        self._claiming: dict[str, _Claiming] = {}  # bridge id → its claims in flight
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._awaits: dict[str, str] = {}  # request id → bridge id: ours in P:awaits:BID
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -378,6 +387,8 @@ class Cluster:
         for bridge_id in set(self._awaits.values()):
             await self.redis.pexpire(self._k("awaits", bridge_id), self._await_ttl_ms)
         for bridge_id, (conn, claim) in list(self._claims.items()):
+            if bridge_id in self._claiming:
+                continue  # a claim is on its way: renewing now could race it (claimed())
             entry = self.hub.entry(bridge_id)
             if entry is None or entry.conn is not conn:
                 self._claims.pop(bridge_id, None)
@@ -432,12 +443,27 @@ class Cluster:
         """A connection of ``entry`` was accepted here: it holds the bridge's one session."""
         if self._closed or entry.conn is None:
             return
-        claim = f"{self.replica_id}/{uuid.uuid4().hex}"
-        self._claims[entry.id] = (entry.conn, claim)
-        old = await self._claim(
-            keys=[self._k("bridge", entry.id), self._k("bridges")],
-            args=[claim, self._ttl_ms, self.replica_id, entry.name, entry.owner_id, entry.id],
-        )
+        # One claim of a bridge in flight at a time, and no heartbeat renewal meanwhile: two
+        # claim scripts (or a claim and the heartbeat's re-claim of a "missing" hash) may reach
+        # Redis in either order over the pool's connections, and the hash would then name a
+        # claim we no longer hold — the next heartbeat would close our own bridge with 4409.
+        held = self._claiming.setdefault(entry.id, _Claiming())
+        held.users += 1
+        try:
+            async with held.lock:
+                if entry.conn is None:
+                    return
+                claim = f"{self.replica_id}/{uuid.uuid4().hex}"
+                self._claims[entry.id] = (entry.conn, claim)
+                old = await self._claim(
+                    keys=[self._k("bridge", entry.id), self._k("bridges")],
+                    args=[claim, self._ttl_ms, self.replica_id, entry.name, entry.owner_id,
+                          entry.id],
+                )
+        finally:
+            held.users -= 1
+            if not held.users:
+                del self._claiming[entry.id]
         if isinstance(old, bytes):
             old_replica = old.decode(errors="replace").partition("/")[0]
             if old_replica and old_replica != self.replica_id:

@@ -270,3 +270,36 @@ async def test_a_relayed_stream_reports_a_gap_and_the_holders_markers() -> None:
         (["a"], 0, 0), (["c"], 0, 1), (["d"], 5, 2), ([], 0, 2)]
     assert (got[4].eof, got[4].reason) == (True, "device_gone")
     assert stream.ended
+
+
+async def test_a_heartbeat_during_a_claim_never_closes_our_own_bridge(redis_url: str) -> None:
+    """A heartbeat landing while a bridge's claim was on its way to Redis found no hash (-1)
+    and claimed again; with the first script reaching Redis last (a slow connection of the
+    pool), the hash named the first claim, and the next heartbeat closed our own bridge with
+    4409. Here the first claim script is held back until the heartbeat has run."""
+    a, hub = await member(redis_url)
+    real_claim = a._claim
+    hold = asyncio.Event()
+    calls = 0
+
+    async def slow_first_claim(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await hold.wait()
+        return await real_claim(**kwargs)
+
+    a._claim = slow_first_claim  # type: ignore[method-assign]
+    try:
+        entry = hub.entries["bridge-1"] = Entry("bridge-1")
+        claim = asyncio.create_task(a.claimed(entry))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the claim is on its way (held back)
+        await a._beat()
+        hold.set()
+        await claim
+        await a._beat()
+        assert entry.conn is not None and not entry.conn.kicked.is_set()
+        owner = await a.redis.hget(a._k("bridge", entry.id), "owner")
+        assert owner is not None and owner.decode() == a._claims[entry.id][1]
+    finally:
+        await a.close()
