@@ -46,12 +46,16 @@ class CountingDevices(AdbDevices):
 
 async def _until_run(http: httpx.AsyncClient, run_id: str, done: Any) -> dict[str, Any]:
     """Poll ``GET /v1/runs/{run_id}`` (bounded) until ``done(run)``; return that run."""
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            run: dict[str, Any] = (await http.get(f"/v1/runs/{run_id}")).json()
-            if done(run):
-                return run
-            await asyncio.sleep(0.05)
+    run: dict[str, Any] = {}
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                run = (await http.get(f"/v1/runs/{run_id}")).json()
+                if done(run):
+                    return run
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"run {run_id} not there in {WAIT_S:g} s: {run}") from None
 
 
 def _hello(session: str, held: list[str]) -> Hello:
@@ -117,7 +121,9 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
 
                 await controller.kill9()
                 await controller.start()
-                # A new run on the device waits for the resumed one's turn to end.
+                # A new run on the device (once its bridge is back) waits for the resumed
+                # one's turn to end.
+                await wait_listed(http, sim.address, "device")
                 second = await http.post(
                     "/v1/sandbox/execute", params={"wait": "false"},
                     json={"test_code": llm_style_test("loadSettingsFromDisk()"),
