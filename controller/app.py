@@ -219,10 +219,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             async def replica_lost(_replicas: list[str]) -> None:
                 await sandbox.take_over(app)
 
-            hub.cluster = await stack.enter_async_context(
+            cluster = await stack.enter_async_context(
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
             )
+            hub.cluster = cluster
             stack.callback(setattr, hub, "cluster", None)
+            app.state.revocation_hooks.append(cluster.revoked)
+            stack.callback(app.state.revocation_hooks.remove, cluster.revoked)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.

@@ -437,6 +437,23 @@ class Cluster:
                 lost.append(replica)
         return lost
 
+    # -- revocation
+
+    async def revoked(self, token: Any) -> None:
+        """A token was revoked (or rotated) on this replica: every other live replica closes
+        the bridge sessions it holds with that token (4401), as this replica's hub does.
+        Best effort — a replica that misses it refuses the bridge's next handshake anyway."""
+        if self._closed:
+            return
+        body = _pack({"k": "revoked", "token": str(token.id), "from": self.replica_id})
+        try:
+            members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
+            for replica in members:
+                if replica != self.replica_id:
+                    await self.redis.publish(self.channel(replica), body)
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: could not tell the other replicas of a revocation: %s", exc)
+
     # -- hooks called by the hub
 
     async def claimed(self, entry: BridgeEntry) -> None:
@@ -1082,6 +1099,10 @@ class Cluster:
             self._stop_serving(body)
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
+        elif kind == "revoked":
+            token_id = body.get("token")
+            if isinstance(token_id, str):
+                self.hub.kick_token(token_id)
 
     def _relayed(self, body: dict[str, Any]) -> None:
         request_id = str(body.get("id"))

@@ -1105,8 +1105,13 @@ class Hub:
 
     async def on_token_revoked(self, token: Token) -> None:
         """Revocation hook: a bridge connected with a revoked token is closed with 4401."""
+        self.kick_token(token.id)
+
+    def kick_token(self, token_id: str) -> None:
+        """Close (4401) the bridge connections made with token ``token_id`` (revoked here, or
+        on another replica: docs/cluster.md)."""
         for entry in self._entries.values():
-            if entry.token_id == token.id and entry.conn is not None:
+            if entry.token_id == token_id and entry.conn is not None:
                 entry.conn.kick(CloseCode.UNAUTHORIZED, "bridge token revoked")
 
     # -- helpers

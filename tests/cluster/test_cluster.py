@@ -223,6 +223,22 @@ async def test_forwarding_one_session_and_failover(cluster: Cluster) -> None:
     assert result.get("reason_code") == "controller_restarted"
 
 
+async def test_a_token_revoked_on_one_replica_closes_its_bridge_on_another(
+    cluster: Cluster,
+) -> None:
+    (_, api_a), (b, _) = await asyncio.gather(cluster.replica(), cluster.replica())
+    made = await api_a.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
+    assert made.status_code == 201, made.text
+    token, token_id = made.json()["token"], made.json()["id"]
+    bridge = await cluster.bridge([b.url], token)
+    await until(listed(api_a, cluster.sim.address), "device live, held by B", cluster)
+    revoked = await api_a.delete(f"/v1/tokens/{token_id}")
+    assert revoked.status_code == 204, revoked.text
+    async with asyncio.timeout(WAIT_S):
+        assert await bridge.wait() == EXIT_REFUSED  # 4401 is terminal for the bridge
+    assert "4401" in bridge.log()
+
+
 async def running_run_of(db_url: str, replica: str) -> str:
     """A run row left ``running`` by ``replica`` (as its executor records it)."""
     from controller.store import Run, Store

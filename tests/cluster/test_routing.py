@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import types
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,9 +58,15 @@ class StandInHub:
         self.calls: list[tuple[Any, str, dict[str, Any], bool]] = []
         self.answer: Any = {"ok": True}
         self.block = asyncio.Event()
+        self.kicked_tokens: list[str] = []
+        self.kicked = asyncio.Event()
 
     def entry(self, bridge_id: str) -> Entry | None:
         return self.entries.get(bridge_id)
+
+    def kick_token(self, token_id: str) -> None:
+        self.kicked_tokens.append(token_id)
+        self.kicked.set()
 
     async def call(self, target: Any, method: str, params: dict[str, Any], *,
                    timeout_s: float | None = None, route: bool = True) -> dict[str, Any]:
@@ -303,3 +310,12 @@ async def test_a_heartbeat_during_a_claim_never_closes_our_own_bridge(redis_url:
         assert owner is not None and owner.decode() == a._claims[entry.id][1]
     finally:
         await a.close()
+
+
+async def test_a_revocation_reaches_the_other_replicas(pair: Any) -> None:
+    """A token revoked through A closes its bridge sessions on B too (B's hub kicks them)."""
+    a, hub_a, _b, hub_b = pair
+    await a.revoked(types.SimpleNamespace(id="token-1"))
+    await asyncio.wait_for(hub_b.kicked.wait(), WAIT_S)
+    assert hub_b.kicked_tokens == ["token-1"]
+    assert hub_a.kicked_tokens == []  # A's own hub is told by its revocation hook, not Redis
