@@ -48,8 +48,7 @@ import logging
 import random as _random
 import ssl as _ssl
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +63,7 @@ from websockets.protocol import State as WsState
 
 from protocol.closecodes import CloseCode, describe, is_terminal
 from protocol.codec import Codec
+from protocol.eager import start_eagerly
 from protocol.envelope import (
     SUBPROTOCOL,
     Capabilities,
@@ -779,16 +779,14 @@ class Link:
             task.add_done_callback(self._written)
             return
         self._writer = _EAGER
-        writer = self._write(ws)
-        try:
-            yielded = writer.send(None)
-        except StopIteration:
-            return  # all sent in this step (_write reset self._writer)
-        task = asyncio.get_running_loop().create_task(
-            _carry_on(writer, yielded), name="droidwire-link-writer"
+        carried = start_eagerly(
+            self._write(ws),
+            lambda rest: asyncio.get_running_loop().create_task(rest, name="droidwire-link-writer"),
         )
-        self._writer = task
-        task.add_done_callback(self._written)
+        if carried is None:
+            return  # all sent in this step (_write reset self._writer)
+        self._writer = carried
+        carried.add_done_callback(self._written)
 
     def _written(self, task: asyncio.Task[None]) -> None:
         if self._writer is task:
@@ -819,29 +817,6 @@ class Link:
 
 # Link._writer while a writer runs eagerly, in the step that queued a frame.
 _EAGER = object()
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
-    """Drive ``coro`` on from the suspension where it yielded ``yielded`` (what a task does
-    with a coroutine's yields: pass them to the loop, send or throw back what comes)."""
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration:
-                return
-
-
-async def _carry_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
-    await _resume(coro, yielded)
 
 
 async def _close(ws: ClientConnection, code: int, reason: str) -> None:

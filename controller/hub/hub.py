@@ -40,8 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -57,6 +56,7 @@ from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
+from protocol.eager import start_eagerly
 from protocol.envelope import (
     DEVICES_CHANNEL,
     Capabilities,
@@ -186,16 +186,14 @@ class Connection:
         # a frame usually leaves at once — no task, no extra trip through the event loop on
         # the RPC path; if it does suspend, a task carries the drain on from there.
         self.writer = _EAGER
-        drain = self.drain(self)
         try:
-            yielded = drain.send(None)
-        except StopIteration:
-            return
+            task = start_eagerly(self.drain(self), asyncio.get_running_loop().create_task)
         except Exception as exc:  # e.g. the socket is gone
             self.writer = None
             self._failed(exc)
             return
-        task = asyncio.get_running_loop().create_task(_carry_on(drain, yielded))
+        if task is None:
+            return
         self.writer = task
         task.add_done_callback(self._written)
 
@@ -243,29 +241,6 @@ class Connection:
 
 # Connection.writer while a drain runs eagerly, in the caller's own step.
 _EAGER = object()
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, None], yielded: Any) -> Generator[Any, Any, None]:
-    """Drive ``coro`` on from the suspension where it yielded ``yielded`` (what a task does
-    with a coroutine's yields: pass them to the loop, send or throw back what comes)."""
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration:
-                return
-
-
-async def _carry_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
-    await _resume(coro, yielded)
 
 
 # What a waiter's future gets when its call's deadline passed (Hub._expire).
