@@ -385,35 +385,26 @@ class ControllerSession(_Session):
             same = pending.sent_session is None or pending.sent_session == hello.session
             spec = METHODS.get(pending.method)
             if not pending.resend:
-                del self._pending[pending.id]
-                failed.append(
-                    Completion(
-                        id=pending.id,
-                        method=pending.method,
-                        error=RpcError(
-                            ErrorCode.UNAVAILABLE,
-                            "the bridge no longer holds the request's result; "
-                            "not re-sent because it may have run",
-                            {"reason": "result_lost" if same else "bridge_restarted"},
-                        ),
-                    )
-                )
+                why = "the bridge no longer holds the request's result"
+                reason = "result_lost" if same else "bridge_restarted"
             elif same or (spec is not None and spec.idempotent):
                 resend.append(pending)
+                continue
             else:
-                del self._pending[pending.id]
-                failed.append(
-                    Completion(
-                        id=pending.id,
-                        method=pending.method,
-                        error=RpcError(
-                            ErrorCode.UNAVAILABLE,
-                            "the bridge restarted while the request was in flight; "
-                            "not re-sent because it may have run",
-                            {"reason": "bridge_restarted"},
-                        ),
-                    )
+                why = "the bridge restarted while the request was in flight"
+                reason = "bridge_restarted"
+            del self._pending[pending.id]
+            failed.append(
+                Completion(
+                    id=pending.id,
+                    method=pending.method,
+                    error=RpcError(
+                        ErrorCode.UNAVAILABLE,
+                        f"{why}; not re-sent because it may have run",
+                        {"reason": reason},
+                    ),
                 )
+            )
         welcome = Welcome(
             bridge=self.bridge_id,
             session=hello.session,
