@@ -268,8 +268,13 @@ class AdbDevices:
         serial: str | None = None,
         timeout_s: float | None = None,
         what: str = "adb call",
+        release: Callable[[T], object] | None = None,
     ) -> T:
-        """Run ``fn`` in the pool with a deadline; translate whatever adb raised."""
+        """Run ``fn`` in the pool with a deadline; translate whatever adb raised.
+
+        ``release`` frees a result nobody will take: when the caller gives up (deadline,
+        cancellation) while ``fn`` still ends well in its thread, say with an open connection.
+        """
         if self._closed:
             raise RpcError(ErrorCode.UNAVAILABLE, "the device layer is closed")
         abort = _Abort()
@@ -287,20 +292,27 @@ class AdbDevices:
             finally:
                 _current.abort = None
 
+        def abandon() -> None:
+            abort.abort()
+            if release is not None and not work.cancel():  # already running: it may end well
+                work.add_done_callback(
+                    lambda w: None if w.cancelled() or w.exception() else release(w.result())
+                )
+
         limit = self.call_timeout_s if timeout_s is None else timeout_s
-        future = asyncio.get_running_loop().run_in_executor(self._pool, run)
+        work = self._pool.submit(run)
         self._running.add(abort)
         try:
             async with asyncio.timeout(limit):
-                return await future
+                return await asyncio.wrap_future(work)
         except TimeoutError as exc:
-            abort.abort()
+            abandon()
             where = f" on {serial}" if serial else ""
             raise RpcError(
                 ErrorCode.TIMEOUT, f"{what}{where} took longer than {limit:g} s", {"serial": serial}
             ) from exc
         except asyncio.CancelledError:
-            abort.abort()
+            abandon()
             task = asyncio.current_task()
             if self._closed and task is not None and task.cancelling() == 0:
                 # Not our caller's cancellation: aclose() dropped the queued call.
@@ -733,6 +745,7 @@ class AdbDevices:
                 lambda abort: self._open(abort, serial, service, self.connect_timeout_s),
                 serial=serial,
                 what=f"open {argv[0]}",
+                release=lambda abandoned: abandoned.close(),
             )
         except BaseException:
             self._streams.release()

@@ -175,6 +175,40 @@ async def test_aclose_fails_queued_calls_as_cancelled() -> None:
         server.close()
 
 
+@pytest.mark.parametrize("give_up", ["cancel", "deadline"])
+async def test_a_connection_opened_after_the_caller_gave_up_is_closed(give_up: str) -> None:
+    """The worker finishes opening a stream just after its caller was cancelled or timed out:
+    nobody will read that connection, so it is closed (before, it leaked until GC)."""
+    devices = AdbDevices(port=free_port())
+    opening, finish = threading.Event(), threading.Event()
+    ours, theirs = socket.socketpair()
+
+    def open_late(_abort: object) -> socket.socket:
+        opening.set()
+        finish.wait(10)
+        return ours
+
+    try:
+        call = asyncio.create_task(devices._call(
+            open_late, what="open logcat", release=lambda s: s.close(),
+            timeout_s=0.05 if give_up == "deadline" else 600,
+        ))
+        assert await asyncio.to_thread(opening.wait, 10)
+        if give_up == "cancel":
+            call.cancel()
+        with pytest.raises((asyncio.CancelledError, RpcError)):
+            await call
+        finish.set()
+        theirs.settimeout(10)
+        assert await asyncio.to_thread(theirs.recv, 1) == b""  # our end was closed
+        assert ours.fileno() == -1
+    finally:
+        finish.set()
+        await devices.aclose()
+        ours.close()
+        theirs.close()
+
+
 # --------------------------------------------------------------------------------------------
 # a connection that dies is blamed on its other end: the adb server before the transport
 # switch (``unavailable``), the device after it (``device_offline``)
