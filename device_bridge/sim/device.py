@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import socket
@@ -48,6 +47,7 @@ from device_bridge.sim.adbd import (
 from device_bridge.sim.apk import ApkError, SimPackage, read_apk
 from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
+from device_bridge.sim.listener import StreamListener
 from device_bridge.sim.logbuf import LogBuffer
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
@@ -133,7 +133,7 @@ class SimDevice:
         self.recent: list[str] = [self.launcher]
         self.battery_level = 87
         self.app_ui = DemoUi()  # the demo app's screens (ui_demo), on its own UI clock
-        self._server: asyncio.Server | None = None
+        self._server: StreamListener | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
@@ -168,8 +168,8 @@ class SimDevice:
         if self._server is not None:
             return
         self._stopped.clear()
-        self._server = await asyncio.start_server(self._on_client, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await StreamListener.open(self._on_client, self.host, self.port)
+        self.port = self._server.port
         if not self._booted:
             self._booted = True
             self._boot_log()
@@ -181,17 +181,14 @@ class SimDevice:
     async def stop(self) -> None:
         """Close the listener and every connection: adb sees the device go offline."""
         server, self._server = self._server, None
-        if server is not None:
-            server.close()
         for conn in list(self._connections):
             conn.close()  # its reader sees EOF and its handler returns
+        if server is not None:
+            await server.close()  # and every connection accepted but not yet handled
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5)
         self._stopped.set()
 
     async def serve_forever(self) -> None:
@@ -691,3 +688,4 @@ class SimDevice:
 
     def dumpsys(self, service: str, args: list[str]) -> str | None:
         return dumpsys(self, service, args)
+

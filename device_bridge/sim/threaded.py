@@ -45,6 +45,12 @@ class ThreadedSimDevice:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(ready.set)
                 loop.run_forever()
+                # What asyncio.run() does on the way out: end what is left (an accept still in
+                # progress, say) so no socket outlives the loop.
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
 

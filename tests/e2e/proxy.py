@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from device_bridge.sim.listener import StreamListener
+
 __all__ = ["Proxy"]
 
 _CHUNK = 64 * 1024
@@ -57,7 +59,7 @@ class Proxy:
         self._links: set[_Link] = set()
         self._open = asyncio.Event()
         self._open.set()
-        self._server: asyncio.Server | None = None
+        self._server: StreamListener | None = None
         self.port = 0
 
     @property
@@ -65,15 +67,14 @@ class Proxy:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> Proxy:
-        self._server = await asyncio.start_server(self._accept, self.host, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await StreamListener.open(self._accept, self.host, 0)
+        self.port = self._server.port
         return self
 
     async def close(self) -> None:
         self.cut()
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+            await self._server.close()
 
     async def __aenter__(self) -> Proxy:
         return await self.start()

@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import enum
 
+from device_bridge.sim.listener import StreamListener
+
 __all__ = ["FaultProxy"]
 
 _CHUNK = 16 * 1024
@@ -62,22 +64,21 @@ class FaultProxy:
         self.connections = 0
         self.port = 0
         self._links: set[_Link] = set()
-        self._server: asyncio.Server | None = None
+        self._server: StreamListener | None = None
 
     @property
     def url(self) -> str:
         return f"ws://{self.host}:{self.port}"
 
     async def __aenter__(self) -> FaultProxy:
-        self._server = await asyncio.start_server(self._accept, self.host, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await StreamListener.open(self._accept, self.host, 0)
+        self.port = self._server.port
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.cut()
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+            await self._server.close()
 
     # -- faults on the open connections
 

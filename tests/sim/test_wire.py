@@ -224,3 +224,29 @@ def test_threaded_device_start_failure_leaves_no_thread():
         with pytest.raises(OSError):
             ThreadedSimDevice(port=first.port, noise_interval=None).start()
         assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3, 4])
+async def test_stop_closes_a_connection_accepted_as_it_began(turns: int) -> None:
+    """adb reconnects to an offline device all the time, so a connection is often mid-accept
+    when the device stops. asyncio's Server.close() leaves accepted connections open; the
+    device closes every one, whichever step of accepting it had reached after ``turns`` loop
+    turns (before, asyncio lost one accepted just before the close: it stayed open, then a
+    ResourceWarning at the next garbage collection)."""
+    import socket
+
+    dev = new_device()
+    await dev.start()
+    client = socket.create_connection(("127.0.0.1", dev.port), timeout=TIMEOUT)  # in backlog
+    try:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        await dev.stop()
+        for _ in range(5):
+            await asyncio.sleep(0)  # whatever accept step was still queued runs now
+        try:  # closed, not left serving: an EOF, or a reset if it never left the backlog
+            assert await asyncio.to_thread(client.recv, 1) == b""
+        except ConnectionResetError:
+            pass
+    finally:
+        client.close()

@@ -1,0 +1,98 @@
+"""A TCP listener for asyncio streams that closes every connection it ever accepted.
+
+``asyncio.start_server`` has two gaps on Python 3.11 that a device adb keeps reconnecting to
+falls into: ``Server.close()`` leaves accepted connections open, and a connection accepted just
+before ``close()`` fails ``Server._attach()`` inside asyncio, so its socket and half-built
+transport are never closed (a ResourceWarning at the next garbage collection). This listener
+accepts with ``loop.sock_accept`` and builds each transport with
+``loop.connect_accepted_socket``, which involve no ``Server``; :meth:`StreamListener.close`
+stops accepting, then closes what it accepted and waits until each is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+
+__all__ = ["StreamListener"]
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class StreamListener:
+    """``listener = await StreamListener.open(handler, host, port)``; ``await listener.close()``."""
+
+    def __init__(self, handler: Handler, sock: socket.socket) -> None:
+        self._handler = handler
+        self._sock = sock
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+        self._closing = False
+        self._task = asyncio.create_task(self._accept_all(), name=f"accept {self.port}")
+
+    @classmethod
+    async def open(cls, handler: Handler, host: str, port: int) -> StreamListener:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family)
+        sock.setblocking(False)
+        return cls(handler, sock)
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting, close every accepted connection and wait (bounded) until it is."""
+        self._closing = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._sock.close()
+        for transport in list(self._transports):
+            transport.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._none_open.wait()
+
+    async def _accept_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(self._sock)
+            try:
+                await loop.connect_accepted_socket(lambda: _Protocol(self), conn)
+            except asyncio.CancelledError:
+                conn.close()  # its transport, if made, was closed by asyncio
+                raise
+            except OSError:
+                conn.close()  # the peer left before we got to it
+
+    def _made(self, transport: asyncio.BaseTransport) -> None:
+        self._transports.add(transport)
+        self._none_open.clear()
+        if self._closing:
+            transport.close()
+
+    def _lost(self, transport: asyncio.BaseTransport) -> None:
+        self._transports.discard(transport)
+        if not self._transports:
+            self._none_open.set()
+
+
+class _Protocol(asyncio.StreamReaderProtocol):
+    def __init__(self, listener: StreamListener) -> None:
+        super().__init__(asyncio.StreamReader(), listener._handler)
+        self._listener = listener
+        self._made_with: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._made_with = transport
+        self._listener._made(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._made_with is not None:
+            self._listener._lost(self._made_with)
+        super().connection_lost(exc)
