@@ -48,6 +48,7 @@ async def _controller_and_bridge() -> AsyncIterator[tuple[Any, Any]]:
     """A controller on uvicorn and a bridge connected to it: (hub, bridge)."""
     from controller.app import create_app
     from controller.config import ControllerConfig
+    from controller.ws_protocol import WebSocketProtocol
     from device_bridge.bridge import Bridge
     from device_bridge.config import load_host_config
 
@@ -62,7 +63,7 @@ async def _controller_and_bridge() -> AsyncIterator[tuple[Any, Any]]:
         sock.listen(64)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         server = uvicorn.Server(uvicorn.Config(
-            app, lifespan="on", ws="websockets-sansio", ws_per_message_deflate=False,
+            app, lifespan="on", ws=WebSocketProtocol, ws_per_message_deflate=False,
             ws_max_size=DEFAULTS.max_frame_bytes, ws_ping_interval=DEFAULTS.ping_interval_s,
             ws_ping_timeout=DEFAULTS.ping_timeout_s, log_level="warning", log_config=None,
         ))

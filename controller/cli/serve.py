@@ -86,13 +86,14 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """The uvicorn configuration for ``config``; ``overrides`` (tests) win over ours."""
     from controller.app import create_app
+    from controller.ws_protocol import WebSocketProtocol
 
     settings = config.settings
     options: dict[str, Any] = dict(
         host=config.host,
         port=config.port,
         lifespan="on",
-        ws="websockets-sansio",
+        ws=WebSocketProtocol,  # uvicorn's websockets-sansio, paused by bytes queued
         ws_ping_interval=settings.ping_interval_s,
         ws_ping_timeout=settings.ping_timeout_s,
         ws_max_size=settings.max_frame_bytes,
