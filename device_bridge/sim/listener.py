@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 
 __all__ = ["StreamListener"]
+
+log = logging.getLogger(__name__)
+
+ACCEPT_RETRY_S = 0.1
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -60,7 +65,12 @@ class StreamListener:
     async def _accept_all(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            conn, _ = await loop.sock_accept(self._sock)
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:  # out of descriptors, say: asyncio's own server waits too
+                log.warning("listener on port %d: accept failed (%s); retrying", self.port, exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
             try:
                 await loop.connect_accepted_socket(lambda: _Protocol(self), conn)
             except asyncio.CancelledError:

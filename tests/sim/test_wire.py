@@ -250,3 +250,39 @@ async def test_stop_closes_a_connection_accepted_as_it_began(turns: int) -> None
             pass
     finally:
         client.close()
+
+
+async def test_the_listener_outlives_a_failed_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An accept that fails (out of file descriptors, say) is logged and retried: the device
+    keeps listening instead of its accept task dying."""
+    import errno
+
+    from device_bridge.sim.listener import StreamListener
+
+    loop = asyncio.get_running_loop()
+    real_accept = loop.sock_accept
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    async def accept(sock):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return await real_accept(sock)
+
+    monkeypatch.setattr(loop, "sock_accept", accept)
+    served = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hi")
+        served.set()
+        await reader.read()
+        writer.close()
+
+    listener = await StreamListener.open(handler, "127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        assert await asyncio.wait_for(reader.readexactly(2), TIMEOUT) == b"hi"
+        assert not failures and served.is_set()
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await listener.close()
