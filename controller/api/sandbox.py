@@ -166,9 +166,12 @@ def _executor(app: Any) -> SandboxExecutor:
         from controller.executor.hub_gateway import HubGateway
         from fixer import LlmClient
 
+        cluster = hub.cluster
         executor = SandboxExecutor(
             HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state),
             instance=instance_of(app),
+            # Cluster mode: a device serves one run at a time across every replica.
+            shared_turn=cluster.device_turn if cluster is not None else None,
         )
         state.executor = executor
     return executor

@@ -14,6 +14,9 @@ Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
   hold the bridge's one session), ``replica``, ``name``, ``owner_id``, ``devices`` (JSON
   inventory); with TTL, so a dead replica's bridges vanish from listings on their own;
 * ``P:bridges`` — the set of bridge ids that may have a hash (pruned when one is missing);
+* ``P:device:DID`` — a device's turn across replicas: a redis-py lock whose token is the run
+  holding it, with TTL (renewed while held), so a dead replica's turn frees itself
+  (:meth:`Cluster.device_turn`);
 * ``P:awaits:BID`` — a hash: request id → ``RID SESSION`` (replica ``RID`` waits for that
   request's result, sent on bridge session ``SESSION``) or ``lost REASON`` (the bridge came
   back without it). Written for requests a run may be resumed from (the executor's
@@ -45,14 +48,15 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgpack
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockNotOwnedError, RedisError
 
 from controller.auth import DeviceRef
 from controller.hub.devices import DeviceRecord
@@ -70,6 +74,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("droidwire.controller.cluster")
+
+DEVICE_TURN_POLL_S = 0.1  # how often a run waiting for a device held elsewhere asks again
 
 DEFAULT_PREFIX = "droidwire"
 # Prefixes are key material: keep them to a safe alphabet and length.
@@ -101,7 +107,7 @@ return -1
 # KEYS[1] bridge hash. ARGV: claim, devices JSON. 1 written, 0 not ours.
 _INVENTORY = """
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'devices', ARGV[2])
+  redis.call('HSET', KEYS[1], 'devices', ARGV[2], 'caps', ARGV[3])
   return 1
 end
 return 0
@@ -151,10 +157,15 @@ class _Claiming:
 
 @dataclass(frozen=True, slots=True)
 class RemoteBridge:
-    """A bridge connected to another replica: which one, and how many live devices."""
+    """A bridge connected to another replica: which one, how many live devices, and (for the
+    executor's choice of a build bridge) its name, owner and capabilities as its ``hello``
+    said (``caps``, JSON; empty before its inventory was published)."""
 
     replica: str
     devices: int
+    name: str = ""
+    owner_id: str = ""
+    caps: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +248,15 @@ class _Served:
     stopped: bool = False
 
 
+def _json_map(text: str | None) -> dict[str, Any]:
+    """A JSON object from the registry, or ``{}`` for a missing or malformed one."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _pack(message: dict[str, Any]) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
@@ -276,7 +296,12 @@ class Cluster:
     ) -> None:
         parsed = parse_redis_url(redis_url)
         self.prefix = parsed.prefix
-        self.redis: Redis = Redis.from_url(parsed.url)
+        # socket_timeout=None (redis-py 8 defaults to 5 s): with a timeout every command goes
+        # through asyncio.wait_for, which on Python 3.11 can swallow a cancellation that
+        # arrives as the reply does (CPython gh-86296) — a cancelled task then runs on. A
+        # ``?socket_timeout=`` in the URL still wins. Our own waits are bounded by their
+        # callers' deadlines and the heartbeat.
+        self.redis: Redis = Redis.from_url(parsed.url, socket_timeout=None)
         self.hub = hub
         self.settings = hub.settings
         self.replica_id = replica_id or uuid.uuid4().hex
@@ -437,6 +462,73 @@ class Cluster:
                 lost.append(replica)
         return lost
 
+    # -- device turns
+
+    @contextlib.asynccontextmanager
+    async def device_turn(
+        self, device_id: str, run_id: str, on_wait: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[None]:
+        """Hold ``device_id`` for ``run_id`` across the cluster for the block's duration.
+
+        A run on another replica that holds it makes this wait (``on_wait`` is awaited once
+        first), polling every :data:`DEVICE_TURN_POLL_S`; cancel to give up. The turn lives
+        ``cluster_ttl_s`` and is renewed every ``cluster_heartbeat_s`` while held: a replica
+        that dies frees its devices a TTL later. Raises :class:`RpcError` ``unavailable``
+        when Redis cannot be reached to take it.
+        """
+        name = self._k("device", device_id)
+        lock = Lock(self.redis, name, timeout=self.settings.cluster_ttl_s,
+                    thread_local=False, raise_on_release_error=False)
+        task = asyncio.current_task()
+        told = False
+        try:
+            while not await lock.acquire(blocking=False, token=run_id):
+                if task is not None and task.cancelling():
+                    # A cancellation a command swallowed (a socket_timeout in the URL, on
+                    # Python 3.11: see __init__) is honoured here rather than waited out.
+                    raise asyncio.CancelledError
+                if not told and on_wait is not None:
+                    told = True
+                    await on_wait()
+                await asyncio.sleep(DEVICE_TURN_POLL_S)
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError  # taken as we were cancelled: given back below
+        except RedisError as exc:
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"cluster: device {device_id}'s turn could not be taken: {exc}",
+                {"reason": "cluster_unavailable"},
+            ) from exc
+        except asyncio.CancelledError:
+            # Cancelled as the SET went through: give the turn back rather than hold it a TTL.
+            with contextlib.suppress(RedisError, asyncio.CancelledError):
+                await asyncio.shield(lock.do_release(run_id.encode()))
+            raise
+        keeper = asyncio.create_task(self._keep_turn(lock, device_id, run_id))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            try:
+                await lock.release()
+            except RedisError as exc:  # it expires on its own a TTL later
+                log.warning("cluster: device %s: turn of run %s not released: %s",
+                            device_id, run_id, exc)
+
+    async def _keep_turn(self, lock: Lock, device_id: str, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.settings.cluster_heartbeat_s)
+            try:
+                await lock.reacquire()
+            except LockNotOwnedError:
+                log.error("cluster: device %s: run %s lost its turn (Redis unreachable past "
+                          "the TTL?); another run may use the device", device_id, run_id)
+                return
+            except RedisError as exc:
+                log.warning("cluster: device %s: turn of run %s not renewed: %s",
+                            device_id, run_id, exc)
+
     # -- revocation
 
     async def revoked(self, token: Any) -> None:
@@ -496,8 +588,9 @@ class Cluster:
         if self._closed or held is None:
             return
         devices = {s: d.model_dump(mode="json") for s, d in entry.devices.items()}
+        caps = entry.caps.model_dump(mode="json") if entry.caps is not None else {}
         await self._inventory(keys=[self._k("bridge", entry.id)],
-                              args=[held[1], json.dumps(devices)])
+                              args=[held[1], json.dumps(devices), json.dumps(caps)])
 
     async def released(self, entry: BridgeEntry) -> None:
         """The bridge's connection here ended (it may be reconnecting elsewhere): the calls it
@@ -567,7 +660,9 @@ class Cluster:
             log.warning("cluster: cannot read the registry: %s", exc)
             return {}
         return {
-            bridge_id: RemoteBridge(fields.get("replica", ""), len(devices))
+            bridge_id: RemoteBridge(fields.get("replica", ""), len(devices),
+                                    fields.get("name", bridge_id), fields.get("owner_id", ""),
+                                    _json_map(fields.get("caps")))
             for bridge_id, fields, devices in held
         }
 
@@ -590,11 +685,7 @@ class Cluster:
             fields = {k.decode(): v.decode(errors="replace") for k, v in row.items()}
             if fields.get("replica") == self.replica_id:
                 continue  # ours: the hub's own live view covers it
-            try:
-                devices = json.loads(fields.get("devices") or "{}")
-            except ValueError:
-                devices = {}
-            held.append((bridge_id, fields, devices if isinstance(devices, dict) else {}))
+            held.append((bridge_id, fields, _json_map(fields.get("devices"))))
         if missing:
             await self.redis.srem(self._k("bridges"), *missing)
         return held

@@ -43,7 +43,7 @@ from controller.analysis import (
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.executor.cache import ApkCache, CompiledTest, cache_key
 from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
-from controller.executor.queue import Scheduler
+from controller.executor.queue import Scheduler, SharedTurn
 from controller.executor.recovery import Resumable, clean_up, end_run
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
@@ -284,6 +284,7 @@ class SandboxExecutor:
         cache: ApkCache | None = None,
         observer: Callable[[dict[str, Any]], None] | None = None,
         instance: str | None = None,
+        shared_turn: SharedTurn | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
@@ -291,7 +292,8 @@ class SandboxExecutor:
         self.llm = llm
         self.cache = cache if cache is not None else ApkCache()
         self.observer = observer  # sees every finished result (metrics)
-        self.scheduler = Scheduler()
+        # shared_turn: a device's turn across replicas (cluster mode), see Scheduler.
+        self.scheduler = Scheduler(shared_turn)
         # Which controller process ran a run (kept in its request record): after a restart,
         # runs of a process that is gone are ended (controller.executor.recovery).
         self.instance = instance or new_id()
@@ -462,7 +464,7 @@ class SandboxExecutor:
     ) -> tuple[list[DeviceView], list[dict[str, Any]]]:
         usable: list[DeviceView] = []
         refusals: list[dict[str, Any]] = []
-        for device in self.gateway.devices():
+        for device in await self._all_devices():
             if principal is not None and self.store is not None:
                 try:
                     await authorize(principal, device.ref, Action.USE, store=self.store)
@@ -619,14 +621,24 @@ class SandboxExecutor:
             )
         return compiled
 
-    def _build_bridge(
+    async def _all_devices(self) -> Sequence[DeviceView]:
+        """The gateway's devices; in cluster mode, those of every replica's bridges."""
+        everywhere = getattr(self.gateway, "cluster_devices", None)
+        return await everywhere() if callable(everywhere) else self.gateway.devices()
+
+    async def _all_bridges(self) -> Sequence[BridgeView]:
+        """The gateway's bridges; in cluster mode, every replica's."""
+        everywhere = getattr(self.gateway, "cluster_bridges", None)
+        return await everywhere() if callable(everywhere) else self.gateway.bridges()
+
+    async def _build_bridge(
         self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
     ) -> BridgeView | None:
         """A connected bridge with ``build`` that serves the project: the devices' own bridge
         first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
         project = request.project_dir
         builders = [
-            b for b in self.gateway.bridges()
+            b for b in await self._all_bridges()
             if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
         ]
         near = {d.bridge_id for d in devices if d is not None}
@@ -637,7 +649,7 @@ class SandboxExecutor:
         loop = asyncio.get_running_loop()
         request = plan.request
         owner = plan.principal.user_id if plan.principal is not None else None
-        bridge = self._build_bridge(request, plan.devices, owner)
+        bridge = await self._build_bridge(request, plan.devices, owner)
         if bridge is None:
             what = f"project {request.project_dir}" if request.project_dir else "the test"
             await steps.record("compile", "refused", detail=f"no connected bridge can build {what}")
@@ -756,12 +768,24 @@ class SandboxExecutor:
         waited = None
         if self.scheduler.busy(device.id):
             waited = await steps.begin("device_busy", device=device.id)
+
+        async def busy_elsewhere() -> None:
+            nonlocal waited
+            if waited is None:
+                waited = await steps.begin("device_busy", device=device.id)
+            steps.progress("waiting for the device (a run on another replica holds it)")
+
         turn = self.scheduler.turn(
-            device.id, user, run_id, on_wait=lambda: steps.progress("waiting for the device")
+            device.id, user, run_id, on_wait=lambda: steps.progress("waiting for the device"),
+            on_shared_wait=busy_elsewhere,
         )
         try:
             async with asyncio.timeout_at(deadline):
                 await turn.__aenter__()
+        except RpcError as exc:  # the cluster's turn could not be taken (Redis away)
+            if waited is not None:
+                await steps.end(waited, "failed", detail=exc.message)
+            return pending_result(run_id, device, "bridge_unavailable", exc.message)
         except TimeoutError:
             if waited is not None:
                 await steps.end(waited, "failed", detail="busy with another run until the deadline")
@@ -1021,8 +1045,18 @@ class SandboxExecutor:
         up. After a restart the turn is free (resume() runs before any new run can queue); a
         survivor adopting a dead replica's run may first finish its own run on that device."""
         dev = item.context["device"]
-        async with self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id):
+        turn = self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id)
+        try:
+            await turn.__aenter__()
+        except RpcError as exc:  # the cluster's turn could not be taken (Redis away)
+            log.warning("run %s: finishing without the device's turn: %s", item.run_id,
+                        exc.message)
             await self._finish_resumed(item, waiter)
+            return
+        try:
+            await self._finish_resumed(item, waiter)
+        finally:
+            await turn.__aexit__(None, None, None)
 
     async def _finish_resumed(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
         assert self.store is not None

@@ -2,13 +2,16 @@
 
 ``Hub.call`` is the gateway's ``call`` as is; this adds the two views the executor needs,
 read from the hub's live registry: bridges with their capabilities, and devices with the
-state adb reports (``disconnected`` while their bridge is away).
+state adb reports (``disconnected`` while their bridge is away). In cluster mode,
+``cluster_bridges`` and ``cluster_devices`` add those of bridges other replicas hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
 from typing import Any
+
+from pydantic import ValidationError
 
 from controller.auth import DeviceRef
 from controller.executor.gateway import BridgeView, DeviceView, Target
@@ -58,6 +61,20 @@ class HubGateway:
         if callable(remote):
             out += [DeviceView(r.bridge_id, r.bridge, r.owner_id, r.serial, r.state, r.info)
                     for r in await remote()]
+        return out
+
+    async def cluster_bridges(self) -> list[BridgeView]:
+        """:meth:`bridges`, plus in cluster mode those other replicas hold (connected: a call
+        to one is forwarded by the hub), with the capabilities their ``hello`` published."""
+        out = self.bridges()
+        remote = getattr(self.hub.cluster, "remote_bridges", None)
+        if callable(remote):
+            for bridge_id, held in sorted((await remote()).items()):
+                try:
+                    caps = Capabilities.model_validate(held.caps)
+                except ValidationError:
+                    caps = Capabilities()  # not a builder we can trust: never chosen to build
+                out.append(BridgeView(bridge_id, held.name or bridge_id, held.owner_id, caps))
         return out
 
     async def call(

@@ -8,6 +8,11 @@ submitting twenty runs therefore delays another user's single run by one run, no
 
 A waiter that is cancelled (its run cancelled, its deadline passed) leaves the queue; a turn
 granted to a waiter that was cancelled at the same moment is handed on, never lost.
+
+In cluster mode a run on another replica may want the same device: after its turn here, a run
+also takes the device's cluster-wide turn (``shared``, :meth:`controller.cluster.Cluster.
+device_turn`), waiting while another replica's run holds it. Fairness is per replica; one
+run at a time per device holds across all of them.
 """
 
 from __future__ import annotations
@@ -15,10 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-__all__ = ["DeviceQueue", "Scheduler"]
+__all__ = ["DeviceQueue", "Scheduler", "SharedTurn"]
+
+#: ``shared(device_id, run_id, on_wait)``: the device's turn across replicas, held for the
+#: ``async with`` block; ``on_wait`` is awaited once if it has to wait for another replica.
+SharedTurn = Callable[
+    [str, str, Callable[[], Awaitable[None]] | None], AbstractAsyncContextManager[None]
+]
 
 
 @dataclass(slots=True)
@@ -97,9 +109,10 @@ class DeviceQueue:
 
 
 class Scheduler:
-    """The devices' queues, by device id."""
+    """The devices' queues, by device id (and their cluster-wide turns, with ``shared``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedTurn | None = None) -> None:
+        self.shared = shared
         self._queues: dict[str, DeviceQueue] = {}
 
     def queue(self, device_id: str) -> DeviceQueue:
@@ -118,13 +131,24 @@ class Scheduler:
 
     @contextlib.asynccontextmanager
     async def turn(
-        self, device_id: str, user: str, run_id: str, *, on_wait: Callable[[], None] | None = None
+        self,
+        device_id: str,
+        user: str,
+        run_id: str,
+        *,
+        on_wait: Callable[[], None] | None = None,
+        on_shared_wait: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[None]:
-        """Hold ``device_id`` for ``run_id`` for the block's duration."""
+        """Hold ``device_id`` for ``run_id`` for the block's duration: its turn here, then
+        (cluster mode) its turn across replicas, ``on_shared_wait`` awaited if that waits."""
         queue = self.queue(device_id)
         await queue.acquire(user, run_id, on_wait=on_wait)
         try:
-            yield
+            if self.shared is None:
+                yield
+            else:
+                async with self.shared(device_id, run_id, on_shared_wait):
+                    yield
         finally:
             queue.release()
             if not queue.busy and not len(queue):

@@ -47,6 +47,7 @@ class Entry:
     owner_id: str = "u1"
     conn: Conn | None = field(default_factory=Conn)
     devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    caps: Any = None
 
 
 class StandInHub:
@@ -319,3 +320,119 @@ async def test_a_revocation_reaches_the_other_replicas(pair: Any) -> None:
     await asyncio.wait_for(hub_b.kicked.wait(), WAIT_S)
     assert hub_b.kicked_tokens == ["token-1"]
     assert hub_a.kicked_tokens == []  # A's own hub is told by its revocation hook, not Redis
+
+
+# -- device turns: one run at a time on a device, across replicas
+
+
+async def test_a_device_turn_is_one_run_at_a_time_across_replicas(pair: Any) -> None:
+    """B's run waits (told once) while A's run holds the device, for longer than the turn's
+    TTL (A renews it), and gets it as soon as A's run lets go."""
+    a, _hub_a, b, _hub_b = pair
+    a_in, a_out, b_in, b_waits = (asyncio.Event() for _ in range(4))
+    told = 0
+
+    async def hold_on_a() -> None:
+        async with a.device_turn("desk~emu-1", "run-a"):
+            a_in.set()
+            await a_out.wait()
+
+    async def on_wait() -> None:
+        nonlocal told
+        told += 1
+        b_waits.set()
+
+    async def take_on_b() -> None:
+        async with b.device_turn("desk~emu-1", "run-b", on_wait):
+            b_in.set()
+
+    holder = asyncio.create_task(hold_on_a())
+    await asyncio.wait_for(a_in.wait(), WAIT_S)
+    taker = asyncio.create_task(take_on_b())
+    await asyncio.wait_for(b_waits.wait(), WAIT_S)
+    await asyncio.sleep(3 * SETTINGS.cluster_ttl_s)  # A's turn outlives its TTL: renewed
+    assert not b_in.is_set()
+    a_out.set()
+    await asyncio.wait_for(asyncio.gather(holder, taker), WAIT_S)
+    assert b_in.is_set() and told == 1
+    assert not await b.redis.exists(b._k("device", "desk~emu-1"))  # B let go as well
+
+
+async def test_a_dead_replicas_device_turn_frees_itself(pair: Any) -> None:
+    """A turn nobody renews (its replica died) expires a TTL later; the waiter then gets it."""
+    _a, _hub_a, b, _hub_b = pair
+    ttl_ms = int(SETTINGS.cluster_ttl_s * 1000)
+    await b.redis.set(b._k("device", "desk~emu-1"), "run-of-a-dead-replica", px=ttl_ms)
+    entered = asyncio.Event()
+
+    async def take() -> None:
+        async with b.device_turn("desk~emu-1", "run-b"):
+            entered.set()
+
+    await asyncio.wait_for(take(), WAIT_S)
+    assert entered.is_set()
+
+
+async def test_a_waiter_that_gives_up_leaves_no_turn_behind(pair: Any) -> None:
+    a, _hub_a, b, _hub_b = pair
+    key = a._k("device", "desk~emu-1")
+    a_out, b_waits = asyncio.Event(), asyncio.Event()
+
+    async def hold_on_a() -> None:
+        async with a.device_turn("desk~emu-1", "run-a"):
+            await a_out.wait()
+
+    async def on_wait() -> None:
+        b_waits.set()
+
+    async def take_on_b() -> None:
+        async with b.device_turn("desk~emu-1", "run-b", on_wait):
+            raise AssertionError("B's run gave up: it never holds the device")
+
+    holder = asyncio.create_task(hold_on_a())
+    taker = asyncio.create_task(take_on_b())
+    await asyncio.wait_for(b_waits.wait(), WAIT_S)
+    taker.cancel()
+    await asyncio.gather(taker, return_exceptions=True)
+    assert await a.redis.get(key) == b"run-a"
+    a_out.set()
+    await asyncio.wait_for(holder, WAIT_S)
+    assert not await a.redis.exists(key)
+
+
+async def test_a_device_turn_without_redis_is_a_typed_error(redis_url: str) -> None:
+    one, _hub = await member(redis_url)
+    try:
+        await one.redis.aclose()
+        one.redis = Redis.from_url("redis://127.0.0.1:1")  # nothing listens there
+        with pytest.raises(RpcError) as info:
+            async with one.device_turn("desk~emu-1", "run-a"):
+                raise AssertionError("held without Redis")
+        assert info.value.code is ErrorCode.UNAVAILABLE
+        assert info.value.data == {"reason": "cluster_unavailable"}
+    finally:
+        await crash(one)
+
+
+async def test_a_task_cancelled_during_a_redis_command_ends(pair: Any) -> None:
+    """With redis-py 8's default socket timeout every command runs in asyncio.wait_for, which
+    on Python 3.11 swallows a cancellation arriving with the reply: the task ran on. Our
+    client has none; cancels at varying moments all end their task."""
+    a, *_ = pair
+    running = True
+
+    async def busy() -> None:
+        while running:
+            await a.redis.set(a._k("busy"), "1", nx=True, px=1000)
+
+    lost = 0
+    try:
+        for i in range(60):
+            task = asyncio.create_task(busy())
+            await asyncio.sleep(0.0005 * (i % 6))
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=2 * TIME_SCALE)
+            lost += not done
+    finally:
+        running = False  # a task whose cancel was lost ends at its next command
+    assert lost == 0
