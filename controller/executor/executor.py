@@ -899,6 +899,9 @@ class SandboxExecutor:
                         "compile_rounds": compiled.compile_rounds,
                         "test_class": test_class_of(compiled.code),
                         "timings": dict(timings),
+                        # What a resumed run needs to retry failed tests within the budget.
+                        "test_package": test_package, "retries": retries,
+                        "deadline_unix": time.time() + budget,
                     },
                 )
                 instrument = InstrumentResult.model_validate(raw)
@@ -1094,11 +1097,31 @@ class SandboxExecutor:
                            "device", dict(dev.get("info") or {})),
             )
             timings = {str(k): int(v) for k, v in dict(ctx.get("timings") or {}).items()}
+            gw = _RecordingGateway(self.gateway, steps)
+            retried: list[list[dict[str, Any]]] = []
+            retries = int(ctx.get("retries") or 0)
+            test_package = str(ctx.get("test_package") or "")
+            if instrument is not None and abort is None and retries > 0 and test_package:
+                deadline_unix = float(ctx.get("deadline_unix") or 0.0)
+
+                def remaining() -> float:
+                    left = deadline_unix - time.time()
+                    if left <= 0:
+                        raise _Abort("timeout", "the run's deadline passed")
+                    return left
+
+                t = time.monotonic()
+                retried = await self._retry_failed(
+                    gw, device.ref, device.serial, test_package, instrument.output, retries,
+                    remaining,
+                )
+                timings["retry_ms"] = _ms_since(t)
             result = await self._conclude(
-                steps, _RecordingGateway(self.gateway, steps), item.run_id, device,
+                steps, gw, item.run_id, device,
                 app_package=ctx.get("app_package") or None,
                 installed=[str(p) for p in ctx.get("installed") or []],
-                instrument=instrument, partial_output=partial_output, abort=abort, retried=[],
+                instrument=instrument, partial_output=partial_output, abort=abort,
+                retried=retried,
                 timings=timings, toolchain=ctx.get("toolchain"),
                 compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
             )

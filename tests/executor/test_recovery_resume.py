@@ -154,3 +154,56 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
     assert [s["status"] for s in instrument] == ["ok"] and instrument[0]["detail"]["resumed"]
     assert all(s["status"] != "running" for s in run["steps"])
     assert not left  # cleaned up as a run that was never interrupted
+
+
+@pytest.mark.adb
+@pytest.mark.timeout(120)
+async def test_a_resumed_run_still_retries_its_failed_tests(
+    tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
+) -> None:
+    """``retries`` outlives the restart: the resumed run runs the failed test again, alone,
+    before it concludes (before, a resumed run skipped its retries)."""
+    from tests.executor.test_sched_e2e import RETRY_TEST
+
+    db = f"sqlite:///{tmp_path / 'controller.db'}"
+    controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
+    await controller.start()
+    adb = CountingDevices(port=adb_server.port, call_timeout_s=15.0 * WAIT_S / 30.0,
+                          flush_s=0.02)
+    try:
+        async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
+                                     timeout=WAIT_S) as http:
+            made = await http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
+            assert made.status_code == 201, made.text
+            async with Bridge(host_config(f"ws://127.0.0.1:{controller.port}", adb_server),
+                              token=made.json()["token"], devices=adb,
+                              build=build_service(tmp_path / "ws"),
+                              settings=SETTINGS) as bridge:
+                await bridge.wait_open(WAIT_S)
+                await wait_listed(http, sim.address, "device")
+                started = await http.post(
+                    "/v1/sandbox/execute", params={"wait": "false"},
+                    json={"test_code": RETRY_TEST, "device": sim.address, "retries": 1})
+                assert started.status_code == 202, started.text
+                run_id = started.json()["run_id"]
+                async with asyncio.timeout(WAIT_S):
+                    await adb.started.wait()
+
+                await controller.kill9()
+                await controller.start()
+                adb.release.set()
+                run = await _until_run(http, run_id, lambda r: r["status"] == "finished")
+    finally:
+        adb.release.set()
+        with contextlib.suppress(Exception):
+            await controller.stop()
+        await adb.aclose()
+    result = run["result"]
+    assert result["resumed"] is True, run
+    assert adb.instrumented == 2  # the held first attempt, then the retry of the failed test
+    tests = {t["name"]: t for t in result["tests"]}
+    assert tests["passes"]["attempts"] == 1 and tests["passes"]["status"] == "passed"
+    assert tests["breaks"]["attempts"] == 2 and tests["breaks"]["status"] == "failed"
+    again = [s for s in run["steps"] if s["detail"].get("method") == "device.instrument"
+             and not s["detail"].get("resumed")]
+    assert len(again) == 1 and again[0]["status"] == "ok"
