@@ -54,6 +54,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
         entry = hub.entry(bridge.id)
         remote = elsewhere.get(bridge.id)
         if remote is not None and (entry is None or entry.conn is None):
+            toolchain = remote.caps.get("toolchain")
             out.append({
                 "id": bridge.id,
                 "name": bridge.name,
@@ -62,6 +63,9 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
                 "devices": remote.devices,
                 "last_seen_at": bridge.last_seen_at,
                 "replica": remote.replica,
+                # As its hello announced them (published with its inventory).
+                "toolchain": toolchain if isinstance(toolchain, str) else None,
+                "build": remote.caps.get("build") is True,
             })
             continue
         item: dict[str, Any] = {

@@ -52,6 +52,11 @@ async def test_a_device_serves_one_run_at_a_time_across_replicas(
             await bridge.wait_open(WAIT_S)
             await wait_listed(api_a, world.sim.address, "device")
             await wait_listed(api_b, world.sim.address, "device")
+            # B lists the bridge A holds with what it can do (its caps travel with its
+            # inventory): that is how B's executor finds a build bridge.
+            (listed,) = (await api_b.get("/v1/bridges")).json()
+            assert (listed["state"], listed["build"], listed["toolchain"]) == (
+                "connected", True, "simulated"), listed
             first = await start_run_until_instrumenting(api_a, world.sim, adb)
 
             started = await api_b.post(
