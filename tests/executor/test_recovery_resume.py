@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,17 +95,24 @@ def test_an_adopted_request_held_by_the_bridge_is_waited_for() -> None:
     assert resume.resent == [] and resume.failed == [] and resume.welcome.waiting == [rid]
 
 
-@pytest.mark.adb
-@pytest.mark.timeout(120)
-async def test_kill_9_mid_run_then_restart_resumes_the_run(
-    tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
-) -> None:
+@dataclass
+class Killable:
+    """A controller process (SQLite in ``tmp_path``) with the real bridge connected to it and
+    its device listed: kill it with ``controller.kill9()``, bring it back with ``start()``."""
+
+    controller: ControllerProcess
+    http: httpx.AsyncClient
+    adb: CountingDevices
+
+
+@contextlib.asynccontextmanager
+async def killable(tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
+                   ) -> AsyncIterator[Killable]:
     db = f"sqlite:///{tmp_path / 'controller.db'}"
     controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
     await controller.start()
     adb = CountingDevices(port=adb_server.port, call_timeout_s=15.0 * WAIT_S / 30.0,
                           flush_s=0.02)
-    before_run = packages_on(sim)
     try:
         async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
                                      timeout=WAIT_S) as http:
@@ -115,32 +124,43 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
                               settings=SETTINGS) as bridge:
                 await bridge.wait_open(WAIT_S)
                 await wait_listed(http, sim.address, "device")
-                run_id = await start_run_until_instrumenting(http, sim, adb)
-                installed = packages_on(sim) - before_run
-                assert len(installed) == 2
-
-                await controller.kill9()
-                await controller.start()
-                # A new run on the device (once its bridge is back) waits for the resumed
-                # one's turn to end.
-                await wait_listed(http, sim.address, "device")
-                second = await http.post(
-                    "/v1/sandbox/execute", params={"wait": "false"},
-                    json={"test_code": llm_style_test("loadSettingsFromDisk()"),
-                          "device": sim.address})
-                assert second.status_code == 202, second.text
-                second_id = second.json()["run_id"]
-                await _until_run(http, second_id, lambda r: any(
-                    s["kind"] == "device_busy" for s in r["steps"]))
-                adb.release.set()  # the result comes while the controller is away or back
-                run = await _until_run(http, run_id, lambda r: r["status"] != "running")
-                left = packages_on(sim) & installed
-                after = await _until_run(http, second_id, lambda r: r["status"] == "finished")
+                yield Killable(controller, http, adb)
     finally:
         adb.release.set()
         with contextlib.suppress(Exception):
             await controller.stop()
         await adb.aclose()
+
+
+@pytest.mark.adb
+@pytest.mark.timeout(120)
+async def test_kill_9_mid_run_then_restart_resumes_the_run(
+    tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim
+) -> None:
+    before_run = packages_on(sim)
+    async with killable(tmp_path, adb_server, sim) as world:
+        http, adb = world.http, world.adb
+        run_id = await start_run_until_instrumenting(http, sim, adb)
+        installed = packages_on(sim) - before_run
+        assert len(installed) == 2
+
+        await world.controller.kill9()
+        await world.controller.start()
+        # A new run on the device (once its bridge is back) waits for the resumed one's turn
+        # to end.
+        await wait_listed(http, sim.address, "device")
+        second = await http.post(
+            "/v1/sandbox/execute", params={"wait": "false"},
+            json={"test_code": llm_style_test("loadSettingsFromDisk()"),
+                  "device": sim.address})
+        assert second.status_code == 202, second.text
+        second_id = second.json()["run_id"]
+        await _until_run(http, second_id, lambda r: any(
+            s["kind"] == "device_busy" for s in r["steps"]))
+        adb.release.set()  # the result comes while the controller is away or back
+        run = await _until_run(http, run_id, lambda r: r["status"] != "running")
+        left = packages_on(sim) & installed
+        after = await _until_run(http, second_id, lambda r: r["status"] == "finished")
     assert run["status"] == "finished" and run["verdict"] == "CONFIRMED", run
     result = run["result"]
     assert result["run_id"] == run_id and result["resumed"] is True
@@ -165,39 +185,19 @@ async def test_a_resumed_run_still_retries_its_failed_tests(
     before it concludes (before, a resumed run skipped its retries)."""
     from tests.executor.test_sched_e2e import RETRY_TEST
 
-    db = f"sqlite:///{tmp_path / 'controller.db'}"
-    controller = ControllerProcess(free_port(), db, ADMIN_TOKEN, tmp_path / "controller.log")
-    await controller.start()
-    adb = CountingDevices(port=adb_server.port, call_timeout_s=15.0 * WAIT_S / 30.0,
-                          flush_s=0.02)
-    try:
-        async with httpx.AsyncClient(base_url=controller.url, headers=bearer(ADMIN_TOKEN),
-                                     timeout=WAIT_S) as http:
-            made = await http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"})
-            assert made.status_code == 201, made.text
-            async with Bridge(host_config(f"ws://127.0.0.1:{controller.port}", adb_server),
-                              token=made.json()["token"], devices=adb,
-                              build=build_service(tmp_path / "ws"),
-                              settings=SETTINGS) as bridge:
-                await bridge.wait_open(WAIT_S)
-                await wait_listed(http, sim.address, "device")
-                started = await http.post(
-                    "/v1/sandbox/execute", params={"wait": "false"},
-                    json={"test_code": RETRY_TEST, "device": sim.address, "retries": 1})
-                assert started.status_code == 202, started.text
-                run_id = started.json()["run_id"]
-                async with asyncio.timeout(WAIT_S):
-                    await adb.started.wait()
-
-                await controller.kill9()
-                await controller.start()
-                adb.release.set()
-                run = await _until_run(http, run_id, lambda r: r["status"] == "finished")
-    finally:
-        adb.release.set()
-        with contextlib.suppress(Exception):
-            await controller.stop()
-        await adb.aclose()
+    async with killable(tmp_path, adb_server, sim) as world:
+        started = await world.http.post(
+            "/v1/sandbox/execute", params={"wait": "false"},
+            json={"test_code": RETRY_TEST, "device": sim.address, "retries": 1})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        async with asyncio.timeout(WAIT_S):
+            await world.adb.started.wait()
+        await world.controller.kill9()
+        await world.controller.start()
+        world.adb.release.set()
+        run = await _until_run(world.http, run_id, lambda r: r["status"] == "finished")
+        adb = world.adb
     result = run["result"]
     assert result["resumed"] is True, run
     assert adb.instrumented == 2  # the held first attempt, then the retry of the failed test
