@@ -879,16 +879,7 @@ class Cluster:
                         "is unreachable", {"reason": "replica_unreachable"})
         deadline = timeout_for(method, self.settings, timeout_s) + self.settings.cluster_ttl_s
         try:
-            if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
-                raise gone  # nobody subscribed: the replica is dead, its keys not yet expired
-            async with asyncio.timeout(deadline):
-                while True:
-                    done, _ = await asyncio.wait({future},
-                                                 timeout=self.settings.cluster_heartbeat_s)
-                    if done:
-                        return future.result()
-                    if not await self.redis.exists(self._k("replica", replica)):
-                        raise gone
+            return await self._ask(replica, message, future, deadline, gone)
         except TimeoutError:
             raise RpcError(ErrorCode.TIMEOUT, f"{method} forwarded to replica {replica} "
                            "timed out") from None
@@ -902,6 +893,22 @@ class Cluster:
             raise
         finally:
             self._waiting.pop(request_id, None)
+
+    async def _ask(self, replica: str, message: dict[str, Any],
+                   future: asyncio.Future[dict[str, Any]], deadline: float,
+                   gone: RpcError) -> dict[str, Any]:
+        """Publish ``message`` to ``replica`` and wait (up to ``deadline`` seconds: raises
+        ``TimeoutError``) for ``future``, its answer; raises ``gone`` when nobody listens on
+        its channel or its liveness key expires meanwhile (checked every heartbeat)."""
+        if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
+            raise gone  # nobody subscribed: the replica is dead, its keys not yet expired
+        async with asyncio.timeout(deadline):
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=self.settings.cluster_heartbeat_s)
+                if done:
+                    return future.result()
+                if not await self.replica_alive(replica):
+                    raise gone
 
     # -- logcat streams: the requesting side
 
@@ -934,17 +941,8 @@ class Cluster:
                     + self.settings.cluster_ttl_s)
         opened = False
         try:
-            if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
-                raise gone
-            async with asyncio.timeout(deadline):
-                while True:
-                    done, _ = await asyncio.wait({future},
-                                                 timeout=self.settings.cluster_heartbeat_s)
-                    if done:
-                        break
-                    if not await self.replica_alive(replica):
-                        raise gone
-            channel = future.result().get("channel")
+            answer = await self._ask(replica, message, future, deadline, gone)
+            channel = answer.get("channel")
             stream.channel = channel if isinstance(channel, str) else ""
             watch = stream.watch = asyncio.get_running_loop().create_task(
                 self._watch(stream), name=f"cluster-stream-{stream_id[:8]}")
