@@ -42,7 +42,14 @@ from controller.analysis import (
 )
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.executor.cache import ApkCache, CompiledTest, cache_key
-from controller.executor.gateway import BridgeView, DeviceView, Gateway, Target
+from controller.executor.gateway import (
+    BridgeView,
+    DeviceView,
+    Gateway,
+    Target,
+    all_bridges,
+    all_devices,
+)
 from controller.executor.queue import Scheduler, SharedTurn
 from controller.executor.recovery import Resumable, clean_up, end_run
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
@@ -464,7 +471,7 @@ class SandboxExecutor:
     ) -> tuple[list[DeviceView], list[dict[str, Any]]]:
         usable: list[DeviceView] = []
         refusals: list[dict[str, Any]] = []
-        for device in await self._all_devices():
+        for device in await all_devices(self.gateway):
             if principal is not None and self.store is not None:
                 try:
                     await authorize(principal, device.ref, Action.USE, store=self.store)
@@ -621,16 +628,6 @@ class SandboxExecutor:
             )
         return compiled
 
-    async def _all_devices(self) -> Sequence[DeviceView]:
-        """The gateway's devices; in cluster mode, those of every replica's bridges."""
-        everywhere = getattr(self.gateway, "cluster_devices", None)
-        return await everywhere() if callable(everywhere) else self.gateway.devices()
-
-    async def _all_bridges(self) -> Sequence[BridgeView]:
-        """The gateway's bridges; in cluster mode, every replica's."""
-        everywhere = getattr(self.gateway, "cluster_bridges", None)
-        return await everywhere() if callable(everywhere) else self.gateway.bridges()
-
     async def _build_bridge(
         self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
     ) -> BridgeView | None:
@@ -638,7 +635,7 @@ class SandboxExecutor:
         first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
         project = request.project_dir
         builders = [
-            b for b in await self._all_bridges()
+            b for b in await all_bridges(self.gateway)
             if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
         ]
         near = {d.bridge_id for d in devices if d is not None}
@@ -1049,17 +1046,18 @@ class SandboxExecutor:
         survivor adopting a dead replica's run may first finish its own run on that device."""
         dev = item.context["device"]
         turn = self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id)
+        held = True
         try:
             await turn.__aenter__()
         except RpcError as exc:  # the cluster's turn could not be taken (Redis away)
             log.warning("run %s: finishing without the device's turn: %s", item.run_id,
                         exc.message)
-            await self._finish_resumed(item, waiter)
-            return
+            held = False
         try:
             await self._finish_resumed(item, waiter)
         finally:
-            await turn.__aexit__(None, None, None)
+            if held:
+                await turn.__aexit__(None, None, None)
 
     async def _finish_resumed(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
         assert self.store is not None

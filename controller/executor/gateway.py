@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from controller.auth import DeviceRef
 from protocol.envelope import Capabilities
 
-__all__ = ["BridgeView", "DeviceView", "Gateway", "Target"]
+__all__ = ["BridgeView", "DeviceView", "Gateway", "Target", "all_bridges", "all_devices"]
 
 #: Where an RPC goes: a device (``DeviceRef``) or a bridge (its id), as ``Hub.call`` takes it.
 Target = DeviceRef | str
@@ -102,3 +102,16 @@ class Gateway(Protocol):
         For a device, the gateway fills in ``params["serial"]`` (as ``Hub.call`` does).
         """
         ...
+
+
+async def all_devices(gateway: Gateway) -> Sequence[DeviceView]:
+    """The gateway's devices; in cluster mode (a gateway with ``cluster_devices``, such as
+    :class:`~controller.executor.hub_gateway.HubGateway`), those of every replica's bridges."""
+    everywhere = getattr(gateway, "cluster_devices", None)
+    return await everywhere() if callable(everywhere) else gateway.devices()
+
+
+async def all_bridges(gateway: Gateway) -> Sequence[BridgeView]:
+    """The gateway's bridges; in cluster mode (``cluster_bridges``), every replica's."""
+    everywhere = getattr(gateway, "cluster_bridges", None)
+    return await everywhere() if callable(everywhere) else gateway.bridges()

@@ -42,7 +42,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from controller.executor.gateway import Gateway
+from controller.executor.gateway import Gateway, all_devices
 from controller.executor.results import pending_result
 from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
@@ -275,10 +275,8 @@ async def clean_up(
     pending = [r for r in owed if r.device and r.packages]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
-    everywhere = getattr(gateway, "cluster_devices", None)  # cluster mode: any replica's
     while pending:
-        views = await everywhere() if callable(everywhere) else gateway.devices()
-        ready = {d.id: d for d in views if d.ready}
+        ready = {d.id: d for d in await all_devices(gateway) if d.ready}  # any replica's
         for item in [r for r in pending if r.device in ready]:
             pending.remove(item)
             device = ready[str(item.device)]
