@@ -33,7 +33,6 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from bench.common import Figure, figure, median, percentile
 from protocol.methods import LogBatch
-from protocol.settings import DEFAULTS
 
 __all__ = ["run"]
 
@@ -46,27 +45,24 @@ REPEATS = 5
 @contextlib.asynccontextmanager
 async def _controller_and_bridge() -> AsyncIterator[tuple[Any, Any]]:
     """A controller on uvicorn and a bridge connected to it: (hub, bridge)."""
-    from controller.app import create_app
+    from controller.cli.serve import uvicorn_config
     from controller.config import ControllerConfig
-    from controller.ws_protocol import WebSocketProtocol
     from device_bridge.bridge import Bridge
     from device_bridge.config import load_host_config
 
     admin = "bench-" + secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:
         config = ControllerConfig(db_url=f"sqlite:///{Path(tmp) / 'c.db'}", bootstrap_token=admin)
-        app = create_app(config)
+        # Served as `droidwire controller` serves (its uvicorn options, its WebSocket protocol).
+        uv = uvicorn_config(config, log_level="warning", log_config=None)
+        app: Any = uv.app  # the ControllerApp uvicorn_config made
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
         # accepted sockets inherit it (without it, Nagle adds ~40 ms to small frames).
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        server = uvicorn.Server(uvicorn.Config(
-            app, lifespan="on", ws=WebSocketProtocol, ws_per_message_deflate=False,
-            ws_max_size=DEFAULTS.max_frame_bytes, ws_ping_interval=DEFAULTS.ping_interval_s,
-            ws_ping_timeout=DEFAULTS.ping_timeout_s, log_level="warning", log_config=None,
-        ))
+        server = uvicorn.Server(uv)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
             async with httpx.AsyncClient(
