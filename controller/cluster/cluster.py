@@ -879,13 +879,8 @@ class Cluster:
                         "is unreachable", {"reason": "replica_unreachable"})
         deadline = timeout_for(method, self.settings, timeout_s) + self.settings.cluster_ttl_s
         try:
-            return await self._ask(replica, message, future, deadline, gone)
-        except TimeoutError:
-            raise RpcError(ErrorCode.TIMEOUT, f"{method} forwarded to replica {replica} "
-                           "timed out") from None
-        except (RedisError, OSError) as exc:
-            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
-                           {"reason": "redis_unavailable"}) from exc
+            return await self._ask(replica, message, future, deadline, gone,
+                                   f"{method} forwarded to replica {replica}")
         except asyncio.CancelledError:
             with contextlib.suppress(RedisError, OSError):
                 await self.redis.publish(self.channel(replica), _pack(
@@ -896,19 +891,27 @@ class Cluster:
 
     async def _ask(self, replica: str, message: dict[str, Any],
                    future: asyncio.Future[dict[str, Any]], deadline: float,
-                   gone: RpcError) -> dict[str, Any]:
-        """Publish ``message`` to ``replica`` and wait (up to ``deadline`` seconds: raises
-        ``TimeoutError``) for ``future``, its answer; raises ``gone`` when nobody listens on
-        its channel or its liveness key expires meanwhile (checked every heartbeat)."""
-        if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
-            raise gone  # nobody subscribed: the replica is dead, its keys not yet expired
-        async with asyncio.timeout(deadline):
-            while True:
-                done, _ = await asyncio.wait({future}, timeout=self.settings.cluster_heartbeat_s)
-                if done:
-                    return future.result()
-                if not await self.replica_alive(replica):
-                    raise gone
+                   gone: RpcError, what: str) -> dict[str, Any]:
+        """Publish ``message`` to ``replica`` and wait up to ``deadline`` seconds for
+        ``future``, its answer. Raises ``gone`` when nobody listens on its channel or its
+        liveness key expires meanwhile (checked every heartbeat); :class:`RpcError`
+        ``timeout`` ("``what`` timed out") or ``unavailable`` (Redis unreachable)."""
+        try:
+            if await self.redis.publish(self.channel(replica), _pack(message)) == 0:
+                raise gone  # nobody subscribed: the replica is dead, its keys not yet expired
+            async with asyncio.timeout(deadline):
+                while True:
+                    done, _ = await asyncio.wait({future},
+                                                 timeout=self.settings.cluster_heartbeat_s)
+                    if done:
+                        return future.result()
+                    if not await self.replica_alive(replica):
+                        raise gone
+        except TimeoutError:
+            raise RpcError(ErrorCode.TIMEOUT, f"{what} timed out") from None
+        except (RedisError, OSError) as exc:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
+                           {"reason": "redis_unavailable"}) from exc
 
     # -- logcat streams: the requesting side
 
@@ -941,7 +944,8 @@ class Cluster:
                     + self.settings.cluster_ttl_s)
         opened = False
         try:
-            answer = await self._ask(replica, message, future, deadline, gone)
+            answer = await self._ask(replica, message, future, deadline, gone,
+                                     f"logcat subscription on replica {replica}")
             channel = answer.get("channel")
             stream.channel = channel if isinstance(channel, str) else ""
             watch = stream.watch = asyncio.get_running_loop().create_task(
@@ -952,12 +956,6 @@ class Cluster:
             log.info("cluster: logcat of %s relayed from replica %s (stream %s)", device,
                      replica, stream_id)
             return stream
-        except TimeoutError:
-            raise RpcError(ErrorCode.TIMEOUT, f"logcat subscription on replica {replica} "
-                           "timed out") from None
-        except (RedisError, OSError) as exc:
-            raise RpcError(ErrorCode.UNAVAILABLE, f"cluster routing failed: {exc}",
-                           {"reason": "redis_unavailable"}) from exc
         finally:
             self._waiting.pop(stream_id, None)
             if not opened:  # failed or cancelled: the holder may have subscribed already
