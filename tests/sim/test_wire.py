@@ -252,23 +252,27 @@ async def test_stop_closes_a_connection_accepted_as_it_began(turns: int) -> None
         client.close()
 
 
-async def test_the_listener_outlives_a_failed_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_listener_outlives_a_failed_accept() -> None:
     """An accept that fails (out of file descriptors, say) is logged and retried: the device
-    keeps listening instead of its accept task dying."""
+    keeps listening instead of giving up on its socket."""
     import errno
+    import socket
 
     from device_bridge.sim.listener import StreamListener
 
-    loop = asyncio.get_running_loop()
-    real_accept = loop.sock_accept
     failures = [OSError(errno.EMFILE, "Too many open files")]
 
-    async def accept(sock):  # type: ignore[no-untyped-def]
-        if failures:
-            raise failures.pop()
-        return await real_accept(sock)
+    class Flaky(socket.socket):
+        def accept(self):  # type: ignore[no-untyped-def]
+            if failures:
+                raise failures.pop()
+            return super().accept()
 
-    monkeypatch.setattr(loop, "sock_accept", accept)
+    sock = Flaky(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.setblocking(False)
     served = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -277,7 +281,7 @@ async def test_the_listener_outlives_a_failed_accept(monkeypatch: pytest.MonkeyP
         await reader.read()
         writer.close()
 
-    listener = await StreamListener.open(handler, "127.0.0.1", 0)
+    listener = StreamListener(handler, sock)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
         assert await asyncio.wait_for(reader.readexactly(2), TIMEOUT) == b"hi"
