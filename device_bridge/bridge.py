@@ -159,7 +159,14 @@ class Bridge:
 
     def inventory(self) -> list[DeviceInfo]:
         """The devices the controller may see (the owner's exposure rules applied)."""
-        return [d for s, d in sorted(self._devices.items()) if self.policy.is_exposed(s)]
+        out = []
+        for serial, info in sorted(self._devices.items()):
+            if self.policy.is_exposed(serial):
+                labels, pool = self.policy.config.labels_for(serial)
+                if labels or pool is not None:
+                    info = info.model_copy(update={"labels": labels, "pool": pool})
+                out.append(info)
+        return out
 
     async def _describe(self) -> tuple[Capabilities, list[DeviceInfo]]:
         self._announced = self.inventory()

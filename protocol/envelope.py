@@ -49,6 +49,8 @@ __all__ = [
     "DEVICES_CHANNEL",
     "FRAME_ADAPTER",
     "FRAME_KINDS",
+    "LABEL_PATTERN",
+    "MAX_LABELS",
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
     "Ack",
@@ -60,6 +62,7 @@ __all__ = [
     "Evt",
     "Frame",
     "Hello",
+    "Label",
     "Ping",
     "Pong",
     "Profile",
@@ -108,6 +111,10 @@ Serial = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 ChannelId = Annotated[str, StringConstraints(min_length=1, max_length=_MAX_ID, pattern=r"^[!-~]+$")]
 _Nonce = Annotated[str, StringConstraints(max_length=_MAX_ID)]
 _Name = Annotated[str, StringConstraints(max_length=256)]
+#: A device label or pool name (bridge config, admin API, ``label=``/``pool=`` selectors).
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_LABELS = 32
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 
 
 _CHANNEL_RE = re.compile(rf"[!-~]{{1,{_MAX_ID}}}")
@@ -232,6 +239,9 @@ class DeviceInfo(_Model):
     abi: _Name | None = None
     battery: int | None = Field(default=None, ge=0, le=100)
     profile: Profile = Profile.STANDARD
+    # Set by the bridge owner's config, for the controller's selectors (label=, pool=).
+    labels: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
+    pool: Label | None = None
 
 
 class Capabilities(_Model):

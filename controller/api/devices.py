@@ -18,11 +18,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
 from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.streams import LogChunk
+from controller.store import Device
+from protocol.envelope import MAX_LABELS, Label
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ShellResult, validate_result
 
@@ -46,6 +49,18 @@ class DeviceOut(BaseModel):
     abi: str | None = None
     battery: int | None = None
     profile: str = "standard"
+    labels: list[str] = Field(default_factory=list,
+                              description="the owner's (bridge config) and an admin's labels")
+    pool: str | None = Field(default=None, description="an admin's pool, else the owner's")
+
+
+class LabelsIn(BaseModel):
+    """The labels and pool an admin gives a device (added to, put over, its owner's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    labels: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
+    pool: Label | None = None
 
 
 class ShellIn(BaseModel):
@@ -81,6 +96,35 @@ def _hub(app_state: Any) -> Hub:
 async def get_devices(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
     """Every device the caller may see, from connected bridges and from the store."""
     return [r.to_json() for r in await list_devices(_hub(request.app.state), principal)]
+
+
+@router.put("/{device}/labels", response_model=DeviceOut)
+async def put_labels(
+    device: str, body: LabelsIn, principal: UserPrincipal, request: Request
+) -> dict[str, Any]:
+    """Set the labels and pool an admin gives a device (admins only): selectors ``label=``
+    and ``pool=`` see them with those from the bridge owner's config."""
+    state = request.app.state
+    hub = _hub(state)
+    if not principal.is_admin:
+        await state.audit.record(principal, "device.labels", device=device[:200],
+                                 outcome="refused", detail={"code": "forbidden"})
+        raise RpcError(ErrorCode.FORBIDDEN, "only an admin sets device labels")
+    record = await resolve_device(hub, principal, device)
+    labels = sorted(set(body.labels))
+    async with state.store.session() as session, session.begin():
+        row = (await session.execute(
+            select(Device).where(Device.bridge_id == record.bridge_id,
+                                 Device.serial == record.serial)
+        )).scalar_one_or_none()
+        if row is None:  # listed live before its first store write
+            row = Device(bridge_id=record.bridge_id, serial=record.serial, last_info={})
+            session.add(row)
+        row.labels = labels or None
+        row.pool = body.pool
+    await state.audit.record(principal, "device.labels", device=record.id,
+                             detail={"labels": labels, "pool": body.pool})
+    return (await resolve_device(hub, principal, record.id)).to_json()
 
 
 @router.post("/{device}/shell", response_model=ShellOut)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.analysis import (
     Thresholds,
@@ -50,6 +51,7 @@ from controller.executor.gateway import (
     all_bridges,
     all_devices,
 )
+from controller.executor.placement import Placement, order_by_load, with_store_labels
 from controller.executor.queue import Scheduler, SharedTurn
 from controller.executor.recovery import Resumable, clean_up, end_run
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
@@ -301,6 +303,7 @@ class SandboxExecutor:
         self.observer = observer  # sees every finished result (metrics)
         # shared_turn: a device's turn across replicas (cluster mode), see Scheduler.
         self.scheduler = Scheduler(shared_turn)
+        self.placement = Placement(store)  # which device a run goes to (least loaded)
         # Which controller process ran a run (kept in its request record): after a restart,
         # runs of a process that is gone are ended (controller.executor.recovery).
         self.instance = instance or new_id()
@@ -383,14 +386,24 @@ class SandboxExecutor:
             devices, abort = [None], _Abort("skipped", "the test body could not be generated")
         else:
             usable, refusals = await self._usable_devices(principal)
+            usable = await with_store_labels(self.store, usable)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
-            chosen = select_devices(request.selectors, usable, me=me, owner_names=names)
-            if chosen:
-                devices = list(chosen)
-            else:
-                devices = [None]
-                abort = self._why_none(request.selectors, usable, me, names)
+            # Choosing and creating the runs under the placement lock: a request arriving at
+            # the same moment (on any replica) sees these runs in the devices' loads.
+            async with self.placement.transaction() as session:
+                loads = await self.placement.loads(
+                    session, [d.id for d in usable if d.ready], me
+                )
+                ordered = order_by_load(usable, loads)
+                chosen = select_devices(request.selectors, ordered, me=me, owner_names=names)
+                if chosen:
+                    devices = list(chosen)
+                else:
+                    devices = [None]
+                    abort = self._why_none(request.selectors, usable, me, names)
+                run_ids = await self._create_runs(request, principal, devices, session)
+            return Plan(request, principal, run_ids, devices, abort, refusals)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -516,6 +529,7 @@ class SandboxExecutor:
         request: ExecuteRequest,
         principal: Principal | None,
         devices: Sequence[DeviceView | None],
+        session: AsyncSession | None = None,
     ) -> list[str]:
         runs = [
             Run(
@@ -530,10 +544,13 @@ class SandboxExecutor:
             )
             for d in devices
         ]
-        if self.store is not None:
-            async with self.store.session() as session, session.begin():
-                session.add_all(runs)
-                await session.flush()
+        if session is not None:
+            session.add_all(runs)
+            await session.flush()
+        elif self.store is not None:
+            async with self.store.session() as own, own.begin():
+                own.add_all(runs)
+                await own.flush()
         return [r.id for r in runs]
 
     # -- running -----------------------------------------------------------------------------

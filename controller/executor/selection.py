@@ -10,7 +10,12 @@ A selector is one of:
   ``release``, ``manufacturer``, ``abi``, ``bridge`` (``=`` / ``!=`` on the text), OP one of
   ``>= <= > < = == !=``: every ready device that matches;
 * ``owner=WHO`` / ``owner!=WHO``: devices whose bridge belongs (or not) to WHO, a user's name
-  or id, or ``me`` (the caller).
+  or id, or ``me`` (the caller);
+* ``label=NAME`` / ``label!=NAME``: every ready device that has (or has not) that label;
+* ``pool=NAME``: one ready device of that pool.
+
+``any``, a count and ``pool=`` take the first devices of the list they are given: the executor
+hands it ordered least-loaded first (:mod:`controller.executor.placement`).
 
 Several selectors are a union, in order, without duplicates. No selector at all picks one
 ready device. A selector that names nothing is not an error here: the executor reports
@@ -31,7 +36,9 @@ __all__ = ["MAX_COUNT", "parse_selector", "select_devices"]
 
 MAX_COUNT = 100
 MAX_SELECTOR_CHARS = 200
-_PROPERTY = re.compile(r"^(sdk|model|release|manufacturer|abi|bridge|owner)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
+_PROPERTY = re.compile(
+    r"^(sdk|model|release|manufacturer|abi|bridge|owner|label|pool)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$"
+)
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -70,6 +77,8 @@ def parse_selector(
             if not raw.isdigit():
                 raise RpcError(ErrorCode.BAD_REQUEST, f"sdk compares to an integer, not {raw!r}")
             want: Any = int(raw)
+        elif key == "pool" and op not in ("=", "=="):
+            raise RpcError(ErrorCode.BAD_REQUEST, "pool selects with = only (pool=NAME)")
         elif op in ("=", "==", "!="):
             want = raw
         else:
@@ -81,6 +90,14 @@ def parse_selector(
             if want == "me":
                 return "me" if me is not None and d.owner_id == me else d.owner_id
             return want if want in (d.owner_id, names.get(d.owner_id)) else d.owner_id
+
+        if key == "label":
+            def by_label(devices: Sequence[DeviceView]) -> list[DeviceView]:
+                return [d for d in devices if (want in _labels(d)) == (op != "!=")]
+
+            return by_label
+        if key == "pool":
+            return lambda devices: [d for d in devices if d.info.get("pool") == want][:1]
 
         def by_property(devices: Sequence[DeviceView]) -> list[DeviceView]:
             out = []
@@ -115,6 +132,11 @@ def parse_selector(
         return by_serial
 
     return by_id
+
+
+def _labels(device: DeviceView) -> set[str]:
+    labels = device.info.get("labels")
+    return {str(x) for x in labels} if isinstance(labels, list) else set()
 
 
 def select_devices(

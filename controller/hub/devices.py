@@ -14,7 +14,8 @@ device the caller may not see is never listed, never a candidate, and resolves t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -24,15 +25,39 @@ from controller.hub.hub import Hub
 from controller.store import Bridge, Device
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["DISCONNECTED", "DeviceRecord", "device_id", "list_devices", "resolve_device"]
+__all__ = [
+    "DISCONNECTED",
+    "DeviceRecord",
+    "device_id",
+    "list_devices",
+    "merge_labels",
+    "resolve_device",
+]
 
 DISCONNECTED = "disconnected"
 SEPARATOR = "~"
-_INFO_KEYS = ("model", "release", "sdk", "abi", "battery", "profile")
+_INFO_KEYS = ("model", "release", "sdk", "abi", "battery", "profile", "labels", "pool")
 
 
 def device_id(bridge: str, serial: str) -> str:
     return f"{bridge}{SEPARATOR}{serial}"
+
+
+def merge_labels(
+    info: Mapping[str, Any], admin: tuple[list[str], str | None] | None
+) -> dict[str, Any]:
+    """A device's info with the labels an admin set added to its owner's (from the bridge's
+    inventory) and the admin's pool put over the owner's (docs/sandbox.md, "Placement")."""
+    out = dict(info)
+    own = out.get("labels")
+    labels = {str(x) for x in own} if isinstance(own, list) else set()
+    pool = out.get("pool") if isinstance(out.get("pool"), str) else None
+    if admin is not None:
+        labels.update(admin[0])
+        pool = admin[1] or pool
+    out["labels"] = sorted(labels)
+    out["pool"] = pool
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +88,8 @@ class DeviceRecord:
             out[key] = self.info.get(key)
         if out["profile"] is None:
             out["profile"] = "standard"
+        if out["labels"] is None:
+            out["labels"] = []
         return out
 
 
@@ -70,7 +97,10 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
     async with hub.store.session() as session:
         rows = (await session.execute(select(Device, Bridge).join(Bridge))).all()
     records: dict[tuple[str, str], DeviceRecord] = {}
+    admin: dict[tuple[str, str], tuple[list[str], str | None]] = {}
     for device, bridge in rows:
+        if device.labels or device.pool:
+            admin[(bridge.id, device.serial)] = (list(device.labels or []), device.pool)
         records[(bridge.id, device.serial)] = DeviceRecord(
             bridge.id, bridge.name, bridge.owner_id, device.serial, DISCONNECTED,
             dict(device.last_info or {}),
@@ -94,6 +124,9 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
                     entry.id, entry.name, entry.owner_id, serial, DISCONNECTED,
                     info.model_dump(mode="json"),
                 ))
+    for key, labels in admin.items():
+        record = records[key]
+        records[key] = replace(record, info=merge_labels(record.info, labels))
     return sorted(records.values(), key=lambda r: (r.bridge, r.serial))
 
 

@@ -154,6 +154,10 @@ class Device(Base):
     last_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
     first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by an admin (PUT /v1/devices/{device}/labels): added to the labels, and put over
+    # the pool, that the bridge's owner configured (controller.executor.placement).
+    labels: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    pool: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class Grant(Base):
