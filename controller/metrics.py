@@ -10,22 +10,42 @@ by verdict and reason, ``droidwire_sandbox_run_seconds``).
 What is a *state* rather than an event is read when Prometheus scrapes, not kept up to date
 on every change (:class:`StateCollector`): just before ``GET /metrics`` is answered, the
 middleware asks :meth:`Metrics.refresh` to read the hub's registry and the store, then the
-scrape renders those numbers:
+scrape renders those numbers.
 
-- ``droidwire_bridges{state}``: bridges known to this controller by ``connected``,
-  ``reconnecting`` (inside the grace period) and ``disconnected``;
-- ``droidwire_devices{state}``: devices by adb state, ``disconnected`` for devices seen before
-  whose bridge is not connected; a state outside adb's vocabulary counts as ``other``, so a
-  bridge cannot put arbitrary text into a label;
+Cluster mode (docs/cluster.md, "Metrics"): every series is either **owned** by one replica —
+so ``sum`` over the replicas is the cluster's figure — or **cluster-wide**, emitted by one
+replica only (the *reporter*: the live replica with the smallest id; one process on its own is
+always the reporter). ``droidwire_cluster_reporter`` is 1 on that replica, 0 on the others.
+
+Owned by each replica:
+
+- ``droidwire_bridges{state}``: ``connected`` and ``reconnecting`` (inside the grace period)
+  bridges whose session this replica holds;
+- ``droidwire_devices{state}``: devices of the bridges this replica holds, by adb state; a
+  state outside adb's vocabulary counts as ``other``, so a bridge cannot put arbitrary text
+  into a label;
 - ``droidwire_bridge_reconnects_total``: connections of a bridge after its first one, since
   this controller started;
 - ``droidwire_rpc_pending``: calls sent or queued to bridges and not yet answered;
 - ``droidwire_logcat_streams{kind}``: live logcat streams: ``local`` on this controller's
   bridges (whoever reads them), ``served`` of those relayed to another replica, ``relayed``
   read here from a bridge another replica holds (cluster mode, docs/cluster.md);
-- ``droidwire_runs{status}``: runs in the store by status (every replica's);
+- ``droidwire_device_busy_seconds_total{device}``: seconds this replica's runs held the
+  device (its turn), since the replica started;
+- ``droidwire_device_runs_total{device,verdict}``: runs this replica finished on the device.
+
+Cluster-wide, on the reporter only:
+
+- ``droidwire_bridges{state="disconnected"}`` and ``droidwire_devices{state="disconnected"}``:
+  bridges (and their devices) known to the store that no replica holds;
+- ``droidwire_runs{status}``: runs in the store by status;
 - ``droidwire_run_queue_depth``: runs waiting to start: queued, or waiting for a device busy
-  with another run.
+  with another run;
+- ``droidwire_device_queue_length{device}``: runs placed on the device and not finished
+  (queued, waiting or running) — the depth placement compares.
+
+``device`` is the device's opaque store id (``uid`` in ``GET /v1/devices``), never its serial
+or its bridge's name (DESIGN.md §6).
 """
 
 from __future__ import annotations
@@ -59,6 +79,7 @@ DEVICE_STATES = frozenset({
 BRIDGE_STATES = ("connected", "reconnecting", "disconnected")
 RUN_STATUSES = ("queued", "running", "finished", "cancelled")
 STREAM_KINDS = ("local", "served", "relayed")
+VERDICTS = frozenset({"CONFIRMED", "PARTIAL", "REFUTED", "PENDING"})
 OTHER = "other"
 
 
@@ -66,6 +87,7 @@ OTHER = "other"
 class Snapshot:
     """The state-type numbers of one scrape (see the module docstring)."""
 
+    reporter: bool = True
     bridges: Mapping[str, int] = field(default_factory=dict)
     devices: Mapping[str, int] = field(default_factory=dict)
     reconnects: int = 0
@@ -73,6 +95,9 @@ class Snapshot:
     logcat_streams: Mapping[str, int] = field(default_factory=dict)
     runs: Mapping[str, int] = field(default_factory=dict)
     run_queue: int = 0
+    device_busy_s: Mapping[str, float] = field(default_factory=dict)  # by device uid
+    device_runs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (uid, verdict)
+    device_queue: Mapping[str, int] = field(default_factory=dict)  # by device uid
 
 
 class StateCollector(Collector):
@@ -86,17 +111,29 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot
-        bridges = GaugeMetricFamily(
-            "droidwire_bridges", "Bridges known to this controller, by state", labels=["state"]
+        yield GaugeMetricFamily(
+            "droidwire_cluster_reporter",
+            "1 on the replica that reports the cluster-wide series, 0 on the others",
+            value=1 if snap.reporter else 0,
         )
-        for state in BRIDGE_STATES:
-            bridges.add_metric([state], snap.bridges.get(state, 0))
-        yield bridges
-        devices = GaugeMetricFamily(
-            "droidwire_devices", "Devices by adb state ('disconnected': bridge away)",
+        bridges = GaugeMetricFamily(
+            "droidwire_bridges",
+            "Bridges this replica holds, by state; 'disconnected' (held by no replica) on the "
+            "reporter only",
             labels=["state"],
         )
-        for state, count in sorted({"device": 0, "disconnected": 0, **snap.devices}.items()):
+        for state in BRIDGE_STATES:
+            if state != "disconnected" or snap.reporter:
+                bridges.add_metric([state], snap.bridges.get(state, 0))
+        yield bridges
+        devices = GaugeMetricFamily(
+            "droidwire_devices",
+            "Devices of the bridges this replica holds, by adb state; 'disconnected' (their "
+            "bridge held by no replica) on the reporter only",
+            labels=["state"],
+        )
+        base = {"device": 0, **({"disconnected": 0} if snap.reporter else {})}
+        for state, count in sorted({**base, **snap.devices}.items()):
             devices.add_metric([state], count)
         yield devices
         yield CounterMetricFamily(
@@ -117,6 +154,23 @@ class StateCollector(Collector):
         for kind in STREAM_KINDS:
             streams.add_metric([kind], snap.logcat_streams.get(kind, 0))
         yield streams
+        busy = CounterMetricFamily(
+            "droidwire_device_busy_seconds",
+            "Seconds this replica's runs held the device, by device uid", labels=["device"],
+        )
+        for uid, seconds in sorted(snap.device_busy_s.items()):
+            busy.add_metric([uid], seconds)
+        yield busy
+        outcomes = CounterMetricFamily(
+            "droidwire_device_runs",
+            "Runs this replica finished on the device, by device uid and verdict",
+            labels=["device", "verdict"],
+        )
+        for (uid, verdict), count in sorted(snap.device_runs.items()):
+            outcomes.add_metric([uid, verdict], count)
+        yield outcomes
+        if not snap.reporter:
+            return
         runs = GaugeMetricFamily("droidwire_runs", "Runs in the store, by status", labels=["status"])
         for status in RUN_STATUSES:
             runs.add_metric([status], snap.runs.get(status, 0))
@@ -126,6 +180,14 @@ class StateCollector(Collector):
             "Runs waiting to start: queued, or waiting for a device busy with another run",
             value=snap.run_queue,
         )
+        queue = GaugeMetricFamily(
+            "droidwire_device_queue_length",
+            "Runs placed on the device and not finished (queued, waiting or running)",
+            labels=["device"],
+        )
+        for uid, count in sorted(snap.device_queue.items()):
+            queue.add_metric([uid], count)
+        yield queue
 
 
 def _version() -> str:
@@ -158,12 +220,24 @@ class Metrics:
 
         self.state = StateCollector()
         self.registry.register(self.state)
+        # (device id BRIDGE~SERIAL, verdict) → runs this process finished there; rendered by
+        # device uid (controller.api.sandbox counts them, through the executor's observer).
+        self.device_runs: Tally[tuple[str, str]] = Tally()
+
+    def run_finished(self, result: Mapping[str, Any]) -> None:
+        """Count a finished run for its device (a run without a device is not counted)."""
+        device = result.get("device")
+        verdict = str(result.get("verification_status") or "")
+        if isinstance(device, Mapping) and isinstance(device.get("id"), str) and (
+            verdict in VERDICTS
+        ):
+            self.device_runs[(str(device["id"]), verdict)] += 1
 
     async def refresh(self, app_state: Any) -> None:
         """Take the state numbers from the app's hub and store (never fails the scrape: a
         store that does not answer leaves the last numbers in place, and says so in the log)."""
         try:
-            self.state.snapshot = await _snapshot(app_state)
+            self.state.snapshot = await _snapshot(app_state, self.device_runs)
         except Exception:
             log.exception("metrics: could not read the current state")
 
@@ -171,53 +245,84 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def _snapshot(app_state: Any) -> Snapshot:
+async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) -> Snapshot:
     from controller.store import Bridge, Device, Run, RunStatus, RunStep
 
     hub = getattr(app_state, "hub", None)
     store = getattr(app_state, "store", None)
+    cluster = getattr(hub, "cluster", None) if hub is not None else None
     snap = Snapshot()
-    live: set[tuple[str, str]] = set()
+    if cluster is not None:
+        snap.reporter = await cluster.reports_cluster()
+    held: set[str] = set()  # bridges some replica holds (here, or in the cluster's registry)
     if hub is not None:
         entries = hub.entries()
-        snap.bridges = Tally(str(e.state) for e in entries)
+        snap.bridges = Tally(str(e.state) for e in entries if str(e.state) != "disconnected")
         devices: Tally[str] = Tally()
         for entry in entries:
-            for serial, info in entry.live_devices().items():
-                live.add((entry.id, serial))
+            if str(entry.state) == "connected":
+                held.add(entry.id)
+            for _serial, info in entry.live_devices().items():
                 devices[info.state if info.state in DEVICE_STATES else OTHER] += 1
         snap.devices = devices
         snap.reconnects = sum(max(e.connections - 1, 0) for e in entries)
         snap.rpc_pending = sum(e.session.pending_count for e in entries)
-        cluster = getattr(hub, "cluster", None)
         snap.logcat_streams = {
             "local": sum(len(e.subscriptions) for e in entries),
             "served": getattr(cluster, "streams_served", 0),
             "relayed": getattr(cluster, "streams_relayed", 0),
         }
-    if store is not None:
-        async with store.session() as session:
-            known = (await session.execute(select(Device.bridge_id, Device.serial).join(Bridge))).all()
-            by_status = (
-                await session.execute(select(Run.status, func.count()).group_by(Run.status))
-            ).all()
-            waiting = (
-                await session.execute(
-                    select(func.count())
-                    .select_from(RunStep)
-                    .join(Run, Run.id == RunStep.run_id)
-                    .where(
-                        RunStep.kind == "device_busy",
-                        RunStep.status == "running",
-                        Run.status == RunStatus.RUNNING.value,
-                    )
+        remote = getattr(cluster, "remote_bridges", None)
+        if snap.reporter and callable(remote):
+            held.update(await remote())
+    executor = getattr(app_state, "executor", None)
+    busy: Mapping[str, float] = getattr(getattr(executor, "scheduler", None), "busy_seconds", {})
+    if store is None:
+        return snap
+    reconnecting = {e.id for e in hub.entries() if str(e.state) == "reconnecting"} if hub else set()
+    async with store.session() as session:
+        known = (await session.execute(
+            select(Device.id, Device.bridge_id, Bridge.name, Device.serial).join(Bridge)
+        )).all()
+        uid = {f"{name}~{serial}": str(i) for i, _b, name, serial in known}
+        snap.device_busy_s = {uid[d]: s for d, s in busy.items() if d in uid}
+        snap.device_runs = {(uid[d], v): n for (d, v), n in device_runs.items() if d in uid}
+        if not snap.reporter:
+            return snap
+        bridge_ids = (await session.execute(select(Bridge.id))).scalars().all()
+        by_status = (
+            await session.execute(select(Run.status, func.count()).group_by(Run.status))
+        ).all()
+        waiting = (
+            await session.execute(
+                select(func.count())
+                .select_from(RunStep)
+                .join(Run, Run.id == RunStep.run_id)
+                .where(
+                    RunStep.kind == "device_busy",
+                    RunStep.status == "running",
+                    Run.status == RunStatus.RUNNING.value,
                 )
-            ).scalar_one()
-        away = sum(1 for key in known if tuple(key) not in live)
-        if away:
-            snap.devices = Tally(snap.devices) + Tally({"disconnected": away})
-        snap.runs = {str(status): int(n) for status, n in by_status}
-        snap.run_queue = snap.runs.get(RunStatus.QUEUED.value, 0) + int(waiting)
+            )
+        ).scalar_one()
+        placed = Run.request["device_id"].as_string()
+        active = (await session.execute(
+            select(placed, func.count())
+            .where(Run.status.in_([RunStatus.QUEUED.value, RunStatus.RUNNING.value]),
+                   placed.is_not(None))
+            .group_by(placed)
+        )).all()
+    away = sum(1 for _i, bridge_id, _n, _s in known
+               if bridge_id not in held and bridge_id not in reconnecting)
+    if away:
+        snap.devices = Tally(snap.devices) + Tally({"disconnected": away})
+    snap.bridges = {
+        **snap.bridges,
+        "disconnected": sum(1 for b in bridge_ids if b not in held and b not in reconnecting),
+    }
+    snap.runs = {str(status): int(n) for status, n in by_status}
+    snap.run_queue = snap.runs.get(RunStatus.QUEUED.value, 0) + int(waiting)
+    snap.device_queue = {uid[str(d)]: int(n) for d, n in active if str(d) in uid}
     return snap
 
 

@@ -52,6 +52,8 @@ class DeviceOut(BaseModel):
     labels: list[str] = Field(default_factory=list,
                               description="the owner's (bridge config) and an admin's labels")
     pool: str | None = Field(default=None, description="an admin's pool, else the owner's")
+    uid: str | None = Field(default=None,
+                            description="opaque store id: the device label of /metrics series")
 
 
 class LabelsIn(BaseModel):

@@ -202,6 +202,7 @@ def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
         total_ms = (result.get("timings") or {}).get("total_ms")
         if isinstance(total_ms, int):
             seconds.observe(total_ms / 1000)
+        metrics.run_finished(result)  # droidwire_device_runs_total
 
     return observe
 

@@ -405,6 +405,24 @@ class Cluster:
         than a TTL ago)."""
         return bool(await self.redis.exists(self._k("replica", replica_id)))
 
+    async def reports_cluster(self) -> bool:
+        """Whether this replica is the one that reports the cluster-wide metrics (runs in the
+        store, devices no replica holds): the live replica with the smallest id. False when
+        Redis cannot tell: a missing series is noticed, a doubled one is not."""
+        if self._closed:
+            return False
+        try:
+            members = sorted(_text(m) for m in await self.redis.smembers(self._k("replicas")))
+            for replica in members:
+                if replica == self.replica_id:
+                    return True
+                if await self.replica_alive(replica):
+                    return False
+            return True  # not a member yet (before the first heartbeat): alone so far
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: cannot read the replicas (metrics): %s", exc)
+            return False
+
     async def _beat(self) -> None:
         await self.redis.set(self._k("replica", self.replica_id),
                              json.dumps({"pid": os.getpid()}), px=self._ttl_ms)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -114,6 +115,9 @@ class Scheduler:
     def __init__(self, shared: SharedTurn | None = None) -> None:
         self.shared = shared
         self._queues: dict[str, DeviceQueue] = {}
+        # Seconds each device was held by this scheduler's runs (its cluster turn included),
+        # since the process started: droidwire_device_busy_seconds_total (controller.metrics).
+        self.busy_seconds: dict[str, float] = {}
 
     def queue(self, device_id: str) -> DeviceQueue:
         queue = self._queues.get(device_id)
@@ -143,13 +147,20 @@ class Scheduler:
         (cluster mode) its turn across replicas, ``on_shared_wait`` awaited if that waits."""
         queue = self.queue(device_id)
         await queue.acquire(user, run_id, on_wait=on_wait)
+        held_since: float | None = None
         try:
             if self.shared is None:
+                held_since = time.monotonic()
                 yield
             else:
                 async with self.shared(device_id, run_id, on_shared_wait):
+                    held_since = time.monotonic()
                     yield
         finally:
+            if held_since is not None:
+                self.busy_seconds[device_id] = (
+                    self.busy_seconds.get(device_id, 0.0) + time.monotonic() - held_since
+                )
             queue.release()
             if not queue.busy and not len(queue):
                 self._queues.pop(device_id, None)

@@ -68,6 +68,7 @@ class DeviceRecord:
     serial: str
     state: str
     info: dict[str, Any]
+    uid: str | None = None  # the store's id of the device (opaque: the metrics' device label)
 
     @property
     def id(self) -> str:
@@ -83,6 +84,7 @@ class DeviceRecord:
             "serial": self.serial,
             "bridge": self.bridge,
             "state": self.state,
+            "uid": self.uid,
         }
         for key in _INFO_KEYS:
             out[key] = self.info.get(key)
@@ -98,6 +100,7 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
         rows = (await session.execute(select(Device, Bridge).join(Bridge))).all()
     records: dict[tuple[str, str], DeviceRecord] = {}
     admin: dict[tuple[str, str], tuple[list[str], str | None]] = {}
+    uids = {(bridge.id, device.serial): device.id for device, bridge in rows}
     for device, bridge in rows:
         if device.labels or device.pool:
             admin[(bridge.id, device.serial)] = (list(device.labels or []), device.pool)
@@ -124,9 +127,9 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
                     entry.id, entry.name, entry.owner_id, serial, DISCONNECTED,
                     info.model_dump(mode="json"),
                 ))
-    for key, labels in admin.items():
-        record = records[key]
-        records[key] = replace(record, info=merge_labels(record.info, labels))
+    for key, record in records.items():
+        records[key] = replace(record, uid=uids.get(key),
+                               info=merge_labels(record.info, admin.get(key)))
     return sorted(records.values(), key=lambda r: (r.bridge, r.serial))
 
 
