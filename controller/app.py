@@ -32,7 +32,7 @@ from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
+from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens, users
 from controller.api.errors import ERROR_RESPONSES, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
@@ -280,6 +280,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(devices.router)
     app.include_router(agent.router)
     app.include_router(bridges.router)
+    app.include_router(users.router)
     app.include_router(sandbox.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.

@@ -68,7 +68,7 @@ _DESCRIPTIONS: dict[int, str] = {
     403: "Authenticated but not allowed (forbidden, with the rule)",
     404: "No such thing, or not visible to the caller (not_found)",
     409: "Conflict: an ambiguous device (with candidates), a device offline, a name taken",
-    429: "The device is busy (busy)",
+    429: "The device is busy, or a run would pass the user's quota (busy, with quota and limit)",
     500: "A controller bug (internal); details stay in the controller's log",
     503: "A component is unavailable: the hub, a bridge (unavailable)",
     504: "The device or bridge did not answer in time (timeout)",

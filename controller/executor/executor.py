@@ -78,6 +78,7 @@ __all__ = [
 log = logging.getLogger("droidwire.controller.executor")
 
 DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
+_QUOTA_POLL_S = 0.1  # a run waiting for its user's quota asks again this often
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +137,7 @@ class Plan:
     devices: list[DeviceView | None]  # None: the run has no device (skipped, no_device)
     abort: _Abort | None = None  # decided before anything ran
     refusals: list[dict[str, Any]] = field(default_factory=list)
+    max_running: int | None = None  # the user's quota: its runs wait for a slot under it
 
 
 class _RecordingGateway:
@@ -402,8 +404,13 @@ class SandboxExecutor:
                 else:
                     devices = [None]
                     abort = self._why_none(request.selectors, usable, me, names)
+                quota = await self.placement.quota(session, me)
+                refusal = quota.refusal(len(devices)) if abort is None else None
+                if refusal is not None:
+                    raise refusal
                 run_ids = await self._create_runs(request, principal, devices, session)
-            return Plan(request, principal, run_ids, devices, abort, refusals)
+            return Plan(request, principal, run_ids, devices, abort, refusals,
+                        max_running=quota.max_running)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -413,7 +420,9 @@ class SandboxExecutor:
         started = time.monotonic()
         timeout_s = plan.request.timeout_s or self.settings.default_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout_s
-        await self._mark(plan.run_ids, RunStatus.RUNNING)
+        if plan.max_running is None or plan.abort is not None:
+            await self._mark(plan.run_ids, RunStatus.RUNNING)
+        # else: _run() marks them running once the user's quota lets them start.
         if plan.refusals:
             # Which devices stays out of the caller's log (they may not even see them); the
             # controller's own log has it.
@@ -563,6 +572,14 @@ class SandboxExecutor:
                 pending_result(run_id, device, plan.abort.reason_code, plan.abort.detail)
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
+        if plan.max_running is not None:
+            try:
+                await self._user_slot(plan, steps, deadline)
+            except _Abort as abort:
+                return [
+                    pending_result(run_id, device, abort.reason_code, abort.detail)
+                    for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
+                ]
         compile_started = time.monotonic()
         try:
             compiled = await self._compiled(plan, steps, deadline)
@@ -620,6 +637,35 @@ class SandboxExecutor:
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         return results
+
+    async def _user_slot(self, plan: Plan, steps: StepLog, deadline: float) -> None:
+        """Wait (status ``queued``, a running ``user_quota`` step) until the user's runs
+        started, on every replica, leave room for this plan's under ``max_running``; then mark
+        them running in the same transaction. Asks again every ``_QUOTA_POLL_S``: the runs
+        that end may be on another replica."""
+        user = plan.principal.user_id if plan.principal is not None else None
+        step: Step | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            async with self.placement.transaction() as session:
+                quota = await self.placement.quota(session, user)
+                if quota.may_start(len(plan.run_ids)):
+                    if session is not None:
+                        await session.execute(
+                            update(Run).where(Run.id.in_(plan.run_ids))
+                            .values(status=RunStatus.RUNNING.value)
+                        )
+                    break
+            if step is None:
+                step = await steps.begin("user_quota", max_running=quota.max_running,
+                                         running=quota.running)
+            if loop.time() >= deadline:
+                await steps.end(step, "failed", error="timeout")
+                raise _Abort("timeout", "the run's deadline passed while the user's quota "
+                             f"({quota.max_running} running runs) was full")
+            await asyncio.sleep(min(_QUOTA_POLL_S, max(deadline - loop.time(), 0.0)))
+        if step is not None:
+            await steps.end(step, "ok")
 
     async def _compiled(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
         request = plan.request

@@ -17,6 +17,11 @@ Choosing and creating the run happen in one transaction, under one lock: an ``as
 within a replica and, on PostgreSQL, a transaction-scoped advisory lock across replicas. Two
 requests arriving together therefore never both see the same device idle and both take it.
 
+Quotas: an admin may limit a user's runs started at once (``max_running``: more wait, status
+``queued``, until one of theirs ends) and waiting to start (``max_queued``: more are refused,
+``busy``, HTTP 429, naming the limit). Both are counted from the store, cluster-wide, under
+the same lock.
+
 Labels and pools: a device's ``labels`` (a set of names) and ``pool`` (one name, or none) come
 from its bridge's config (the bridge owner, reported in its inventory) and from an admin
 through the API (``PUT /v1/devices/{device}/labels``, kept in the store). An admin's labels are
@@ -38,14 +43,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.executor.gateway import DeviceView
 from controller.hub.devices import merge_labels
-from controller.store import Device, Run, RunStatus, Store, utcnow
+from controller.store import Device, Run, RunStatus, Store, User, utcnow
 from protocol.envelope import LABEL_PATTERN, MAX_LABELS
+from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
     "LABEL_RE",
     "MAX_LABELS",
     "Load",
     "Placement",
+    "Quota",
     "order_by_load",
     "store_labels",
     "with_store_labels",
@@ -82,6 +89,41 @@ def order_by_load(devices: Sequence[DeviceView], loads: Mapping[str, Load]) -> l
     return [d for _, d in sorted(enumerate(devices), key=key)]
 
 
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A user's limits (an admin sets them; None: no limit), and what the user has now."""
+
+    max_running: int | None = None  # runs started (compiling, waiting for or using a device)
+    max_queued: int | None = None  # runs accepted but not started yet
+    running: int = 0
+    queued: int = 0
+
+    def refusal(self, new_runs: int) -> RpcError | None:
+        """``busy`` (HTTP 429) naming the limit, when ``new_runs`` more may not be accepted:
+        more than ``max_running`` at once can never start, and they may not push the runs
+        waiting to start past ``max_queued``."""
+        if self.max_running is not None and new_runs > self.max_running:
+            return RpcError(
+                ErrorCode.BUSY,
+                f"this request needs {new_runs} runs at once; your limit is "
+                f"{self.max_running} running runs",
+                {"rule": "quota", "quota": "max_running", "limit": self.max_running,
+                 "current": self.running},
+            )
+        if self.max_queued is not None and self.queued + new_runs > self.max_queued:
+            return RpcError(
+                ErrorCode.BUSY,
+                f"you have {self.queued} runs waiting to start; your limit is "
+                f"{self.max_queued} queued runs",
+                {"rule": "quota", "quota": "max_queued", "limit": self.max_queued,
+                 "current": self.queued},
+            )
+        return None
+
+    def may_start(self, new_runs: int) -> bool:
+        return self.max_running is None or self.running + new_runs <= self.max_running
+
+
 class Placement:
     """The placement lock, and the loads read under it."""
 
@@ -103,6 +145,23 @@ class Placement:
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_KEY}
                     )
                 yield session
+
+    async def quota(self, session: AsyncSession | None, user: str | None) -> Quota:
+        """``user``'s limits and their runs queued and running now, cluster-wide."""
+        if session is None or user is None:
+            return Quota()
+        limits = (await session.execute(
+            select(User.max_running, User.max_queued).where(User.id == user)
+        )).one_or_none()
+        if limits is None or (limits[0] is None and limits[1] is None):
+            return Quota()
+        counts = dict((await session.execute(
+            select(Run.status, func.count())
+            .where(Run.user_id == user, Run.status.in_(_ACTIVE))
+            .group_by(Run.status)
+        )).all())
+        return Quota(limits[0], limits[1], int(counts.get(RunStatus.RUNNING.value, 0)),
+                     int(counts.get(RunStatus.QUEUED.value, 0)))
 
     async def loads(
         self, session: AsyncSession | None, device_ids: Iterable[str], user: str | None

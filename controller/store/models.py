@@ -110,6 +110,9 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Quotas an admin sets (PUT /v1/users/{user}/limits); None: no limit.
+    max_running: Mapped[int | None] = mapped_column(Integer, default=None)  # runs started at once
+    max_queued: Mapped[int | None] = mapped_column(Integer, default=None)  # runs not started yet
 
 
 class Bridge(Base):
