@@ -11,12 +11,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from controller.api.refusals import audited_refusal
 from controller.auth import UserPrincipal
 from controller.hub import BridgeState, Hub
+from controller.hub.retire import forget_bridge
 from controller.store import Bridge, User
 
 __all__ = ["BridgeOut", "router"]
@@ -88,3 +90,15 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
             )
         out.append(item)
     return out
+
+
+@router.delete("/{bridge}", status_code=204)
+async def delete_bridge(bridge: str, principal: UserPrincipal, request: Request) -> Response:
+    """Forget a bridge that is gone for good, with its devices, their grants and its tokens
+    (its owner or an admin; 409 while it is connected or reconnecting)."""
+    state = request.app.state
+    named = bridge[:64] if bridge.isprintable() else ascii(bridge[:64])
+    async with audited_refusal(state.audit, principal, "bridge.forget", bridge=named):
+        forgotten = await forget_bridge(state.hub, principal, bridge)
+    await state.audit.record(principal, "bridge.forget", detail={"bridge": forgotten})
+    return Response(status_code=204)

@@ -16,13 +16,15 @@ import json
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
+from controller.api.refusals import audited_refusal
 from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.hub import Hub, list_devices, resolve_device
+from controller.hub.retire import forget_device
 from controller.hub.streams import LogChunk
 from controller.store import Device
 from protocol.envelope import MAX_LABELS, Label
@@ -127,6 +129,18 @@ async def put_labels(
     await state.audit.record(principal, "device.labels", device=record.id,
                              detail={"labels": labels, "pool": body.pool})
     return (await resolve_device(hub, principal, record.id)).to_json()
+
+
+@router.delete("/{device}", status_code=204)
+async def delete_device(device: str, principal: UserPrincipal, request: Request) -> Response:
+    """Forget a device that is gone for good (its bridge's owner or an admin; 409 while it
+    is attached): its record, and the grants on it."""
+    state = request.app.state
+    named = device[:200] if device.isprintable() else ascii(device[:200])
+    async with audited_refusal(state.audit, principal, "device.forget", device=named):
+        forgotten = await forget_device(_hub(state), principal, device)
+    await state.audit.record(principal, "device.forget", device=forgotten)
+    return Response(status_code=204)
 
 
 @router.post("/{device}/shell", response_model=ShellOut)

@@ -1,4 +1,4 @@
-"""``droidwire device list|shell|logcat|state|screenshot``: devices behind any bridge (§9).
+"""``droidwire device list|shell|logcat|state|screenshot|forget``: devices behind any bridge (§9).
 
 ``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
 ``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
@@ -144,6 +144,26 @@ def state(
     typer.echo(f"activity: {current.get('activity') or '-'}")
     typer.echo(f"keyboard: {'shown' if current.get('keyboard') else 'hidden'}")
     typer.echo(f"screen:   {screen.get('width', '?')}x{screen.get('height', '?')}")
+
+
+@app.command()
+def forget(
+    target: Annotated[str, typer.Argument(
+        metavar="DEVICE", help="BRIDGE~SERIAL or SERIAL; with --bridge, a bridge's name.")],
+    bridge: Annotated[bool, typer.Option(
+        "--bridge", help="Forget the bridge named TARGET, its devices and its tokens.")] = False,
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Forget a device (or --bridge: a bridge) that is gone for good (owner or admin)."""
+    path = f"/v1/bridges/{quote(target, safe='')}" if bridge else _path(target)
+    with cli_errors(), Client(controller, token) as client:
+        client.delete(path)
+    if json_out:
+        print_json({"forgotten": target, "kind": "bridge" if bridge else "device"})
+        return
+    typer.echo(f"forgot {'bridge' if bridge else 'device'} {target}")
 
 
 @app.command()

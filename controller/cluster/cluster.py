@@ -564,6 +564,21 @@ class Cluster:
         except (RedisError, OSError) as exc:
             log.warning("cluster: could not tell the other replicas of a revocation: %s", exc)
 
+    async def forgotten(self, bridge_id: str, serial: str | None) -> None:
+        """A bridge (``serial`` None) or one of its devices was forgotten here: every other
+        live replica drops what its hub remembers of it. Best effort, like ``revoked``."""
+        if self._closed:
+            return
+        body = _pack({"k": "forget", "bridge": bridge_id, "serial": serial,
+                      "from": self.replica_id})
+        try:
+            members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
+            for replica in members:
+                if replica != self.replica_id:
+                    await self.redis.publish(self.channel(replica), body)
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: could not tell the other replicas of a forget: %s", exc)
+
     # -- hooks called by the hub
 
     async def claimed(self, entry: BridgeEntry) -> None:
@@ -1208,6 +1223,10 @@ class Cluster:
             token_id = body.get("token")
             if isinstance(token_id, str):
                 self.hub.kick_token(token_id)
+        elif kind == "forget":
+            bridge_id, serial = body.get("bridge"), body.get("serial")
+            if isinstance(bridge_id, str) and (serial is None or isinstance(serial, str)):
+                self.hub.forget(bridge_id, serial)
 
     def _relayed(self, body: dict[str, Any]) -> None:
         request_id = str(body.get("id"))

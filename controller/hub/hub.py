@@ -1082,6 +1082,19 @@ class Hub:
         """Revocation hook: a bridge connected with a revoked token is closed with 4401."""
         self.kick_token(token.id)
 
+    def forget(self, bridge_id: str, serial: str | None = None) -> None:
+        """Drop what this hub remembers of a bridge that is not connected here (``serial``
+        None) or of one of its devices (``droidwire device forget``, docs/cluster.md)."""
+        entry = self._entries.get(bridge_id)
+        if entry is None or entry.conn is not None:
+            return
+        if serial is not None:
+            entry.devices.pop(serial, None)
+            return
+        if entry.grace_task is not None:
+            entry.grace_task.cancel()
+        del self._entries[bridge_id]
+
     def kick_token(self, token_id: str) -> None:
         """Close (4401) the bridge connections made with token ``token_id`` (revoked here, or
         on another replica: docs/cluster.md)."""
