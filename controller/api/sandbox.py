@@ -257,6 +257,12 @@ async def execute(
             await _audit(request.app, principal, results)
 
         executor.submit(plan, then=audit)
+        if plan.lead_id is not None:  # sharded: follow the run that carries the merge
+            return JSONResponse(
+                {"run_id": plan.lead_id, "run_ids": [plan.lead_id],
+                 "shard_run_ids": plan.run_ids, "status": RunStatus.QUEUED.value},
+                status_code=202,
+            )
         return JSONResponse(
             {"run_id": plan.run_ids[0], "run_ids": plan.run_ids, "status": RunStatus.QUEUED.value},
             status_code=202,

@@ -27,9 +27,9 @@ MAX_LIMIT = 10_000
 class LimitsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_running: int | None = Field(default=None, ge=1, le=MAX_LIMIT,
+    max_running: int | None = Field(default=None, ge=1, le=MAX_LIMIT, strict=True,
                                     description="runs started at once; null: no limit")
-    max_queued: int | None = Field(default=None, ge=0, le=MAX_LIMIT,
+    max_queued: int | None = Field(default=None, ge=0, le=MAX_LIMIT, strict=True,
                                    description="runs waiting to start; null: no limit")
 
 

@@ -5,6 +5,7 @@ Submits the test (``POST /v1/sandbox/execute?wait=false``), follows each run's s
 running, collecting logcat — and prints a verdict table, or ``{"results": [...]}`` with
 ``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device, each test case
 with its attempts and its logcat slice). ``--retries N`` runs the failed tests again, alone.
+``--shard N`` splits the suite over N devices and follows the one run that merges them.
 Ctrl-C cancels the runs (their devices are still cleaned up). Exit codes are the client's
 (:class:`~controller.cli.client.ExitCode`); findings never fail the command unless
 ``--fail-on`` names their status (exit 1).
@@ -117,10 +118,26 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
                 console.print(f"   [red]e:[/] {message}", highlight=False)
 
 
-def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
-    """A JUnit XML report: a suite per result (device), its tests, and the verdict."""
-    root = ET.Element("testsuites", name="droidwire")
+def _per_device(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A sharded run's merged result as one result per device (its shard), others as they
+    are."""
+    out: list[dict[str, Any]] = []
     for r in results:
+        if not r.get("shards"):
+            out.append(r)
+            continue
+        for shard in r["shards"]:
+            device = shard.get("device") or {}
+            out.append({**shard, "tests": [t for t in r.get("tests") or []
+                                           if t.get("device") == device.get("id")]})
+    return out
+
+
+def write_junit(path: Path, results: Sequence[dict[str, Any]]) -> None:
+    """A JUnit XML report: a suite per result (device; a sharded run's, one per shard), its
+    tests, and the verdict."""
+    root = ET.Element("testsuites", name="droidwire")
+    for r in _per_device(results):
         device = (r.get("device") or {}).get("id") or "no-device"
         tests = r.get("tests") or []
         suite = ET.SubElement(
@@ -263,6 +280,10 @@ def run(
         int | None, typer.Option("--retries", min=0, max=3, help="Run the failed tests again "
                                  "(alone, -e class Cls#method) up to N times.")
     ] = None,
+    shard: Annotated[
+        int | None, typer.Option("--shard", min=1, max=32, help="Split the suite's test "
+                                 "classes over N matching devices; one merged result.")
+    ] = None,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write a JUnit XML report to FILE.")
     ] = None,
@@ -287,6 +308,8 @@ def run(
         body["timeout_s"] = timeout
     if retries is not None:
         body["retries"] = retries
+    if shard is not None:
+        body["shard"] = shard
     err = Console(stderr=True)
     with cli_errors(), Client(controller, token, timeout=60.0) as client:
         accepted = client.request("POST", "/v1/sandbox/execute", json_body=body,

@@ -58,6 +58,14 @@ from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
 from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
+from controller.executor.sharding import (
+    Units,
+    discover_units,
+    merge_results,
+    merge_retry,
+    split,
+    unit_durations,
+)
 from controller.executor.slices import slice_by_test
 from controller.executor.steps import ProgressListener, Step, StepLog
 from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
@@ -138,6 +146,12 @@ class Plan:
     abort: _Abort | None = None  # decided before anything ran
     refusals: list[dict[str, Any]] = field(default_factory=list)
     max_running: int | None = None  # the user's quota: its runs wait for a slot under it
+    # Sharded (controller.executor.sharding): each run's units (-e class …), the run that
+    # carries the merged result, the file's test units, and the retries on other devices.
+    shards: list[list[str]] | None = None
+    lead_id: str | None = None
+    units: Units | None = None
+    retried: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _RecordingGateway:
@@ -314,6 +328,7 @@ class SandboxExecutor:
         self._plan_runs: dict[str, tuple[str, ...]] = {}  # run id -> its plan's run ids
         self._jobs: dict[str, asyncio.Task[Any]] = {}  # run id -> its device job
         self._cancelled: dict[str, str] = {}  # run id -> who cancelled it
+        self._leads: dict[str, tuple[str, ...]] = {}  # a sharded run's lead id -> its shards
 
     # -- public ------------------------------------------------------------------------------
 
@@ -345,18 +360,23 @@ class SandboxExecutor:
 
         for run_id in plan.run_ids:  # cancellable from now on
             self._plan_runs[run_id] = tuple(plan.run_ids)
+        if plan.lead_id is not None:
+            self._leads[plan.lead_id] = tuple(plan.run_ids)
         task = asyncio.get_running_loop().create_task(background())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def active(self, run_id: str) -> bool:
         """Whether ``run_id`` is running (or waiting) in this executor."""
-        return run_id in self._plan_runs
+        return run_id in self._plan_runs or run_id in self._leads
 
     def cancel(self, run_id: str, *, by: str = "user") -> bool:
         """Cancel a run of this executor: waiting for its device, compiling or running. It
         ends ``cancelled`` (PENDING, reason ``cancelled``) once its device is cleaned up.
         False when the run is not active here (finished, unknown, or on another replica)."""
+        shards = self._leads.get(run_id)
+        if shards is not None:
+            return any([self.cancel(r, by=by) for r in shards])
         if run_id not in self._plan_runs:
             return False
         self._cancelled.setdefault(run_id, by)
@@ -399,6 +419,20 @@ class SandboxExecutor:
                 )
                 ordered = order_by_load(usable, loads)
                 chosen = select_devices(request.selectors, ordered, me=me, owner_names=names)
+                shards: list[list[str]] | None = None
+                units = discover_units(request.test_code) if request.shard else None
+                if units is not None and request.shard and chosen:
+                    # Sharded: the suite's units over the least-loaded matching devices.
+                    if not request.selectors:
+                        chosen = select_devices(["all"], ordered)
+                    wanted = min(request.shard, len(chosen))
+                    unit_list = units.for_devices(wanted)
+                    if unit_list:
+                        weights = await self._unit_weights(session, unit_list, units)
+                        shards = split(unit_list, weights, wanted)
+                        chosen = chosen[:len(shards)]
+                    else:
+                        chosen = chosen[:1]  # no @Test found: one unsharded run
                 if chosen:
                     devices = list(chosen)
                 else:
@@ -408,9 +442,16 @@ class SandboxExecutor:
                 refusal = quota.refusal(len(devices)) if abort is None else None
                 if refusal is not None:
                     raise refusal
-                run_ids = await self._create_runs(request, principal, devices, session)
+                extras = ([{"classes": shard} for shard in shards]
+                          if shards is not None else None)
+                run_ids = await self._create_runs(request, principal, devices, session, extras)
+                lead_id = None
+                if shards is not None:
+                    lead_id = await self._create_lead(request, principal, session, run_ids,
+                                                      devices, shards)
             return Plan(request, principal, run_ids, devices, abort, refusals,
-                        max_running=quota.max_running)
+                        max_running=quota.max_running, shards=shards, lead_id=lead_id,
+                        units=units)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -420,6 +461,9 @@ class SandboxExecutor:
         started = time.monotonic()
         timeout_s = plan.request.timeout_s or self.settings.default_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout_s
+        if plan.lead_id is not None:
+            await self._mark([plan.lead_id], RunStatus.RUNNING)
+            self._leads[plan.lead_id] = tuple(plan.run_ids)
         if plan.max_running is None or plan.abort is not None:
             await self._mark(plan.run_ids, RunStatus.RUNNING)
         # else: _run() marks them running once the user's quota lets them start.
@@ -451,7 +495,9 @@ class SandboxExecutor:
             ):
                 for run_id in plan.run_ids:
                     self._cancelled.pop(run_id, None)
-                await asyncio.shield(self._mark_cancelled(plan.run_ids))
+                leads = [plan.lead_id] if plan.lead_id is not None else []
+                self._leads.pop(plan.lead_id or "", None)
+                await asyncio.shield(self._mark_cancelled([*plan.run_ids, *leads]))
                 raise
             # Cancelled through cancel() before any device work: every run says so.
             await steps.record("cancel", "ok", by=self._cancelled[plan.run_ids[0]])
@@ -483,6 +529,14 @@ class SandboxExecutor:
                     self.observer(result)
                 except Exception:
                     log.exception("result observer failed")
+        if plan.lead_id is not None:
+            self._leads.pop(plan.lead_id, None)
+            assert plan.shards is not None and plan.units is not None
+            merged = merge_results(plan.lead_id, plan.shards, results, plan.units,
+                                   plan.retried)
+            await self._finish([plan.lead_id], [merged])
+            steps.progress("done")
+            return [merged]
         steps.progress("done")
         return results
 
@@ -539,6 +593,7 @@ class SandboxExecutor:
         principal: Principal | None,
         devices: Sequence[DeviceView | None],
         session: AsyncSession | None = None,
+        extras: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[str]:
         runs = [
             Run(
@@ -549,9 +604,10 @@ class SandboxExecutor:
                     **request.for_record(),
                     "device_id": d.id if d else None,
                     "controller": self.instance,
+                    **(extras[i] if extras is not None else {}),
                 },
             )
-            for d in devices
+            for i, d in enumerate(devices)
         ]
         if session is not None:
             session.add_all(runs)
@@ -561,6 +617,54 @@ class SandboxExecutor:
                 own.add_all(runs)
                 await own.flush()
         return [r.id for r in runs]
+
+    async def _create_lead(
+        self,
+        request: ExecuteRequest,
+        principal: Principal | None,
+        session: AsyncSession | None,
+        run_ids: Sequence[str],
+        devices: Sequence[DeviceView | None],
+        shards: Sequence[Sequence[str]],
+    ) -> str:
+        """The run that stands for a sharded request as a whole: its result is the merge."""
+        lead = Run(
+            id=new_id(),
+            user_id=principal.user_id if principal is not None else None,
+            status=RunStatus.QUEUED.value,
+            request={
+                **request.for_record(), "device_id": None, "controller": self.instance,
+                "kind": "sharded",
+                "shards": [{"run_id": r, "device_id": d.id if d else None, "classes": list(c)}
+                           for r, d, c in zip(run_ids, devices, shards, strict=True)],
+            },
+        )
+        if session is not None:
+            session.add(lead)
+            await session.flush()
+        return lead.id
+
+    async def _unit_weights(
+        self, session: AsyncSession | None, unit_list: Sequence[str], units: Units
+    ) -> dict[str, float]:
+        """Each unit's expected duration: from earlier sharded runs when known (the others
+        estimated at the known units' mean time per test), else its test count."""
+        history: list[Mapping[str, Any]] = []
+        if session is not None:
+            rows = await session.execute(
+                select(Run.result)
+                .where(Run.status == RunStatus.FINISHED.value,
+                       Run.request["kind"].as_string() == "sharded")
+                .order_by(Run.created_at.desc())
+                .limit(20)
+            )
+            history = [r for r in rows.scalars().all() if isinstance(r, dict)]
+        known = unit_durations(history)
+        per_test = [known[u] / units.tests_in(u) for u in unit_list if u in known]
+        if not per_test:
+            return {u: float(units.tests_in(u)) for u in unit_list}
+        mean = sum(per_test) / len(per_test)
+        return {u: known.get(u, mean * units.tests_in(u)) for u in unit_list}
 
     # -- running -----------------------------------------------------------------------------
 
@@ -611,16 +715,19 @@ class SandboxExecutor:
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
         jobs = []
-        for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+        forks: list[StepLog] = []
+        for index, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
             assert device is not None
+            forks.append(steps.fork(run_id, device.id))
             if run_id in self._cancelled:
-                await steps.fork(run_id, device.id).record("cancel", "ok", by=self._cancelled[run_id])
+                await forks[-1].record("cancel", "ok", by=self._cancelled[run_id])
                 jobs.append(loop.create_task(_value(self._cancelled_result(run_id, device))))
                 continue
             job = loop.create_task(
                 self._on_device(
-                    steps.fork(run_id, device.id), run_id, device, compiled, deadline, user,
+                    forks[-1], run_id, device, compiled, deadline, user,
                     plan.request.retries,
+                    classes=plan.shards[index] if plan.shards is not None else None,
                 )
             )
             self._jobs[run_id] = job
@@ -636,7 +743,38 @@ class SandboxExecutor:
                 results.append(outcome)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
+        if plan.shards is not None:
+            await self._retry_elsewhere(plan, forks, results, compiled, deadline, user)
         return results
+
+    async def _retry_elsewhere(
+        self,
+        plan: Plan,
+        forks: Sequence[StepLog],
+        results: list[dict[str, Any]],
+        compiled: CompiledTest,
+        deadline: float,
+        user: str,
+    ) -> None:
+        """Sharded: each shard's failed or erring tests run again, alone, on the next shard's
+        device (once); their outcome is folded into the shard's result."""
+        devices = [d for d in plan.devices if d is not None]
+        if len(devices) < 2:
+            return
+        jobs: list[Awaitable[dict[str, Any]]] = []
+        where: list[tuple[int, DeviceView]] = []
+        for index, (run_id, result) in enumerate(zip(plan.run_ids, results, strict=True)):
+            failed = [f"{t['class']}#{t['name']}" for t in result.get("tests") or []
+                      if t.get("status") in ("failed", "error") and t.get("name") != "null"]
+            if not failed or run_id in self._cancelled:
+                continue
+            other = devices[(index + 1) % len(devices)]
+            jobs.append(self._on_device(forks[index].fork(run_id, other.id), run_id, other,
+                                        compiled, deadline, user, 0, classes=failed))
+            where.append((index, other))
+        for (index, other), retry in zip(where, await asyncio.gather(*jobs), strict=True):
+            merge_retry(results[index], retry, other.id)
+            plan.retried.append(retry)
 
     async def _user_slot(self, plan: Plan, steps: StepLog, deadline: float) -> None:
         """Wait (status ``queued``, a running ``user_quota`` step) until the user's runs
@@ -822,9 +960,12 @@ class SandboxExecutor:
         deadline: float,
         user: str = "",
         retries: int | None = None,
+        *,
+        classes: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """One run on one device at a time: two runs installing and clearing the same app
-        would spoil each other's evidence. Waiting counts against the run's deadline."""
+        would spoil each other's evidence. Waiting counts against the run's deadline.
+        ``classes``: run only these (``-e class A,B#m``; a shard, or a retry elsewhere)."""
         waited = None
         if self.scheduler.busy(device.id):
             waited = await steps.begin("device_busy", device=device.id)
@@ -860,7 +1001,7 @@ class SandboxExecutor:
                 await steps.end(waited, "ok")
             return await self._on_device_locked(
                 steps, run_id, device, compiled, deadline,
-                self.settings.retries if retries is None else retries,
+                self.settings.retries if retries is None else retries, classes,
             )
         except asyncio.CancelledError:
             await self._note_cancel(steps, run_id)
@@ -885,6 +1026,7 @@ class SandboxExecutor:
         compiled: CompiledTest,
         deadline: float,
         retries: int = 0,
+        classes: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         gw = _RecordingGateway(self.gateway, steps)
@@ -939,7 +1081,9 @@ class SandboxExecutor:
             t = time.monotonic()
             args: dict[str, str] = {}
             test_class = test_class_of(compiled.code)
-            if test_class and compiled.toolchain is not None:
+            if classes:
+                args["class"] = ",".join(classes)
+            elif test_class and compiled.toolchain is not None:
                 args["class"] = test_class
             budget = remaining()
             try:

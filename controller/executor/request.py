@@ -27,6 +27,7 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 3600.0
 MAX_RETRIES = 3
+MAX_SHARDS = 32
 MAX_TEST_CHARS = 1 << 20
 MAX_APK_B64_CHARS = 200 * 1024 * 1024
 # What the seed's generator writes when it could not produce a test (DESIGN.md §5: skipped).
@@ -67,6 +68,9 @@ class ExecuteRequest(BaseModel):
     timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = None
     retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] | None = None
     apks: PrebuiltApks | None = None
+    # Split the suite's test classes (or methods) over this many matching devices
+    # (controller.executor.sharding); REST, MCP and CLI.
+    shard: Annotated[int, Field(ge=1, le=MAX_SHARDS, strict=True)] | None = None
 
     @field_validator("device", mode="before")
     @classmethod

@@ -257,7 +257,20 @@ async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
 # --- the catalogue -----------------------------------------------------------------------
 
 # The seed's schema, from the one definition ``GET /v1/tools`` serves too.
-_SANDBOX_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
+_SEED_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
+#: The seed's arguments plus ``shard`` (docs/sandbox.md, "Sharding"); GET /v1/tools keeps
+#: exactly the seed's.
+_SANDBOX_SCHEMA: dict[str, Any] = {
+    **_SEED_SCHEMA,
+    "properties": {
+        **_SEED_SCHEMA["properties"],
+        "shard": {
+            "type": "integer", "minimum": 1, "maximum": 32,
+            "description": "Split the test file's test classes (or methods) over this many "
+            "matching devices and answer one merged result with per-device detail.",
+        },
+    },
+}
 _DEVICE_PROP = {
     "type": "string",
     "description": "A device: SERIAL when unambiguous, else BRIDGE~SERIAL (see list_devices).",

@@ -32,6 +32,7 @@ class LocalGateway:
         self.state: dict[str, str] = {}  # serial -> adb state override
         self.connected: dict[str, bool] = {}
         self.calls: list[tuple[str, str]] = []  # (target, method)
+        self.sent: list[tuple[str, str, dict[str, Any]]] = []  # (target, method, params)
         self.hang: set[str] = set()  # methods that never answer (a stuck device)
 
     def add_bridge(self, name: str, dispatcher: Any, serials: list[str]) -> None:
@@ -67,6 +68,7 @@ class LocalGateway:
         else:
             name = target
         self.calls.append((str(target), method))
+        self.sent.append((str(target), method, {k: v for k, v in p.items() if k != "apk"}))
         if not self.connected.get(name, False):
             raise RpcError(ErrorCode.UNAVAILABLE, f"bridge of {name} is not connected",
                            {"reason": "bridge_disconnected"})

@@ -62,9 +62,14 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
     }
     sandbox = listed["sandbox_executor"].input_schema
-    assert sandbox == tool_schema()["function"]["parameters"]
+    seed = tool_schema()["function"]["parameters"]
+    assert {k: v for k, v in sandbox.items() if k != "properties"} == {
+        k: v for k, v in seed.items() if k != "properties"}
+    assert {k: sandbox["properties"][k] for k in seed["properties"]} == seed["properties"]
     assert sandbox["required"] == ["test_code"]
-    assert {"test_code", "project_dir", "device", "timeout_s"} == set(sandbox["properties"])
+    # The seed's arguments, and sharding (docs/mcp.md).
+    assert {"test_code", "project_dir", "device", "timeout_s", "shard"} == set(
+        sandbox["properties"])
     assert listed["device_shell"].input_schema["required"] == ["device"]
     assert [t.uri_template for t in templates] == ["run://{id}"]
 
