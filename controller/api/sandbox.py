@@ -90,14 +90,20 @@ async def recover(app: Any) -> list[Recovered]:
                 log.warning("cannot tell whether replica %s is alive", replica)
                 return True
 
-    resume = None
+    resume = restart = None
     if hub is not None:
         try:  # a run whose bridge holds its instrumentation result is resumed, not ended
-            resume = _executor(app).resume
+            executor = _executor(app)
+            resume = executor.resume
+            if cluster is not None:
+                # A dead replica's run that never reached its tests starts over here, on its
+                # device (docs/cluster.md, "When a replica dies").
+                restart = executor.continue_run
         except Exception:
             log.exception("cannot resume runs: no executor")
     try:
-        return await recover_runs(store, instance=instance_of(app), alive=alive, resume=resume)
+        return await recover_runs(store, instance=instance_of(app), alive=alive, resume=resume,
+                                  restart=restart)
     except Exception:  # recovery must not keep the controller from starting
         log.exception("run recovery failed")
         return []
@@ -123,7 +129,8 @@ async def _clean_up(app: Any, owed: list[Recovered]) -> None:
         executor = _executor(app)
         settings = getattr(getattr(app.state, "config", None), "settings", None)
         wait_s = max(float(getattr(settings, "grace_period_s", 0.0) or 0.0), CLEANUP_WAIT_S)
-        await clean_up(executor.gateway, app.state.store, owed, wait_s=wait_s)
+        await clean_up(executor.gateway, app.state.store, owed, wait_s=wait_s,
+                       turn=lambda device, run: executor.scheduler.turn(device, "", run))
     except RpcError as exc:  # no hub: nothing to clean through
         log.warning("cleanup after restart skipped: %s", exc)
     except Exception:

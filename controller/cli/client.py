@@ -2,7 +2,10 @@
 
 Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (DESIGN.md §9),
 or the ``--controller`` / ``--token`` options (prefer the variable for the token: a command
-line is visible to every user of the machine in ``ps``).
+line is visible to every user of the machine in ``ps``). Several replicas' URLs may be given,
+comma-separated (``url1,url2``): a call that cannot reach one goes to the next, which the
+client then keeps using — a run is followed across replicas. A ``POST`` moves on only when
+its connection failed (it never reached the controller), so nothing is submitted twice.
 
 Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart::
 
@@ -111,19 +114,23 @@ class Client:
     ) -> None:
         if not base_url:
             raise ApiError(0, "usage", f"no controller: set {ENV_CONTROLLER} or pass --controller")
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ApiError(0, "usage", f"not an http(s) URL: {base_url!r}")
+        urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        if not urls or len(urls) > 16:
+            raise ApiError(0, "usage", "give 1-16 controller URLs, comma-separated")
         if not token:
             raise ApiError(0, "usage", f"no token: set {ENV_TOKEN} or pass --token")
-        if parts.scheme == "http" and parts.hostname not in _LOOPBACK_HOSTS:
-            print(
-                f"warning: {parts.hostname} over plain http: your token travels unencrypted",
-                file=sys.stderr,
-            )
-        self.base_url = base_url.rstrip("/")
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ApiError(0, "usage", f"not an http(s) URL: {url!r}")
+            if parts.scheme == "http" and parts.hostname not in _LOOPBACK_HOSTS:
+                print(
+                    f"warning: {parts.hostname} over plain http: your token travels unencrypted",
+                    file=sys.stderr,
+                )
+        self.urls = urls
+        self.base_url = urls[0]
         self._http = httpx.Client(
-            base_url=self.base_url,
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout,
             transport=transport,
@@ -147,13 +154,24 @@ class Client:
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
     ) -> Any:
-        """The decoded JSON answer (None for an empty one), or :class:`ApiError`."""
-        try:
-            response = self._http.request(method, path, json=json_body, params=params)
-        except httpx.TimeoutException as exc:
-            raise ApiError(0, "timeout", f"no answer from {self.base_url}: {exc}") from exc
-        except httpx.TransportError as exc:
-            raise ApiError(0, "unavailable", f"cannot reach {self.base_url}: {exc}") from exc
+        """The decoded JSON answer (None for an empty one), or :class:`ApiError`. Failing to
+        reach the current controller, the call goes to the next URL (module docstring)."""
+        start = self.urls.index(self.base_url)
+        for attempt in range(len(self.urls)):
+            url = self.urls[(start + attempt) % len(self.urls)]
+            last = attempt == len(self.urls) - 1
+            try:
+                response = self._http.request(method, url + path, json=json_body, params=params)
+            except httpx.TimeoutException as exc:
+                if last or method != "GET":
+                    raise ApiError(0, "timeout", f"no answer from {url}: {exc}") from exc
+                continue
+            except httpx.TransportError as exc:
+                if last or not (method == "GET" or isinstance(exc, httpx.ConnectError)):
+                    raise ApiError(0, "unavailable", f"cannot reach {url}: {exc}") from exc
+                continue
+            self.base_url = url
+            break
         if response.is_success:
             if not response.content:
                 return None

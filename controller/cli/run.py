@@ -315,6 +315,8 @@ def run(
         accepted = client.request("POST", "/v1/sandbox/execute", json_body=body,
                                   params={"wait": "false"})
         run_ids = list(accepted["run_ids"])
+        # The ids at once: a client that loses its controller can still find its runs.
+        err.print(f"accepted: {' '.join(run_ids)}", highlight=False)
         deadline = (timeout or 600.0) + 120.0
         try:
             results = _follow_live(client, run_ids, deadline, err)

@@ -122,10 +122,16 @@ end
 return 0
 """
 # KEYS[1] awaits hash. ARGV: request id, "RID SESSION", ttl_ms. Takes the wait over, unless
-# the request is known lost: then returns that marker ("lost REASON").
+# the request is known lost: then returns that marker ("lost REASON"). A request nobody waits
+# for is lost too: its wait is shared before it is sent, so the dead replica never sent it, or
+# its result was delivered (the wait settled), or the wait expired and the bridge dropped it —
+# in no case will a result come.
 _ADOPT = """
 local old = redis.call('HGET', KEYS[1], ARGV[1])
-if old and string.sub(old, 1, 5) == 'lost ' then
+if not old then
+  return 'lost result_lost'
+end
+if string.sub(old, 1, 5) == 'lost ' then
   return old
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -67,8 +68,18 @@ from controller.executor.sharding import (
     unit_durations,
 )
 from controller.executor.slices import slice_by_test
-from controller.executor.steps import ProgressListener, Step, StepLog
-from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
+from controller.executor.steps import MAX_DETAIL_TEXT, ProgressListener, Step, StepLog
+from controller.store import (
+    Run,
+    RunStatus,
+    RunStep,
+    Store,
+    TestResult,
+    TokenKind,
+    User,
+    new_id,
+    utcnow,
+)
 from fixer import ChatCompleter, compile_fix_loop_async
 from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
@@ -99,6 +110,7 @@ class ExecutorSettings:
     compile_timeout_s: float = 900.0  # one compile, within the run's deadline
     step_timeout_s: float = 60.0  # logcat, install, uninstall: within the run's deadline
     cleanup_timeout_s: float = 30.0  # after the deadline too: a borrower leaves nothing behind
+    continue_wait_s: float = 120.0  # a dead replica's run waits this long for its device
     rpc_grace_s: float = 5.0  # the RPC's own deadline over the bridge-side one
     # Verdict
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -152,6 +164,7 @@ class Plan:
     lead_id: str | None = None
     units: Units | None = None
     retried: list[dict[str, Any]] = field(default_factory=list)
+    start_seq: int = 0  # a run continued after its controller died: its steps number on
 
 
 class _RecordingGateway:
@@ -188,6 +201,26 @@ class _RecordingGateway:
         step = await self.steps.begin("rpc", method=method, target=where, params=shown, **extra_in)
         started = time.monotonic()
         try:
+            return await self._call(step, started, target, method, params, timeout_s,
+                                    request_id)
+        finally:
+            settle = getattr(self.gateway, "settle", None)
+            if request_id is not None and isinstance(target, DeviceRef) and callable(settle):
+                # Only now that the step (with the result) is written: see HubGateway.call.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(settle(target.bridge_id, request_id))
+
+    async def _call(
+        self,
+        step: Step,
+        started: float,
+        target: Target,
+        method: str,
+        params: Mapping[str, Any],
+        timeout_s: float | None,
+        request_id: str | None,
+    ) -> dict[str, Any]:
+        try:
             if request_id is not None:
                 result = await self.gateway.call(  # type: ignore[call-arg]
                     target, method, params, timeout_s=timeout_s, request_id=request_id
@@ -217,6 +250,11 @@ class _RecordingGateway:
         if method == "device.install" and isinstance(result, dict) and result.get("package"):
             # Kept so that a controller restarted mid-run still knows what to uninstall.
             extra["package"] = str(result["package"])
+        if (request_id is not None and method == "device.instrument" and isinstance(result, dict)
+                and len(str(result.get("output") or "")) <= MAX_DETAIL_TEXT):
+            # Kept so that a replica taking over a run that died after its tests ran finishes
+            # it (logcat, cleanup, verdict) instead of running the tests again (recovery.py).
+            extra["result"] = result
         await self.steps.end(step, "ok", ms=_ms_since(started), **extra)
         return result
 
@@ -457,7 +495,7 @@ class SandboxExecutor:
 
     async def run(self, plan: Plan, *, listener: ProgressListener | None = None) -> list[dict[str, Any]]:
         """Run a plan to its results (one per run, in order). Never raises but cancellation."""
-        steps = StepLog(self.store, plan.run_ids, listener=listener)
+        steps = StepLog(self.store, plan.run_ids, listener=listener, start_seq=plan.start_seq)
         started = time.monotonic()
         timeout_s = plan.request.timeout_s or self.settings.default_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout_s
@@ -1231,6 +1269,11 @@ class SandboxExecutor:
         adopt = getattr(self.gateway, "adopt", None)
         if not callable(adopt) or self.store is None:
             return None
+        if item.done:  # the tests ran and their result was recorded: finish with it
+            recorded: asyncio.Future[dict[str, Any]] = (
+                asyncio.get_running_loop().create_future())
+            recorded.set_result(dict(item.detail["result"]))
+            return asyncio.get_running_loop().create_task(self._resume(item, recorded))
         ctx = item.context
         dev = ctx["device"]
         ref = DeviceRef(dev["bridge_id"], dev["serial"], dev["owner_id"], dev["bridge_name"])
@@ -1304,7 +1347,9 @@ class SandboxExecutor:
             timings = {str(k): int(v) for k, v in dict(ctx.get("timings") or {}).items()}
             gw = _RecordingGateway(self.gateway, steps)
             retried: list[list[dict[str, Any]]] = []
-            retries = int(ctx.get("retries") or 0)
+            # A run whose retries may already have run before its controller died does not
+            # retry again: its tests never run twice because of a takeover.
+            retries = 0 if item.done else int(ctx.get("retries") or 0)
             test_package = str(ctx.get("test_package") or "")
             if instrument is not None and abort is None and retries > 0 and test_package:
                 deadline_unix = float(ctx.get("deadline_unix") or 0.0)
@@ -1339,6 +1384,75 @@ class SandboxExecutor:
         except Exception as exc:
             log.exception("resuming run %s failed", item.run_id)
             await self._give_up(item, f"resuming failed ({exc!r})"[:300])
+
+    # -- continuing a dead replica's run that never reached its tests (recovery.py) ----------
+
+    def continue_run(self, run: Run, next_seq: int) -> Awaitable[None] | None:
+        """Take over a dead controller's run that never sent its instrumentation
+        (:func:`~controller.executor.recovery.restartable`) and run it from the start here,
+        on its device, once that device is reachable from this replica; None: cannot."""
+        if self.store is None:
+            return None
+        record = run.request or {}
+        try:
+            request = ExecuteRequest.model_validate(
+                {k: v for k, v in record.items() if k in ExecuteRequest.model_fields})
+        except ValidationError:
+            return None
+        return asyncio.get_running_loop().create_task(self._continue(
+            run.id, run.user_id, request, str(record["device_id"]), next_seq))
+
+    async def _continue(self, run_id: str, user_id: str | None, request: ExecuteRequest,
+                        device_id: str, next_seq: int) -> None:
+        assert self.store is not None
+        try:
+            async with self.store.session() as session, session.begin():
+                await session.execute(
+                    update(RunStep).where(RunStep.run_id == run_id, RunStep.status == "running")
+                    .values(status="failed", finished_at=utcnow()))
+                user = await session.get(User, user_id) if user_id else None
+            device = await self._reachable(device_id)
+            if device is None:
+                await self._end_continued(run_id, f"its device {device_id} was not reachable "
+                                          f"within {self.settings.continue_wait_s:g}s")
+                return
+            principal = None
+            if user is not None:
+                principal = Principal("", TokenKind.USER, user.name, user.id, user.name,
+                                      user.is_admin)
+                try:  # the user's rights now, not when the dead replica accepted the run
+                    await authorize(principal, device.ref, Action.USE, store=self.store)
+                except RpcError as exc:
+                    await self._end_continued(run_id, f"no longer allowed ({exc.code.value})")
+                    return
+            steps = StepLog(self.store, [run_id], start_seq=next_seq)
+            await steps.record("recovery", "ok", continued_by=self.instance,
+                               detail="its controller stopped before its tests ran: "
+                               "continued from the start")
+            await self.run(Plan(request, principal, [run_id], [device], start_seq=next_seq + 1))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("continuing run %s failed", run_id)
+            await self._end_continued(run_id, f"continuing failed ({exc!r})"[:300])
+
+    async def _reachable(self, device_id: str) -> DeviceView | None:
+        """The device once it is ready from here (its bridge reconnected to some replica),
+        looked at every 0.25 s (no event tells it), for ``continue_wait_s``."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.settings.continue_wait_s
+        while True:
+            for device in await all_devices(self.gateway):
+                if device.id == device_id and device.ready:
+                    return device
+            if loop.time() >= until:
+                return None
+            await asyncio.sleep(0.25)
+
+    async def _end_continued(self, run_id: str, why: str) -> None:
+        assert self.store is not None
+        with contextlib.suppress(Exception):
+            await end_run(self.store, run_id, why)
 
     async def _give_up(self, item: Resumable, why: str) -> None:
         assert self.store is not None

@@ -86,9 +86,15 @@ class HubGateway:
         timeout_s: float | None = None,
         request_id: str | None = None,
     ) -> dict[str, Any]:
+        # A call recorded for resuming keeps its shared wait until the executor has
+        # recorded its result (settle()): a replica dying in between loses nothing.
         return await self.hub.call(
-            target, method, dict(params), timeout_s=timeout_s, request_id=request_id
+            target, method, dict(params), timeout_s=timeout_s, request_id=request_id,
+            settle=request_id is None,
         )
+
+    async def settle(self, bridge_id: str, request_id: str) -> None:
+        await self.hub.settle(bridge_id, request_id)
 
     def session_of(self, bridge_id: str) -> str | None:
         """The bridge's session id: with a request id, what lets a restarted controller

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,16 @@ from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
 from protocol.errors import RpcError
 
-__all__ = ["REASON", "Recovered", "Resumable", "clean_up", "end_run", "recover_runs"]
+__all__ = [
+    "REASON",
+    "Recovered",
+    "Restart",
+    "Resumable",
+    "clean_up",
+    "end_run",
+    "recover_runs",
+    "restartable",
+]
 
 log = logging.getLogger("droidwire.controller.executor.recovery")
 
@@ -77,6 +87,7 @@ class Resumable:
     step_seq: int  # the instrument step
     detail: dict[str, Any]  # that step's detail (request_id, bridge_session, params, resume)
     next_seq: int
+    done: bool = False  # the instrumentation ended and its result is in ``detail["result"]``
 
     @property
     def request_id(self) -> str:
@@ -92,18 +103,41 @@ class Resumable:
 
 
 Resume = Callable[[Resumable], Awaitable[None] | None]
+#: ``restart(run, next_seq)``: continue a dead controller's run from the start here, or None.
+Restart = Callable[[Run, int], Awaitable[None] | None]
+
+
+def restartable(run: Run, steps: Sequence[RunStep]) -> bool:
+    """Whether the run can start over on another controller without its tests running twice
+    on a device: no instrumentation was ever sent for it, it names its one device, and its
+    whole request was kept (not prebuilt APKs, which are never stored; not a sharded run)."""
+    request = run.request or {}
+    if not isinstance(request.get("test_code"), str) or not isinstance(
+            request.get("device_id"), str):
+        return False
+    if request.get("apks") is not None or "classes" in request or request.get("kind"):
+        return False
+    return not any(s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"
+                   for s in steps)
 
 
 def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
     """The run, if its step under way is an instrumentation a restarted controller can wait
     for again (its request id and bridge session recorded), else None."""
+    if run.status != RunStatus.RUNNING.value:
+        return None
+    instruments = [s for s in steps
+                   if s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"]
     open_steps = [s for s in steps if s.status == "running"]
-    if run.status != RunStatus.RUNNING.value or not open_steps:
+    done = False
+    if open_steps and open_steps[-1] in instruments:
+        step = open_steps[-1]  # the tests run (or ran) on the device: wait for their result
+    elif len(instruments) == 1 and instruments[0].status == "ok" and isinstance(
+            (instruments[0].detail or {}).get("result"), dict):
+        step, done = instruments[0], True  # they ran, their result recorded: finish the run
+    else:
         return None
-    step = open_steps[-1]
     detail = step.detail or {}
-    if step.kind != "rpc" or detail.get("method") != "device.instrument":
-        return None
     if not (isinstance(detail.get("request_id"), str) and isinstance(
             detail.get("bridge_session"), str) and isinstance(detail.get("resume"), dict)):
         return None
@@ -112,17 +146,20 @@ def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
             isinstance(device.get(k), str) for k in ("bridge_id", "bridge_name", "owner_id",
                                                      "serial")):
         return None
-    return Resumable(run.id, step.seq, dict(detail), max(s.seq for s in steps) + 1)
+    return Resumable(run.id, step.seq, dict(detail), max(s.seq for s in steps) + 1, done)
 
 
 async def recover_runs(
-    store: Store, *, instance: str, alive: Alive | None = None, resume: Resume | None = None
+    store: Store, *, instance: str, alive: Alive | None = None, resume: Resume | None = None,
+    restart: Restart | None = None,
 ) -> list[Recovered]:
     """End the runs left ``queued``/``running`` by controller processes that are gone.
     ``instance`` is this process (its runs are left alone); ``alive(instance)`` says whether
     another replica is still up (None: no other replica exists). ``resume(item)`` takes over a
     run waiting for a result its bridge may still hold: it returns what finishes the run (the
-    run is then not ended here, ``Recovered.resumed``), or None (ended as any other)."""
+    run is then not ended here, ``Recovered.resumed``), or None (ended as any other).
+    ``restart(run, next_seq)`` continues a run that never reached its instrumentation
+    (:func:`restartable`) from the start, the same way."""
     ended: list[Recovered] = []
     async with store.session() as session:
         runs = (
@@ -138,17 +175,24 @@ async def recover_runs(
             continue
         if not await _take(store, run, owner, instance):
             continue  # another replica took it over first
-        if resume is not None:
+        if resume is not None or restart is not None:
             async with store.session() as session:
                 steps = (await session.execute(
                     select(RunStep).where(RunStep.run_id == run.id).order_by(RunStep.seq)
                 )).scalars().all()
             item = resumable(run, steps)
-            resumed = resume(item) if item is not None else None
+            resumed = resume(item) if item is not None and resume is not None else None
             if resumed is not None:
                 log.warning("run %s: waiting for the result its bridge holds", run.id)
                 ended.append(Recovered(run.id, None, [], item.next_seq if item else 0, resumed))
                 continue
+            if restart is not None and restartable(run, steps):
+                next_seq = max((s.seq for s in steps), default=-1) + 1
+                continued = restart(run, next_seq)
+                if continued is not None:
+                    log.warning("run %s: continued here from the start", run.id)
+                    ended.append(Recovered(run.id, None, [], next_seq, continued))
+                    continue
         ended.append(await _end(store, run))
     if ended:
         log.warning("recovered %d runs a gone controller left unfinished: %s ended, %s resuming",
@@ -267,10 +311,13 @@ async def clean_up(
     wait_s: float,
     poll_s: float = 0.25,
     call_timeout_s: float = 30.0,
+    turn: Callable[[str, str], AbstractAsyncContextManager[None]] | None = None,
 ) -> None:
     """Uninstall what recovered runs left on their devices, each once its device is ready
     again (its bridge reconnected), for at most ``wait_s``; a step in each run says how it
     went. The hub has no "device ready" event, so its registry is looked at every ``poll_s``.
+    ``turn(device_id, run_id)``: the device's turn, held while uninstalling, so the cleanup
+    never pulls the app from under a run using the device (one continued on a survivor).
     """
     pending = [r for r in owed if r.device and r.packages]
     loop = asyncio.get_running_loop()
@@ -281,16 +328,18 @@ async def clean_up(
             pending.remove(item)
             device = ready[str(item.device)]
             removed, failed = [], []
-            for package in item.packages:
-                try:
-                    await gateway.call(
-                        device.ref, "device.uninstall",
-                        {"serial": device.serial, "package": package},
-                        timeout_s=call_timeout_s,
-                    )
-                    removed.append(package)
-                except RpcError as exc:
-                    failed.append(f"{package}: {exc.code.value}")
+            async with (turn(device.id, item.run_id) if turn is not None
+                        else contextlib.nullcontext()):
+                for package in item.packages:
+                    try:
+                        await gateway.call(
+                            device.ref, "device.uninstall",
+                            {"serial": device.serial, "package": package},
+                            timeout_s=call_timeout_s,
+                        )
+                        removed.append(package)
+                    except RpcError as exc:
+                        failed.append(f"{package}: {exc.code.value}")
             await _note(store, item, "ok" if not failed else "failed",
                         device=item.device, removed=removed, failed=failed)
         if not pending:

@@ -432,8 +432,13 @@ class Hub:
         on_result: Callable[[dict[str, Any]], None] | None = None,
         route: bool = True,
         request_id: str | None = None,
+        settle: bool = True,
     ) -> dict[str, Any]:
         """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
+
+        ``settle=False`` (with a ``request_id``): the call's shared wait (cluster mode) is left
+        for the caller to end with :meth:`settle`, once it has recorded the result — so a
+        replica dying in between leaves the wait for its successor, not a lost result.
 
         Returns the result, or raises :class:`RpcError`: ``bad_request`` (unknown method, bad
         params), ``unavailable`` (bridge away past its grace period, or restarted while a
@@ -489,8 +494,13 @@ class Hub:
             log.debug("call %s %s on %s", pending.id, method, label)
             return await self._await(entry, pending, waiter, method, label)
         finally:
-            if cluster is not None and request_id is not None:
+            if cluster is not None and request_id is not None and settle:
                 self._spawn(self._persist(cluster.settled(entry.id, request_id)))
+
+    async def settle(self, bridge_id: str, request_id: str) -> None:
+        """End a call's shared wait its caller kept (``call(settle=False)``)."""
+        if self.cluster is not None:
+            await self._persist(self.cluster.settled(bridge_id, request_id))
 
     def session_of(self, bridge_id: str) -> str | None:
         """The bridge's current session id (its last ``hello``), None before one."""

@@ -52,24 +52,28 @@ def host_config(world: Cluster, urls: list[str], expose: list[str],
 @contextlib.asynccontextmanager
 async def fleet(world: Cluster, api: httpx.AsyncClient, adb_server: AdbServer,
                 labels: dict[int, list[str]] | None = None,
-                ) -> AsyncIterator[list[ConnectedSim]]:
-    """Four simulated devices: world.sim and three more; bridge "north" (builds) on replica A
-    with the first two, bridge "south" on replica B with the other two."""
+                homes: tuple[int, int] = (0, 1), layer: type[AdbDevices] = AdbDevices,
+                ) -> AsyncIterator[tuple[list[ConnectedSim], list[AdbDevices]]]:
+    """Four simulated devices: world.sim and three more; bridge "north" (builds) with the
+    first two dials replica ``homes[0]`` first (A), bridge "south" with the other two
+    ``homes[1]`` (B), each the other replica next. The bridges' adb layers are ``layer``."""
     with contextlib.ExitStack() as stack:
         sims = [world.sim] + [stack.enter_context(connected_sim(adb_server)) for _ in range(3)]
         addresses = [s.address for s in sims]
         by_serial = {addresses[i]: v for i, v in (labels or {}).items()}
         north, _ = await new_bridge_token(api, "north")
         south, _ = await new_bridge_token(api, "south")
-        layers = [AdbDevices(port=world.sim.server.port, call_timeout_s=15.0 * TIME_SCALE,
-                             flush_s=0.02) for _ in range(2)]
-        a, b = (r.url for r in world.replicas[:2])
+        layers = [layer(port=world.sim.server.port, call_timeout_s=15.0 * TIME_SCALE,
+                        flush_s=0.02) for _ in range(2)]
+        urls = [r.url for r in world.replicas[:2]]
+        north_urls = [urls[homes[0]], urls[1 - homes[0]]]
+        south_urls = [urls[homes[1]], urls[1 - homes[1]]]
         try:
             async with (
-                Bridge(host_config(world, [a, b], addresses[:2], by_serial), token=north,
+                Bridge(host_config(world, north_urls, addresses[:2], by_serial), token=north,
                        devices=layers[0], build=build_service(world.tmp_path / "ws"),
                        settings=BRIDGE_SETTINGS) as one,
-                Bridge(host_config(world, [b, a], addresses[2:], by_serial), token=south,
+                Bridge(host_config(world, south_urls, addresses[2:], by_serial), token=south,
                        devices=layers[1], settings=BRIDGE_SETTINGS) as two,
             ):
                 await one.wait_open(WAIT_S)
@@ -77,7 +81,7 @@ async def fleet(world: Cluster, api: httpx.AsyncClient, adb_server: AdbServer,
                 for client in world.clients[:2]:
                     for address in addresses:
                         await wait_listed(client, address, "device")
-                yield sims
+                yield sims, layers
         finally:
             for layer in layers:
                 await layer.aclose()
@@ -89,7 +93,7 @@ async def test_device_less_runs_use_every_idle_device(
 ) -> None:
     world = cluster
     (_, api_a), (_, api_b) = await asyncio.gather(world.replica(), world.replica())
-    async with fleet(world, api_a, adb_server) as sims:
+    async with fleet(world, api_a, adb_server) as (sims, _):
         code = llm_style_test("loadSettingsFromDisk()")
 
         async def submit(api: httpx.AsyncClient) -> str:
@@ -117,7 +121,7 @@ async def test_labels_from_the_bridge_config_and_from_an_admin(
     world = cluster
     (_, api_a), (_, api_b) = await asyncio.gather(world.replica(), world.replica())
     async with fleet(world, api_a, adb_server, labels={0: ["lab-a"], 2: ["lab-a", "fast"]}
-                     ) as sims:
+                     ) as (sims, _):
         addresses = [s.address for s in sims]
         listed = {d["serial"]: d for d in (await api_b.get("/v1/devices")).json()}
         assert listed[addresses[0]]["labels"] == ["lab-a"]  # bridge on A, listed by B
