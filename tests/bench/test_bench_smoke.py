@@ -18,12 +18,14 @@ import pytest
 import bench.__main__ as runner
 from bench import (
     bench_analysis,
+    bench_fleet,
     bench_idle,
     bench_link,
     bench_sandbox,
     bench_shell,
     bench_storm,
 )
+from tests.conftest import require_service
 
 KEYS = ("name", "value", "unit", "baseline", "ratio")
 
@@ -65,6 +67,20 @@ def test_sandbox() -> None:
                  {"sandbox_overhead_ms", "fanout_cost"})
     fanout = next(f for f in figs if f["name"] == "fanout_cost")
     assert fanout["n"] == 2
+
+
+@pytest.mark.adb
+@pytest.mark.slow
+def test_fleet() -> None:
+    require_service("DATABASE_URL")
+    require_service("REDIS_URL")
+    [fig] = check(bench_fleet.run(quick=True, devices=2, per_device=1), {"fleet_throughput"})
+    assert fig["n"] == 2 and fig["unit"] == "runs/min"
+
+
+def test_fleet_is_skipped_without_its_services(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert bench_fleet.run(quick=True) == []
 
 
 @pytest.mark.slow
