@@ -4,19 +4,24 @@ the least-loaded ready device that matches, whichever replica it reaches.
 Two controller replicas (real processes) on PostgreSQL and real Redis; two real bridges in
 this process, each exposing two of four simulated devices behind the real adb server (one of
 them builds with the simulated toolchain). Eight device-less runs, submitted alternately
-through both replicas at once, must use all four devices, two runs each.
+through both replicas at once, must use all four devices, two runs each; labels from the
+bridges' config and from an admin select devices; a 4-class suite sharded over two devices
+runs each class once and merges one JUnit file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from controller.cli.run import write_junit
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from device_bridge.config import HostConfig
@@ -158,3 +163,43 @@ async def test_labels_from_the_bridge_config_and_from_an_admin(
     assert sorted(serials[:3]) == sorted([addresses[0], addresses[2], addresses[3]])
     assert serials[3] == addresses[3]
     assert all(run["verdict"] == "CONFIRMED" for run in runs), [r["result"] for r in runs]
+
+
+async def test_a_suite_sharded_over_two_devices_through_the_other_replica(
+    cluster: Cluster,  # noqa: F811 - fixture
+    adb_server: AdbServer,
+    tmp_path: Path,
+) -> None:
+    """A 4-class suite with ``shard: 2`` through replica B: two devices, each class run once
+    (its shard's one instrumentation), one merged result on the lead run, and one JUnit file
+    with a suite per device."""
+    from tests.executor.test_sharding import CLASSES, SUITE
+
+    world = cluster
+    (_, api_a), (_, api_b) = await asyncio.gather(world.replica(), world.replica())
+    async with fleet(world, api_a, adb_server) as (sims, _):
+        started = await api_b.post("/v1/sandbox/execute", params={"wait": "false"},
+                                   json={"test_code": SUITE, "shard": 2})
+        assert started.status_code == 202, started.text
+        body = started.json()
+        assert body["run_ids"] == [body["run_id"]] and len(body["shard_run_ids"]) == 2
+        lead = await _finished(world, api_a, body["run_id"])
+        shards = [await _finished(world, api_a, r) for r in body["shard_run_ids"]]
+    merged = lead["result"]
+    devices = [s["device"]["serial"] for s in merged["shards"]]
+    assert len(set(devices)) == 2 and set(devices) <= {s.address for s in sims}
+    assert sorted(c for s in merged["shards"] for c in s["classes"]) == sorted(CLASSES)
+    for shard, run in zip(merged["shards"], shards, strict=True):
+        assert run["result"]["device"]["serial"] == shard["device"]["serial"]
+        instrumented = [s["detail"]["params"]["args"]["class"] for s in run["steps"]
+                        if s["detail"].get("method") == "device.instrument"]
+        assert instrumented[0] == ",".join(shard["classes"])  # its classes, once
+    assert merged["verification_status"] == "CONFIRMED"
+    report = tmp_path / "junit.xml"
+    write_junit(report, [merged])
+    suites = ET.parse(report).getroot().findall("testsuite")
+    assert len(suites) == 2
+    cases = sorted((c.get("classname"), c.get("name")) for s in suites
+                   for c in s.findall("testcase"))
+    assert cases == sorted((t["class"], t["name"]) for t in merged["tests"])
+    assert len(cases) == 5
