@@ -97,7 +97,7 @@ __all__ = [
 log = logging.getLogger("droidwire.controller.executor")
 
 DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
-_QUOTA_POLL_S = 0.1  # a run waiting for its user's quota asks again this often
+_QUOTA_POLL_S = 0.25  # a run waiting for its user's quota asks again this often
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +164,7 @@ class Plan:
     lead_id: str | None = None
     units: Units | None = None
     retried: list[dict[str, Any]] = field(default_factory=list)
-    start_seq: int = 0  # a run continued after its controller died: its steps number on
+    start_seq: int = 0  # a run continued after its controller died: its next step number
 
 
 class _RecordingGateway:
