@@ -28,7 +28,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from sqlalchemy.exc import OperationalError
-from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
@@ -237,13 +236,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("controller shutting down")
 
 
+def _route_path(scope: Scope) -> str:
+    """The request path below the app's mount point (``root_path``), as Starlette routes it."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
+
+
 class ControllerApp(FastAPI):
     """FastAPI, except that bridge WebSockets (``/v1/bridge``) go straight to their endpoint,
     past the middleware stack and the router: see :mod:`controller.hub.endpoint` for why
     and for what it does in their place."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and get_route_path(scope) == hub_endpoint.BRIDGE_PATH:
+        if scope["type"] == "websocket" and _route_path(scope) == hub_endpoint.BRIDGE_PATH:
             scope["app"] = self
             await hub_endpoint.bridge_endpoint(scope, receive, send)
             return

@@ -32,8 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from adbutils import AdbClient, adb_path
-from adbutils._adb import AdbConnection
+from adbutils import AdbClient, AdbConnection, adb_path
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
 from device_bridge.adb.apkinfo import apk_package

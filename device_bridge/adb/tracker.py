@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from adbutils._adb import AdbConnection
+from adbutils import AdbConnection
 from adbutils.errors import AdbError
 
 from device_bridge.adb.client import AdbDevices
