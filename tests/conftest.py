@@ -12,10 +12,11 @@ import os
 
 import pytest
 
+from tests.scale import TIME_SCALE as TIME_SCALE  # re-exported: tests import it from here
+
 pytest_plugins = ["tests.adb_support"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TIME_SCALE = float(os.environ.get("DROIDWIRE_TEST_TIME_SCALE", "1.0"))
 
 
 def require_service(env_var: str) -> str:
