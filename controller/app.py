@@ -20,10 +20,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
@@ -32,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
-from controller.api.errors import ERROR_RESPONSES, install_openapi
+from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
@@ -92,14 +90,6 @@ _CLOSE_CODE: Mapping[ErrorCode, int] = {
 RevocationHook = Callable[[Token], Awaitable[None]]
 # Seconds a client told "store busy" (503) should wait before it retries.
 STORE_BUSY_RETRY_AFTER_S = "1"
-
-
-def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{"error": {"code", "message", …data}}``; data never overrides code or message."""
-    body: dict[str, Any] = {"code": code, "message": message}
-    for key, value in (data or {}).items():
-        body.setdefault(key, value)
-    return {"error": jsonable_encoder(body)}
 
 
 def error_response(exc: RpcError) -> JSONResponse:

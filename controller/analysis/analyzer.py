@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.analysis import anr as anr_mod
-from controller.analysis import strictmode
+import controller.analysis.anr as anr_mod
+import controller.analysis.strictmode as strictmode
 from controller.analysis.displayed import parse_displayed
 from controller.analysis.instrumentation import InstrumentationResult
 from controller.analysis.lines import LogLine, ParsedLog, iter_lines

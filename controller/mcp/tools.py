@@ -20,19 +20,16 @@ tool result with ``isError`` and the REST error body, so an agent sees the same
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
 
-from controller.agent.mcp import agent_tools
-from controller.auth import Principal, Scope
+from controller.auth import Scope
 from controller.executor import ExecuteRequest, tool_schema
-from controller.executor.steps import ProgressListener
-from controller.hub import Hub, list_devices, resolve_device
+from controller.hub import list_devices, resolve_device
+from controller.mcp.agent_tools import agent_tools
+from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
 
@@ -49,59 +46,6 @@ __all__ = [
 RUN_URI_PREFIX = "run://"
 MAX_DUMP_LINES = 5000
 MAX_LISTED_RUNS = 50
-
-
-@dataclass
-class Caller:
-    """Who calls (authenticated for this HTTP request) and through which app."""
-
-    principal: Principal
-    request: Request  # the HTTP request that carried the MCP message
-    # Where a long tool reports its stages (MCP progress notifications), if anywhere.
-    progress: ProgressListener | None = None
-
-    @property
-    def app(self) -> FastAPI:
-        app: FastAPI = self.request.app
-        return app
-
-    @property
-    def hub(self) -> Hub:
-        hub: Hub | None = getattr(self.app.state, "hub", None)
-        if hub is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
-        return hub
-
-    def require(self, scope: Scope) -> None:
-        if not self.principal.allows(scope):
-            raise RpcError(
-                ErrorCode.FORBIDDEN,
-                f"this token lacks the {scope.value!r} scope",
-                {"rule": "missing_scope", "scope": scope.value},
-            )
-
-
-@dataclass
-class Outcome:
-    """A tool's answer: structured data (a JSON object), an image, and the devices it used."""
-
-    data: dict[str, Any] | None = None
-    image_png: bytes | None = None
-    devices: list[str] = field(default_factory=list)
-    # Extra audit entries' details (the sandbox: one per run).
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-
-ToolFn = Callable[[Caller, dict[str, Any]], Awaitable[Outcome]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    fn: ToolFn
-    read_only: bool = False
 
 
 # --- argument models ---------------------------------------------------------------------

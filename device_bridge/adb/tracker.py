@@ -16,12 +16,15 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from adbutils import AdbConnection
 from adbutils.errors import AdbError
 
-from device_bridge.adb.client import AdbDevices
 from protocol.errors import ErrorCode, RpcError
+
+if TYPE_CHECKING:  # the client makes watchers (AdbDevices.watch): a type only here
+    from device_bridge.adb.client import AdbDevices
 
 __all__ = ["ABSENT", "DeviceChange", "DeviceWatcher", "NetworkKeeper"]
 

@@ -1,4 +1,4 @@
-"""The agent toolkit as MCP tools (issue 11), next to the REST routes they share code with.
+"""The agent toolkit as MCP tools, next to the REST routes they share code with.
 
 ``device_state``, ``ui_elements``, ``marked_screenshot``, ``device_action`` and ``device_act``
 call the handlers of :mod:`controller.api.agent` with the MCP request's principal, so access
@@ -10,12 +10,10 @@ the rest as JSON without the base64 PNGs (the trace links them).
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
-
-if TYPE_CHECKING:
-    from controller.mcp.tools import Caller, Outcome, ToolSpec
 
 __all__ = ["agent_tools"]
 
@@ -46,7 +44,6 @@ def _device(args: dict[str, Any], *allowed: str) -> str:
 
 async def _state(caller: Caller, args: dict[str, Any]) -> Outcome:
     from controller.api.agent import get_state
-    from controller.mcp.tools import Outcome
 
     device = _device(args)
     data = await get_state(device, caller.principal, caller.request)
@@ -55,7 +52,6 @@ async def _state(caller: Caller, args: dict[str, Any]) -> Outcome:
 
 async def _ui(caller: Caller, args: dict[str, Any]) -> Outcome:
     from controller.api.agent import get_ui
-    from controller.mcp.tools import Outcome
 
     device = _device(args)
     return Outcome(data=await get_ui(device, caller.principal, caller.request), devices=[device])
@@ -63,7 +59,6 @@ async def _ui(caller: Caller, args: dict[str, Any]) -> Outcome:
 
 async def _screenshot(caller: Caller, args: dict[str, Any]) -> Outcome:
     from controller.api.agent import get_screenshot
-    from controller.mcp.tools import Outcome
 
     device = _device(args, "marks")
     marks = args.get("marks", True)
@@ -77,7 +72,6 @@ async def _action(caller: Caller, args: dict[str, Any]) -> Outcome:
     from pydantic import ValidationError
 
     from controller.api.agent import ActionIn, post_action
-    from controller.mcp.tools import Outcome
 
     device = _device(args, *ActionIn.model_fields)
     try:
@@ -94,7 +88,6 @@ async def _action(caller: Caller, args: dict[str, Any]) -> Outcome:
 
 async def _act(caller: Caller, args: dict[str, Any]) -> Outcome:
     from controller.api.agent import ActIn, post_act
-    from controller.mcp.tools import Outcome
 
     device = _device(args, "instruction")
     instruction = args.get("instruction")
@@ -105,7 +98,6 @@ async def _act(caller: Caller, args: dict[str, Any]) -> Outcome:
 
 
 def agent_tools() -> list[ToolSpec]:
-    from controller.mcp.tools import ToolSpec
 
     return [
         ToolSpec(
