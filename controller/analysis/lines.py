@@ -13,6 +13,8 @@ Formats (``logcat -v …`` per AOSP ``liblog/logprint.cpp``; Android Studio's vi
   ``studio_compact``: ``HH:MM:SS.mmm L msg``
 * ``studio_4x``    ``Tag  L  msg``, continuation lines repeat only the level (``D      at …``)
 * ``level_tag``    ``L Tag: msg``; ``tag_only`` ``StrictMode: msg`` (for a few well-known tags)
+* ``forwarded``    ``[Tag] msg``: a line re-emitted by another runtime's logger (.NET MAUI/Xamarin),
+  recognised by its shape — any tag-like word in brackets —, stack frames prefixed the same way
 
 Wrappers removed before matching: markdown quoting and backticks, list dashes, a leading ``,``
 (log-concatenating CI tools), CI timestamps (GitHub Actions ISO, Taskcluster ``[task …]``), a
@@ -65,6 +67,9 @@ _STUDIO_COMPACT = re.compile(rf"{_TIME}\s+({_L})\s\s+(.*)$")
 _LONG = re.compile(
     rf"\[\s*{_DATE}{_TIME}\s+(?:\w+\s*:\s*)??(\d+)\s*:\s*(0x[0-9a-fA-F]+|\d+)\s+({_L})/(.*?)\s*\]$"
 )
+# A tag forwarded by another runtime's logger (.NET MAUI/Xamarin's debug output, IDE consoles):
+# ``[StrictMode] msg``, ``[ContextImpl] \tat …`` — any tag-shaped word in brackets, then a space.
+_FORWARDED = re.compile(r"\[([A-Za-z][\w.$:/-]{0,63})\](?: |\t|$)(.*)$")
 _STUDIO_4X = re.compile(rf"([\w.$:/-]+)\s{{2,}}({_L})\s{{2,}}(.*)$")
 _LEVEL_ONLY = re.compile(rf"({_L})\s{{2,}}(.*)$")
 _LEVEL_TAG = re.compile(rf"({_L})\s+([^\s:]\S*?)\s*:(?: |$)(.*)$")
@@ -194,6 +199,9 @@ def _match(s: str) -> _Match | None:
         m = _LONG.match(s)
         if m:
             return ("long", int(m[1]), _int(m[2]), m[3], m[4], None, "")
+        m = _FORWARDED.match(s)
+        if m:
+            return ("forwarded", None, None, None, m[1], None, m[2])
         return None
     if len(s) > 2 and s[1] == "/":
         m = _BRIEF.match(s)
