@@ -28,3 +28,17 @@ def test_index_lists_exactly_the_samples_with_provenance() -> None:
 def test_sample_yields_its_facts(entry) -> None:
     wrong = [(f.name, f.expected, f.got) for f in check(entry) if not f.ok]
     assert wrong == []
+
+
+def test_report_table_counts_every_fact(capsys) -> None:
+    import datetime as dt
+
+    from tests.corpus.report import main, render
+
+    text, wrong = render(dt.date(2026, 1, 2))
+    total = sum(len(check(e)) for e in ENTRIES)
+    assert wrong == 0
+    assert text.startswith(f"Run on 2026-01-02: {len(ENTRIES)} samples, {total}/{total} facts right.")
+    assert "| category | samples | facts right | facts | % |" in text
+    assert "| source kind | samples |" in text
+    assert main([]) == 0 and "| parser |" in capsys.readouterr().out
