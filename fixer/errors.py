@@ -359,6 +359,8 @@ def _clean(line: str) -> _Line:
     text = line.strip()
     # Decorations only matter when what follows them is something we recognise.
     undecorated = _DECORATION.sub("", text).rstrip("`").strip()
+    if undecorated in (">", "-", "*"):  # a quoted or bulleted empty line is an empty line
+        undecorated = ""
     return _Line(raw=line.rstrip(), text=undecorated)
 
 
@@ -414,7 +416,7 @@ _TASK_END = re.compile(
 )
 # An unlocated line that starts a diagnostic of its own even under a prefix (``e: error: …``).
 _FRESH = re.compile(rf"^(?:{_JAVAC_SEV}|info)\s*[:：]", re.IGNORECASE)
-_PREFIX_ON_RAW = re.compile(r"^\s*(?P<p>e|w):(?: |$)")
+_PREFIX_ON_RAW = re.compile(r"^(?P<p>e|w):(?: |$)")
 
 
 def _add_detail(detail: list[str], text: str) -> None:
@@ -534,13 +536,13 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
 
     for index, cur in enumerate(cleaned):
         text = cur.text
-        prefix_m = _PREFIX_ON_RAW.match(cur.raw)
+        prefix_m = _PREFIX_ON_RAW.match(text)  # on the undecorated line, inner spacing kept
 
         # --- a line under the open located diagnostic's own severity prefix, with no location
         # of its own: it belongs to that diagnostic (kapt/Dagger print one error this way).
         owner = open_prefix()
         if owner is not None and prefix_m is not None and prefix_m.group("p") == owner:
-            inner_raw = cur.raw[prefix_m.end():]
+            inner_raw = text[prefix_m.end():]
             body = inner_raw.strip()
             # javac-shaped errors (what kapt reports) own every such line; a Kotlin one only
             # lines indented under the prefix: kotlinc's own unlocated messages (``w: Runtime

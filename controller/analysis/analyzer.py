@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.analysis import anr as anr_mod
@@ -449,6 +449,12 @@ class _State:
             t.status = "assumption_failure"
 
     def _open(self, ln: LogLine, is_crash: bool, header: Any) -> None:
+        if ln.continued and ln.tag != ("AndroidRuntime" if is_crash else "StrictMode"):
+            # A header on a line with no prefix of its own, under an entry of another (or no)
+            # tag: a piece of some other entry that a console wrap or a paste cut from its
+            # prefix. Who logged it is unknown — not the entry above (attribution then goes by
+            # its stack).
+            ln = replace(ln, pid=None, tid=None, tag=None, process=None)
         key: Key = (ln.pid, ln.tid)
         old = self.traces.pop(key, None)
         if old is not None:

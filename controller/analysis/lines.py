@@ -82,6 +82,8 @@ _SEPARATOR = re.compile(r"-{5,} ?(?:beginning of|switch to|PROCESS (?:STARTED|EN
 _WRAPPER = re.compile(
     r"(?:[\s>`,\ufeff\u200b]+"                       # indentation, quote, backticks, ',', BOM
     r"|\d{1,6} ?\| "                                  # a code viewer's line-number gutter
+    r"|\d{1,7}\t"                                     # cat -n (the number right-aligned)
+    r"|\d{1,7}:(?: |(?=\d\d-\d\d\s))"                  # an editor's "12: ", grep -n's "12:"
     r"|- (?=\S)"                                      # markdown list item
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"  # GitHub Actions / ISO timestamp
     r"|\[task [^\]]*\]\s"                             # Taskcluster
@@ -91,8 +93,17 @@ _WRAPPER = re.compile(
     r")+"
 )
 # What a prefix looks like when the rest of it was cut off or mangled.
-_DAMAGED = re.compile(r"(?:\d{4}-)?\d\d-\d?\d?(?:\s|$)|\d\d:\d\d(?::|\s|$)|\d+-\d+/|\d+\s+\d+\s*$|\d+\s*$")
+_DAMAGED = re.compile(r"(?:\d{4}-)?\d\d-\d?\d?(?:\s|$)|\d\d:\d\d(?::|\s|$)|\d+-\d+/|\d+\s+\d+\s*$|\d+\s*$"
+                      rf"|{_L}/[^\s(:]+\(\s*\d*\s*$")
 
+
+# A damaged line that begins with a date and an hour, a time with its fraction, or a brief prefix
+# cut before its ")": the start of an entry, never the continuation of the one above it.
+_ENTRY_START = re.compile(
+    rf"(?:\d{{4}}-)?\d\d-\d\d\s+\d\d|\d\d:\d\d:\d\d\.\d|{_L}/[^\s(:]+\(\s*\d*\s*$")
+
+# The pid of a damaged entry start, where its prefix shows it whole (followed by a space or "-").
+_PARTIAL_PID = re.compile(rf"{_DATE}{_TIME}\s+(\d+)(?=\s|-)")
 
 _HEAD = 2048  # prefixes are matched on at most this many characters
 
@@ -335,6 +346,16 @@ def iter_lines(
             bad = bool(_DAMAGED.match(s))
             if bad:
                 stats.damaged += 1
+                if _ENTRY_START.match(s):
+                    # The start of an entry whose prefix could not be read (a console wrap cut
+                    # it): it is nobody's continuation, and what follows it is not the earlier
+                    # entry's either — another process's line must not become this one's.
+                    pm = _PARTIAL_PID.match(s)
+                    ln = LogLine(idx, raw, s, int(pm[1]) if pm else None, fmt="bare",
+                                 damaged=True)
+                    prev = ln
+                    yield ln
+                    continue
             if prev is not None:
                 yield LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
                               "continuation", False, True, bad)

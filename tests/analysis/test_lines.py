@@ -150,7 +150,22 @@ def test_damaged_lines_are_counted_not_fatal():
     )
     assert parsed.entries == 1
     assert parsed.damaged == 2
-    assert all(ln.pid == 4321 for ln in parsed.lines)   # damaged lines still continue
+    # A damaged entry start is a new entry: it keeps the pid its visible prefix shows, or none —
+    # never the pid of the entry above it (that is how another process's line became this one's).
+    assert [ln.pid for ln in parsed.lines] == [4321, 4321, None]
+    assert parsed.lines[2].tid is None and not parsed.lines[2].continued
+
+
+def test_lines_after_a_damaged_entry_start_do_not_inherit_the_entry_above():
+    parsed = parse_lines(
+        "11-02 09:15:01.250  4321  4321 I OkHttp: --> GET /notes\n"
+        "2024-11-02 09:15:01.250 5678-5701/com.other.pl\n"            # wrapped at column 47
+        "ayer D/StrictMode: StrictMode policy violation\n"
+        "D/StrictMode( 5678\n"                                  # a brief prefix, wrapped
+        "): StrictMode policy violation; ~duration=95 ms\n"
+    )
+    assert [(ln.pid, ln.fmt) for ln in parsed.lines] == [
+        (4321, "threadtime"), (5678, "bare"), (5678, "continuation"), (5678, "brief")]
 
 
 def test_clean_leaves_content():
