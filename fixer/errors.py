@@ -219,6 +219,7 @@ _BUILD_CONFIG = re.compile(
             r"Manifest merger failed",
             r"invalid (?:source|target) release",
             r"compiled with an incompatible version of Kotlin|Incompatible classes were found in dependencies",
+            r"jvm target compatibility should be set|Inconsistent JVM-target compatibility",
         )
     ),
     re.IGNORECASE,

@@ -83,7 +83,8 @@ def _diag_facts(sample: str, i: int, want: dict[str, Any], e: CompileError | Non
         if e is None:
             got = None
         elif key == "file_endswith":
-            got = expected if (e.file or "").replace("\\", "/").endswith(expected) else e.file
+            norm = (e.file or "").replace("\\", "/")  # paths compare with "/" either way
+            got = expected if norm.endswith(expected.replace("\\", "/")) else e.file
         elif key == "message_startswith":
             got = expected if e.message.startswith(expected) else e.message[:120]
         elif key == "message_contains":

@@ -678,3 +678,10 @@ def test_any_text_parses_into_the_contract_shape(parts: list[str]) -> None:
         assert e["symbol"] is None or e["kind"] == "unresolved_reference"
     if data["failure"] != "none":
         assert data["build_failed"]
+
+
+def test_jvm_target_mismatch_is_build_config_real_sample() -> None:
+    # A compile task failing on configuration, not on code (tests/corpus/, file_saver#83).
+    text = (OWN_CORPUS / "gradle_config_01_filesaver83_jvm_target_compatibility.txt")
+    report = parse_errors(text.read_text("utf-8"))
+    assert report.compile_errors == [] and report.failure == "build_config"
