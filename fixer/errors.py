@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 __all__ = [
     "CompileError",
@@ -220,6 +221,7 @@ _BUILD_CONFIG = re.compile(
             r"invalid (?:source|target) release",
             r"compiled with an incompatible version of Kotlin|Incompatible classes were found in dependencies",
             r"jvm target compatibility should be set|Inconsistent JVM-target compatibility",
+            r"No providers found in processor classpath",
         )
     ),
     re.IGNORECASE,
@@ -337,10 +339,9 @@ def _javac_symbol(text: str) -> str:
 
 def _normalise_path(raw: str) -> str:
     path = raw.strip()
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith("file:"):
-        path = path[len("file:") :]
+    if path.startswith("file:"):
+        # kotlinc prints a URI: percent-escapes (``Adil%20Ashfaq``) stand for the path's bytes.
+        path = unquote(path[len("file://") :] if path.startswith("file://") else path[5:])
     # ``file:///C:/Users/…`` → ``C:/Users/…``: the drive letter is the real start.
     if re.match(r"^/[A-Za-z]:[/\\]", path):
         path = path[1:]

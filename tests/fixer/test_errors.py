@@ -685,3 +685,15 @@ def test_jvm_target_mismatch_is_build_config_real_sample() -> None:
     text = (OWN_CORPUS / "gradle_config_01_filesaver83_jvm_target_compatibility.txt")
     report = parse_errors(text.read_text("utf-8"))
     assert report.compile_errors == [] and report.failure == "build_config"
+
+
+def test_percent_escaped_file_uri_is_decoded_real_sample() -> None:
+    text = (OWN_CORPUS / "gradle_k2_03_installedapps68_percent_encoded_uri_daemon.txt")
+    first, daemon = parse_errors(text.read_text("utf-8")).errors
+    assert first.file is not None and first.file.startswith("C:/Users/Adil Ashfaq/AppData/")
+    assert (daemon.file, daemon.message) == (None, "Daemon compilation failed: null")
+
+
+def test_ksp_without_providers_is_build_config_real_sample() -> None:
+    text = (OWN_CORPUS / "ksp_01_ksp2224_no_providers.txt").read_text("utf-8")
+    assert parse_errors(text).failure == "build_config"
