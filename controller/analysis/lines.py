@@ -47,6 +47,8 @@ _THREADTIME = re.compile(
 _THREADTIME_FAST = re.compile(
     rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S[^:]*?|)\s*:(?: |$)(.*)$"
 )
+# A threadtime line cut inside its tag (no ": " yet): pid, tid, level, what is left of the tag.
+_THREADTIME_CUT = re.compile(rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})(?:\s+(\S*))?\s*$")
 _THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
 # pid, tid, process, level, tag, msg
 _STUDIO_LEGACY = re.compile(
@@ -58,7 +60,7 @@ _TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |
 _BRIEF = re.compile(rf"({_L})/([^\s(][^(]*?|[^\s(:]+)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
 # pid, tid, tag, process, level, msg (Studio 2022+; tag and process columns can be hidden)
 _STUDIO = re.compile(
-    rf"{_DATE}{_TIME}\s+(?:(\d+)-(\d+)\s+)?(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})\s+(.*)$"
+    rf"{_DATE}{_TIME}\s+(?:(\d+)-(\d+)\s+)?(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})(?:\s+(.*))?$"
 )
 # Studio 2022+ with the time and pid columns hidden: tag, process, level, msg.
 _STUDIO_NOTIME = re.compile(rf"([\w.$:/-]+)\s{{2,}}(\S+)\s{{2,}}({_L})\s{{2,}}(.*)$")
@@ -192,6 +194,9 @@ def _match(s: str) -> _Match | None:
         m = _STUDIO_COMPACT.match(s)
         if m:
             return ("studio_compact", None, None, m[1], None, None, m[2])
+        m = _THREADTIME_CUT.match(s)
+        if m:  # not Studio's "tag process" columns: those are never two bare numbers
+            return ("threadtime", int(m[1]), int(m[2]), m[3], None, None, m[4] or "")
         m = _STUDIO.match(s)
         if m:
             tag, proc = m[3], m[4]
@@ -201,7 +206,7 @@ def _match(s: str) -> _Match | None:
                 tag, proc = (None if proc.startswith("pid-") else proc), None
             if proc is not None and proc.startswith("pid-"):
                 proc = None
-            return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6])
+            return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6] or "")
         m = _THREADTIME_NODATE.match(s)
         if m:
             return ("threadtime", int(m[1]), int(m[2]), m[3], m[4], None, m[5])

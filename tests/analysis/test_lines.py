@@ -245,3 +245,18 @@ def test_studio_single_column_is_the_tag():
     assert (ln.tag, ln.process) == ("System.out", None)
     ln = one("2025-01-09 08:00:00.100  7001-7001  pid-7001  I  hello")
     assert (ln.tag, ln.process) == (None, None)
+
+
+def test_threadtime_cut_inside_its_tag_is_still_that_entry():
+    # The last line of a real paste (tests/corpus/, SpamBlocker#68): not Studio's columns.
+    (ln,) = parse_lines("06-08 22:32:00.940  2090 18626 E Activi").lines
+    assert (ln.fmt, ln.pid, ln.tid, ln.level, ln.tag, ln.msg) == (
+        "threadtime", 2090, 18626, "E", None, "Activi")
+
+
+def test_studio_line_with_an_empty_message_is_an_entry():
+    line = ("2025-01-28 22:11:10.979 10066-10067 planet.myplanet         org.ole.planet.myplanet"
+            "              I  ")
+    (ln,) = parse_lines(line).lines
+    assert (ln.fmt, ln.pid, ln.tag, ln.process, ln.msg) == (
+        "studio", 10066, "planet.myplanet", "org.ole.planet.myplanet", "")
