@@ -394,7 +394,8 @@ class _State:
                         self.procs.setdefault(dt[0], dt[1])
                     else:
                         self.procs[dt[0]] = dt[1]
-                self.deaths.append(Death(dt[0], dt[1], dt[2], ln.index + 1))
+                name = dt[1] or (ln.process if dt[0] == ln.pid else None)
+                self.deaths.append(Death(dt[0], name, dt[2], ln.index + 1))
                 if dt[2] == "StrictMode VmPolicy penaltyDeath":
                     self.vm_deaths.append(ln)
 
@@ -615,8 +616,9 @@ class _State:
         else:
             # A native crash of the app (libc "Fatal signal", a tombstone) ends the test too.
             native = [d for d in self.deaths if d.reason.startswith(("signal", "native crash"))
-                      and d.pid is not None and (package is None or d.pid in app_pids
-                                                 or belongs_to(d.process, package))]
+                      and (d.pid is not None or d.process is not None)
+                      and (package is None or d.pid in app_pids
+                           or belongs_to(d.process, package))]
             if native:
                 crash_text, crash_line = native[0].reason, native[0].line_no
         if instrumentation is not None:

@@ -8,7 +8,8 @@ Formats (``logcat -v …`` per AOSP ``liblog/logprint.cpp``; Android Studio's vi
 * ``brief``        ``L/Tag( PID): msg``; ``tag``: ``L/Tag: msg``
 * ``long``         ``[ MM-DD HH:MM:SS.mmm PID:TID L/Tag ]`` then the message lines, then a blank
 * ``studio_legacy`` ``YYYY-MM-DD HH:MM:SS.mmm PID-TID/process L/Tag: msg`` (also without the pid,
-  or without time and pid); continuation lines are indented to the message column
+  or without time and pid, or as ``com.pkg L/Tag: msg`` with only the process shown);
+  continuation lines are indented to the message column
 * ``studio``       Android Studio 2022+: ``YYYY-MM-DD HH:MM:SS.mmm PID-TID Tag process L msg``;
   ``studio_compact``: ``HH:MM:SS.mmm L msg``
 * ``studio_4x``    ``Tag  L  msg``, continuation lines repeat only the level (``D      at …``)
@@ -72,6 +73,9 @@ _LONG = re.compile(
 # A tag forwarded by another runtime's logger (.NET MAUI/Xamarin's debug output, IDE consoles):
 # ``[StrictMode] msg``, ``[ContextImpl] \tat …`` — any tag-shaped word in brackets, then a space.
 _FORWARDED = re.compile(r"\[([A-Za-z][\w.$:/-]{0,63})\](?: |\t|$)(.*)$")
+# Android Studio 2.x/3.x with time and pid hidden, the process shown: ``com.pkg L/Tag: msg``.
+_PROCESS_BRIEF = re.compile(
+    rf"([A-Za-z][\w]*(?:\.[\w]+)+(?::[\w.]+)?)\s+({_L})/([^\s(:][^(:]*?):(?: |$)(.*)$")
 _STUDIO_4X = re.compile(rf"([\w.$:/-]+)\s{{2,}}({_L})\s{{2,}}(.*)$")
 _LEVEL_ONLY = re.compile(rf"({_L})\s{{2,}}(.*)$")
 _LEVEL_TAG = re.compile(rf"({_L})\s+([^\s:]\S*?)\s*:(?: |$)(.*)$")
@@ -223,6 +227,9 @@ def _match(s: str) -> _Match | None:
         m = _BRIEF.match(s)
         if m:
             return ("brief", _int(m[3]), None, m[1], m[2], None, m[4])
+    m = _PROCESS_BRIEF.match(s)
+    if m:
+        return ("studio_legacy", None, None, m[2], m[3], m[1], m[4])
     m = _STUDIO_NOTIME.match(s)
     if m and not s.startswith("at "):
         proc = None if m[2].startswith("pid-") else m[2]

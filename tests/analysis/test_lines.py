@@ -260,3 +260,10 @@ def test_studio_line_with_an_empty_message_is_an_entry():
     (ln,) = parse_lines(line).lines
     assert (ln.fmt, ln.pid, ln.tag, ln.process, ln.msg) == (
         "studio", 10066, "planet.myplanet", "org.ole.planet.myplanet", "")
+
+
+def test_studio_process_then_level_and_tag():
+    # Android Studio 3.x with only the process column shown (tests/corpus/, VirtualApp#513).
+    (ln,) = parse_lines("com.google.android.gms.persistent A/libc: Fatal signal 11 (SIGSEGV)").lines
+    assert (ln.fmt, ln.pid, ln.process, ln.level, ln.tag) == (
+        "studio_legacy", None, "com.google.android.gms.persistent", "A", "libc")
