@@ -8,8 +8,9 @@ Formats (``logcat -v …`` per AOSP ``liblog/logprint.cpp``; Android Studio's vi
 * ``brief``        ``L/Tag( PID): msg``; ``tag``: ``L/Tag: msg``
 * ``long``         ``[ MM-DD HH:MM:SS.mmm PID:TID L/Tag ]`` then the message lines, then a blank
 * ``studio_legacy`` ``YYYY-MM-DD HH:MM:SS.mmm PID-TID/process L/Tag: msg`` (also without the pid,
-  or without time and pid, or as ``com.pkg L/Tag: msg`` with only the process shown);
-  continuation lines are indented to the message column
+  or without time and pid, or as ``com.pkg L/Tag: msg`` with only the process shown; Studio 1.x
+  wrote ``L/Tag﹕ msg`` with U+FE55 SMALL COLON); continuation lines are indented to the message
+  column
 * ``studio``       Android Studio 2022+: ``YYYY-MM-DD HH:MM:SS.mmm PID-TID Tag process L msg``;
   ``studio_compact``: ``HH:MM:SS.mmm L msg``
 * ``studio_4x``    ``Tag  L  msg``, continuation lines repeat only the level (``D      at …``)
@@ -53,7 +54,7 @@ _THREADTIME_CUT = re.compile(rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})(?:\s+(\S
 _THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
 # pid, tid, process, level, tag, msg
 _STUDIO_LEGACY = re.compile(
-    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)/(\S*)\s+({_L})/(.*?):(?: |$)(.*)$"
+    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)/(\S*)\s+({_L})/(.*?)(?::(?: |$)|\ufe55 ?)(.*)$"
 )
 # level, tag, pid, msg  (time format, DDMS export, Studio without pid)
 _TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
@@ -110,6 +111,8 @@ _ENTRY_START = re.compile(
 
 # The pid of a damaged entry start, where its prefix shows it whole (followed by a space or "-").
 _PARTIAL_PID = re.compile(rf"{_DATE}{_TIME}\s+(\d+)(?=\s|-)")
+
+_DATED = re.compile(r"(?:\d{4}-)?\d\d-\d\d\s+\d\d:\d\d:\d\d")
 
 _HEAD = 2048  # prefixes are matched on at most this many characters
 
@@ -319,6 +322,11 @@ def iter_lines(
                 prev = long_ctx = None
                 yield LogLine(idx, raw, s, fmt="separator")
                 continue
+            if (long_ctx is not None and s[:1].isdigit() and _DATED.match(s)
+                    and _match(s[:_HEAD]) is not None):
+                # A whole dated log line of another format: a paste that mixes formats (Studio
+                # shows a line it could not parse as a -v long record) — the record is over.
+                long_ctx = None
             if long_ctx is not None and not s.startswith("["):
                 # Inside a -v long record every line is message, whatever it looks like.
                 yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,

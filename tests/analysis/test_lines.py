@@ -267,3 +267,22 @@ def test_studio_process_then_level_and_tag():
     (ln,) = parse_lines("com.google.android.gms.persistent A/libc: Fatal signal 11 (SIGSEGV)").lines
     assert (ln.fmt, ln.pid, ln.process, ln.level, ln.tag) == (
         "studio_legacy", None, "com.google.android.gms.persistent", "A", "libc")
+
+
+def test_a_dated_line_of_another_format_ends_a_long_record():
+    # Studio pastes a line it could not parse as a -v long record (tests/corpus/, agera#35).
+    parsed = parse_lines(
+        "[ 04-25 10:02:40.358  3009: 3009 E/         ]\n"
+        "process stopped due to unexpected signal 13\n"
+        "04-25 10:02:40.358 18767-18767/com.google.android.agera.testapp D/HwCust: Create obj\n"
+    )
+    head, body, studio = parsed.lines
+    assert (head.fmt, body.fmt, body.pid) == ("long", "long", 3009)
+    assert (studio.fmt, studio.pid, studio.tag) == ("studio_legacy", 18767, "HwCust")
+
+
+def test_studio_1x_small_colon_separator():
+    (ln,) = parse_lines("10-19 17:14:18.200    4021-5302/? I/HwSystemManager\ufe55 "
+                        "HoldService:checkBeforeShowDialog: uid:10103").lines
+    assert (ln.fmt, ln.pid, ln.tag, ln.msg) == (
+        "studio_legacy", 4021, "HwSystemManager", "HoldService:checkBeforeShowDialog: uid:10103")

@@ -16,7 +16,7 @@ Fact keys (all optional):
 * logcat: ``violations`` / ``crashes`` / ``anrs`` / ``displayed`` / ``deaths`` /
   ``other_violations`` / ``other_crashes`` / ``other_anrs`` — lists of dicts over the fields of
   the analyser's JSON (``frames`` is the frame count of a violation); ``verification_status``,
-  ``entries``, ``blocking_time_ms``, ``formats`` (a subset). ``package`` in the entry (not in
+  ``entries``, ``blocking_time_ms``, ``formats`` (a subset), ``tags`` (the entries' distinct tags). ``package`` in the entry (not in
   ``facts``) is passed to the analyser; ``also_with_package`` holds facts for a second run scoped
   to that package.
 * instrumentation: ``run_status``, ``tests`` (list of ``class_name``/``name``/``status``),
@@ -33,6 +33,7 @@ from typing import Any
 
 from controller.analysis import analyze
 from controller.analysis.instrumentation import parse_instrumentation
+from controller.analysis.lines import parse_lines
 from controller.analysis.models import Violation
 from fixer.errors import CompileError, parse_errors
 
@@ -151,6 +152,10 @@ def _logcat_run(entry: dict[str, Any], package: str | None, facts: dict[str, Any
     for key, want in facts.items():
         if key in lists:
             out.extend(_item_facts(name, label + key, want, lists[key]))
+        elif key == "tags":  # the distinct tags of the entries, sorted
+            got_tags = sorted({ln.tag or "" for ln in parse_lines(text_of(entry)).lines
+                               if ln.entry})
+            out.append(Fact(name, label + "tags", want, got_tags))
         elif key == "formats":
             for fmt, count in want.items():
                 out.append(Fact(name, f"{label}formats.{fmt}", count, data["formats"].get(fmt)))
