@@ -170,8 +170,9 @@ _SEVERITY_PREFIX = re.compile(
 )
 
 _CARET = re.compile(r"^(?P<pad>\s*)\^\s*$")
-_JAVAC_SYMBOL = re.compile(r"^\s*symbol\s*:\s*(?P<sym>.+?)\s*$")
-_JAVAC_LOCATION = re.compile(r"^\s*location\s*:\s*(?P<loc>.+?)\s*$")
+# javac's follow-up labels, also in the JDK's Simplified Chinese, Japanese and German messages.
+_JAVAC_SYMBOL = re.compile(r"^\s*(?:symbol|符号|シンボル|Symbol)\s*[:：]\s*(?P<sym>.+?)\s*$")
+_JAVAC_LOCATION = re.compile(r"^\s*(?:location|位置|場所|Ort)\s*[:：]\s*(?P<loc>.+?)\s*$")
 
 _FAILED_TASK = re.compile(r"(?:^|\s)(?:>\s*)?(?:Task\s+)?(?P<task>:[\w.\-:]*[\w\-])\s+FAILED\b")
 _EXEC_FAILED = re.compile(r"Execution failed for task '(?P<task>:[^']+)'")
@@ -247,7 +248,9 @@ _KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         "unresolved_reference",
         re.compile(
             r"Unresolved reference|cannot find symbol|package \S+ does not exist"
-            r"|cannot resolve symbol|Unresolved (?:class|type)",
+            r"|cannot resolve symbol|Unresolved (?:class|type)"
+            r"|找不到符号|程序包\s*\S+\s*不存在|シンボルを見つけられません|パッケージ\S+は存在しません"
+            r"|Symbol nicht gefunden|Package \S+ ist nicht vorhanden",
             re.IGNORECASE,
         ),
     ),
@@ -583,6 +586,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
         if plain.startswith("* What went wrong"):
             close()
             in_what_went_wrong = True
+            saw_failed_marker = True  # Gradle reports what went wrong only for a failed build
             continue
         if in_what_went_wrong:
             if plain.startswith("* ") or plain.startswith("BUILD "):

@@ -697,3 +697,18 @@ def test_percent_escaped_file_uri_is_decoded_real_sample() -> None:
 def test_ksp_without_providers_is_build_config_real_sample() -> None:
     text = (OWN_CORPUS / "ksp_01_ksp2224_no_providers.txt").read_text("utf-8")
     assert parse_errors(text).failure == "build_config"
+
+
+def test_javac_in_a_chinese_locale_real_sample() -> None:
+    text = (OWN_CORPUS / "javac_01_squaredagger564_chinese_locale_symbol_location_chain.txt")
+    first, dagger = parse_errors(text.read_text("utf-8")).errors
+    assert (first.line, first.column, first.kind, first.symbol) == (
+        12, 42, "unresolved_reference", "DaggerAppComponent")
+    assert first.location == "程序包 com.edward.wanandroid.di.component"
+    assert dagger.detail[-1] == "dagger.android.AndroidInjector.inject(arg0)"
+
+
+def test_what_went_wrong_alone_means_the_build_failed_real_sample() -> None:
+    text = OWN_CORPUS / "gradle_config_03_streetcomplete5281_plugin_request_no_build_failed_line.txt"
+    report = parse_errors(text.read_text("utf-8"))
+    assert report.build_failed and report.failure == "build_config"
