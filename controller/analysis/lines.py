@@ -332,6 +332,15 @@ def iter_lines(
                 yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
                               long_ctx.level, long_ctx.tag, None, "long", False, True)
                 continue
+            if prev is not None and prev.fmt == "studio_4x":
+                m4 = _LEVEL_ONLY.match(s)
+                if m4 and not _STUDIO_4X.match(s):
+                    # "E  Process: x" repeats only the level: it is not "L Tag: msg".
+                    stats.entries += 1
+                    formats["studio_4x"] += 1
+                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
+                                  "studio_4x", True)
+                    continue
             r = _match(s) if len(s) <= _HEAD else _match_long(s)
             if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
                 # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
@@ -355,14 +364,6 @@ def iter_lines(
                 prev = ln
                 yield ln
                 continue
-            if prev is not None and prev.fmt == "studio_4x":
-                m4 = _LEVEL_ONLY.match(s)
-                if m4:
-                    stats.entries += 1
-                    formats["studio_4x"] += 1
-                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
-                                  "studio_4x", True)
-                    continue
             bad = bool(_DAMAGED.match(s))
             if bad:
                 stats.damaged += 1

@@ -286,3 +286,13 @@ def test_studio_1x_small_colon_separator():
                         "HoldService:checkBeforeShowDialog: uid:10103").lines
     assert (ln.fmt, ln.pid, ln.tag, ln.msg) == (
         "studio_legacy", 4021, "HwSystemManager", "HoldService:checkBeforeShowDialog: uid:10103")
+
+
+def test_studio_4x_level_only_line_is_not_level_and_tag():
+    # tests/corpus/, woocommerce-android#633: "E  Process: x" repeats the level only.
+    parsed = parse_lines(" AndroidRuntime  D  Shutting down VM\n"
+                         "                 E  FATAL EXCEPTION: main\n"
+                         "                 E  Process: com.woocommerce.android, PID: 16599\n")
+    assert [(ln.tag, ln.level, ln.msg) for ln in parsed.lines] == [
+        ("AndroidRuntime", "D", "Shutting down VM"), ("AndroidRuntime", "E", "FATAL EXCEPTION: main"),
+        ("AndroidRuntime", "E", "Process: com.woocommerce.android, PID: 16599")]
