@@ -57,6 +57,7 @@ _IDE_SUFFIXES = (" (Fix with AI)", " (Ask Gemini)", " (Ask Studio Bot)")
 
 _STALE = 1000         # lines after which an open trace or ANR block is closed
 _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
+_TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
 Key = tuple[int | None, int | None]
 
@@ -284,7 +285,7 @@ class _State:
                 or "FATAL EXCEPTION" in msg or "ANR in" in msg or "Displayed" in msg
                 or "elapsed" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
                 or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg
-                or "DroidUnblocker" in msg):
+                or "DroidUnblocker" in msg or "executing service" in msg):
             return True   # substring tests inlined: this runs on every line
         if self.traces or self.anr_open:
             if (None, None) in self.traces:
@@ -345,8 +346,19 @@ class _State:
             h2 = anr_mod.parse_header(msg, tag)
             if h2 is not None:
                 a = Anr(h2[0], h2[1], None, None, ln.index + 1, source=tag or "ActivityManager")
+                # The full report supersedes the service timeout that announced it.
+                self.anrs = [x for x in self.anrs
+                             if not (x.source == _TIMEOUT_SOURCE and x.package == h2[0])]
                 self.anrs.append(a)
                 self.anr_open[key] = [a, anr_mod.FIELD_WINDOW]
+                return
+        if "executing service" in msg:
+            st = anr_mod.parse_service_timeout(msg, tag)
+            if st is not None:
+                if not any(x.package == st[0] and x.line_no > ln.index - _STALE
+                           for x in self.anrs):
+                    self.anrs.append(Anr(st[0], st[1], None, st[2], ln.index + 1,
+                                         source=_TIMEOUT_SOURCE))
                 return
         if "Displayed" in msg:
             d = parse_displayed(msg)
@@ -373,7 +385,11 @@ class _State:
                 r = anr_mod.parse_am_anr(msg)
                 if r is not None:
                     self.procs[r[0]] = r[1]
-                    if not any(a.pid == r[0] and a.package == r[1] for a in self.anrs):
+                    pending = next((a for a in self.anrs if a.source == _TIMEOUT_SOURCE
+                                    and a.package == r[1] and a.pid is None), None)
+                    if pending is not None:
+                        pending.pid = r[0]
+                    elif not any(a.pid == r[0] and a.package == r[1] for a in self.anrs):
                         self.anrs.append(Anr(r[1], None, r[0], r[2] or None, ln.index + 1,
                                              source="am_anr"))
                 return
