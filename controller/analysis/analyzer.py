@@ -353,11 +353,11 @@ class _State:
                 self.anr_open[key] = [a, anr_mod.FIELD_WINDOW]
                 return
         if "executing service" in msg:
-            st = anr_mod.parse_service_timeout(msg, tag)
-            if st is not None:
-                if not any(x.package == st[0] and x.line_no > ln.index - _STALE
+            to = anr_mod.parse_service_timeout(msg, tag)
+            if to is not None:
+                if not any(x.package == to[0] and x.line_no > ln.index - _STALE
                            for x in self.anrs):
-                    self.anrs.append(Anr(st[0], st[1], None, st[2], ln.index + 1,
+                    self.anrs.append(Anr(to[0], to[1], None, to[2], ln.index + 1,
                                          source=_TIMEOUT_SOURCE))
                 return
         if "Displayed" in msg:
