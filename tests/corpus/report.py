@@ -20,11 +20,30 @@ from tests.corpus.facts import Fact, check, entries, source_kind
 
 _PAGE_HEAD = """# Corpus report
 
-The parsers against the project's own corpus of real output (`tests/corpus/`: each sample a
-verbatim excerpt of output a real person posted in public, with its source, author, date, what was
-trimmed, and the facts a correct parser reads off it). Every key written in a sample's `facts` is
-one fact, and so is the length of every list. `make corpus` prints these tables and rewrites this
-page; `tests/corpus/test_corpus.py` (part of `make test`) fails on any wrong fact.
+The parsers against the project's own corpus of real output, `tests/corpus/`. Each sample in
+`samples/` is a verbatim excerpt of output a real person posted in public (GitHub issues and pull
+requests, logs and notes committed to repositories, the AOSP documentation's bug-report examples);
+`index.json` gives for each: the source URL, the author, the date, what was trimmed from the post
+(samples end where their excerpt ended — a line cut in the middle stays cut, TABs and trailing
+spaces stay), notes on what makes it hard, and the facts a correct parser reads off it, written by
+hand from the sample. Nothing in a sample is invented or cleaned up.
+
+Every key written in a sample's `facts` is one fact, and so is the length of every list (the
+keys are described in `tests/corpus/facts.py`). `tests/corpus/test_corpus.py`, part of `make
+test`, fails on any wrong fact and on an index entry without provenance. `make corpus` prints the
+tables below and rewrites this page with the date, so that a regression shows in its diff.
+
+Adding a sample: save the excerpt byte for byte under `samples/` (name it
+`<category>_<NN>_<source>_<what it shows>.txt`), add its entry to `index.json`, run `make corpus`.
+When a sample shows a parser miss, fix the parser at the cause and keep the sample as its test.
+
+Categories: `kotlin_k1`, `kotlin_k2` (K1/K2 `e:` diagnostics), `kapt`, `ksp`, `javac`,
+`gradle_config` (failures that are not compile errors), `strictmode_android12`,
+`strictmode_forwarded` (tags re-emitted as `[Tag]` by .NET MAUI), `anr`, `anr_android14`
+(`ErrorId`/`Frozen`/PSI), `anr_events` (`am_anr` only), `native_crash`, `crash`,
+`crash_subprocess`, `studio_logcat` (Android Studio's Logcat window columns), `instrumentation`,
+and `vendor_*` (Huawei, Xiaomi, Samsung, OPPO, Qualcomm noise). Source kinds: `github-issue`
+(issue and pull-request threads) and `repo-file` (files committed to a repository).
 """
 
 

@@ -42,3 +42,12 @@ def test_report_table_counts_every_fact(capsys) -> None:
     assert "| category | samples | facts right | facts | % |" in text
     assert "| source kind | samples |" in text
     assert main([]) == 0 and "| parser |" in capsys.readouterr().out
+
+
+def test_the_corpus_holds_at_least_sixty_real_samples_across_the_categories() -> None:
+    assert len(ENTRIES) >= 60
+    categories = {e["category"] for e in ENTRIES}
+    for needed in ("kotlin_k2", "kapt", "javac", "gradle_config", "strictmode_android12",
+                   "anr_android14", "anr_events", "native_crash", "studio_logcat",
+                   "vendor_huawei", "vendor_xiaomi", "vendor_samsung", "vendor_oppo"):
+        assert needed in categories, needed
