@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.droidwire-installed
 
-.PHONY: setup demo test check lint system-deps bench faults clean
+.PHONY: setup demo test check lint system-deps bench faults corpus clean
 
 ## setup: create .venv with the project and its dev tools (idempotent, no root)
 setup: $(STAMP)
@@ -45,6 +45,11 @@ bench: setup
 ## any non-zero "must be 0" (FAULTS_PROFILE=ci for the short profile that `make test` runs)
 faults: setup
 	$(BIN)/python -m tests.faults.report $(if $(FAULTS_PROFILE),--profile $(FAULTS_PROFILE),)
+
+## corpus: facts the parsers get right on the project's corpus of real output, per category and
+## per source, as a table; also kept, dated, in docs/corpus.md (fails on any wrong fact)
+corpus: setup
+	$(BIN)/python -m tests.corpus.report --write docs/corpus.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
