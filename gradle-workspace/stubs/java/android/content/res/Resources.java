@@ -1,0 +1,8 @@
+package android.content.res;
+
+public class Resources {
+    public Resources() { throw new RuntimeException("Stub!"); }
+    public String getString(int id) { throw new RuntimeException("Stub!"); }
+    public CharSequence getText(int id) { throw new RuntimeException("Stub!"); }
+    public int getInteger(int id) { throw new RuntimeException("Stub!"); }
+}
