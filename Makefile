@@ -6,8 +6,11 @@ STAMP  := $(VENV)/.droidwire-installed
 
 .PHONY: setup demo test lint bench faults clean
 
-## setup: create .venv with the project and its dev tools (idempotent, no root)
+## setup: create .venv with the project and its dev tools, then fetch the pinned Kotlin
+## compiler and build its class path into ~/.cache/droidwire (idempotent, no root; without
+## npm or a JDK it says so and the bridge falls back to the simulated toolchain)
 setup: $(STAMP)
+	@$(BIN)/python -m device_bridge.kotlinc
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +25,7 @@ demo: setup
 ## test: setup, then run the whole suite
 test: setup
 	@sh tests/tools/system_deps.sh
+	@$(BIN)/python -m device_bridge.kotlinc  # again: system_deps may just have brought the JDK
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 ## lint: ruff everywhere, mypy on every package (strict on protocol/)
