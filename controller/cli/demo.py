@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -291,7 +292,7 @@ def show_fix_rounds(console: Console, results: list[dict[str, Any]]) -> None:
     """Each fix round: what the compiler said, who fixed it, and the change."""
     for n, r in enumerate(results, 1):
         rounds = r.get("compile_rounds") or []
-        for before, after in zip(rounds, rounds[1:], strict=False):
+        for before, after in itertools.pairwise(rounds):
             check = before.get("check") or {}
             judge = check.get("compiler") or r.get("toolchain") or "compiler"
             console.print(f"{n}. fix round {before.get('round')}: {judge} said", highlight=False)
