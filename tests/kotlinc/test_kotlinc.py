@@ -210,3 +210,26 @@ def test_a_full_queue_is_refused_not_grown(kotlinc_checker: KotlincChecker) -> N
             compiler.compile(["-version"])
     finally:
         compiler.close()
+
+
+# Scope functions and Any's members in the table, not Activity's own.
+_KOTLIN_NAMES = {"let", "also", "apply", "run", "takeIf", "takeUnless", "to", "toString",
+                 "hashCode", "equals", "javaClass"}
+
+
+def test_every_activity_member_the_project_knows_is_in_the_stubs(
+    kotlinc_checker: KotlincChecker, project: Path, tmp_path: Path
+) -> None:
+    """What the simulated toolchain accepts on an activity (its ACTIVITY_MEMBERS) must not be
+    a false 'Unresolved reference' for kotlinc: the stubs declare each of them."""
+    names = sorted(libs.ACTIVITY_MEMBERS - _KOTLIN_NAMES)
+    body = "\n".join(f"        activity.{name}" for name in names)
+    source = tmp_path / "MembersTest.kt"
+    source.write_text(
+        "package com.droidwire.demo.test\n\nimport com.droidwire.demo.MainActivity\n\n"
+        f"fun probe(activity: MainActivity) {{\n    run {{\n{body}\n    }}\n}}\n"
+    )
+    result = kotlinc_checker.check(project, place(source, project), app_dir=TEMPLATE)
+    unresolved = sorted(e.symbol or "" for e in parse_errors(result.output).compile_errors
+                        if e.kind == "unresolved_reference")
+    assert unresolved == [], result.output

@@ -27,6 +27,8 @@ public class Activity extends ContextThemeWrapper {
     public final Application getApplication() { throw new RuntimeException("Stub!"); }
     public Intent getIntent() { throw new RuntimeException("Stub!"); }
     public void setIntent(Intent newIntent) { throw new RuntimeException("Stub!"); }
+    public ActionBar getActionBar() { throw new RuntimeException("Stub!"); }
+    @Deprecated public FragmentManager getFragmentManager() { throw new RuntimeException("Stub!"); }
     public Window getWindow() { throw new RuntimeException("Stub!"); }
     public View getCurrentFocus() { throw new RuntimeException("Stub!"); }
     public boolean hasWindowFocus() { throw new RuntimeException("Stub!"); }

@@ -1,5 +1,7 @@
 package android.content;
 
+import android.content.pm.PackageManager;
+import android.content.res.AssetManager;
 import android.content.res.Resources;
 import android.os.Looper;
 import java.io.File;
@@ -46,4 +48,10 @@ public abstract class Context {
     public abstract boolean stopService(Intent service);
     public abstract void sendBroadcast(Intent intent);
     public abstract int checkSelfPermission(String permission);
+    public AssetManager getAssets() { throw new RuntimeException("Stub!"); }
+    public PackageManager getPackageManager() { throw new RuntimeException("Stub!"); }
+    public Resources.Theme getTheme() { throw new RuntimeException("Stub!"); }
+    public Intent registerReceiver(BroadcastReceiver receiver, IntentFilter filter) { throw new RuntimeException("Stub!"); }
+    public Intent registerReceiver(BroadcastReceiver receiver, IntentFilter filter, int flags) { throw new RuntimeException("Stub!"); }
+    public void unregisterReceiver(BroadcastReceiver receiver) { throw new RuntimeException("Stub!"); }
 }
