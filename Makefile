@@ -6,8 +6,11 @@ STAMP  := $(VENV)/.droidwire-installed
 
 .PHONY: setup demo test check lint system-deps bench faults corpus clean
 
-## setup: create .venv with the project and its dev tools (idempotent, no root)
+## setup: create .venv with the project and its dev tools, then fetch the pinned Kotlin
+## compiler and build its class path into ~/.cache/droidwire (idempotent, no root; without
+## npm or a JDK it says so and the bridge falls back to the simulated toolchain)
 setup: $(STAMP)
+	@$(BIN)/python -m device_bridge.kotlinc
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,14 +22,16 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(BIN)/droidwire demo
 
-## system-deps: the Debian packages some tests need (Chromium, adb, nginx, systemd-analyze),
-## installed with apt-get where we are root; elsewhere it says what is missing and those tests
+## system-deps: the Debian packages some tests need (Chromium, adb, nginx, systemd-analyze, a JDK,
+## JUnit and Hamcrest for the kotlinc check), installed with apt-get where we are root; elsewhere
+## it says what is missing and those tests
 ## skip (never under CI=true, where they fail). Prints every package it installs.
 system-deps:
 	@sh tests/tools/system_deps.sh
 
 ## test: setup and system-deps, then run the whole suite
 test: setup system-deps
+	@$(BIN)/python -m device_bridge.kotlinc  # again: system-deps may just have brought the JDK
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 ## check: lint, then the whole suite — what CI runs

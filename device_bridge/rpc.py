@@ -233,6 +233,7 @@ class Dispatcher:
             build=bool(build.get("build", False)),
             devices=self.devices is not None,
             toolchain=build.get("toolchain"),
+            checker=build.get("checker"),
             projects=list(build.get("projects", [])),
             methods=self.methods(),
         )

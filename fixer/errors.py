@@ -11,6 +11,9 @@ Shapes recognised (see the corpus' VARIATIONS.md §6):
 * kotlinc 2 (K2)  ``e: file:///abs/Foo.kt:12:5 Unresolved reference 'bar'.``
 * kotlinc CLI     ``Foo.kt:12:5: error: unresolved reference 'bar'.``
 * a location with the message on the next line, or a message wrapped over several lines
+* kotlinc 2's multi-line messages: ``None of the following candidates is applicable:`` with
+  one candidate a line (kept whole, one a line), and a quoted signature broken by a contract
+  dump (joined up to its closing quote)
 * ``w:`` / ``warning:`` lines → severity ``warning``
 * javac           ``Foo.java:12: error: cannot find symbol`` + source line + caret line
                   (the caret gives the column) + ``symbol:`` / ``location:`` lines
@@ -236,6 +239,11 @@ _NOT_CONTINUATION = re.compile(
     r"|Launching |Error: Gradle|Exception:|Warning:|Caused by:|Compilation |Daemon |\[)",
 )
 _MAX_CONTINUATION = 4
+# kotlinc 2's overload diagnostics end with a colon and list one candidate a line:
+# ``None of the following candidates is applicable:`` / ``Overload resolution ambiguity
+# between candidates:``. Those lists are kept whole (bounded), one candidate a line.
+_CANDIDATE_LIST = re.compile(r"(?:candidates|following)[^:]*:$", re.IGNORECASE)
+_MAX_CANDIDATES = 40
 
 
 # --------------------------------------------------------------------------------------
@@ -458,7 +466,11 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
         nonlocal pending
         if pending is None:
             return
-        message = " ".join(p for p in pending.parts if p).strip()
+        parts = [p for p in pending.parts if p]
+        if parts and _CANDIDATE_LIST.search(parts[0]):
+            message = "\n".join(parts).strip()
+        else:
+            message = " ".join(parts).strip()
         kind, symbol = classify_message(message)
         errors.append(
             CompileError(
@@ -703,8 +715,20 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
 
         # --- continuation of the message being read
         if pending is not None:
+            listing = bool(pending.parts) and bool(_CANDIDATE_LIST.search(pending.parts[0] or ""))
+            # A quote left open (kotlinc 2 prints a contract's description inside a quoted
+            # signature: ``'suspend fun <T> withContext(…): T`` / ``[R|Contract description]``
+            # / … / ``>' should be called only from a coroutine …``, each line indented)
+            # continues the message.
+            quoted = sum(p.count("'") for p in pending.parts) % 2 == 1
+            if quoted and cur.raw[:1] in (" ", "\t") and text and (
+                pending.continuations < _MAX_CANDIDATES
+            ):
+                pending.parts.append(text)
+                pending.continuations += 1
+                continue
             if (
-                pending.continuations < _MAX_CONTINUATION
+                pending.continuations < (_MAX_CANDIDATES if listing else _MAX_CONTINUATION)
                 and not _NOT_CONTINUATION.match(text)
                 and not _BARE_SOURCE_PATH.match(text)
                 and not _BUILD_CONFIG.search(text)

@@ -240,6 +240,7 @@ class Capabilities(_Model):
     build: bool = False
     devices: bool = False
     toolchain: Literal["gradle", "simulated"] | None = None
+    checker: Literal["kotlinc"] | None = None  # the real compiler checks tests first
     projects: list[_Name] = Field(default_factory=list, max_length=1000)
     methods: list[_Name] = Field(default_factory=list, max_length=1000)
 

@@ -357,6 +357,11 @@ class CompileResult(Result):
     output: str = ""
     toolchain: Literal["gradle", "simulated"]
     apks: list[Apk] = Field(default_factory=list)
+    # Added in place (an older peer ignores them): "kotlinc" when the real Kotlin compiler
+    # checked the test before the toolchain ran (or refused it, ``ok`` False), and the check's
+    # summary: compiler, api_level, api_source, unchecked, warm, duration_ms.
+    checked_by: Literal["kotlinc"] | None = None
+    check: dict[str, Any] | None = None
 
 
 class SourceLookupParams(Params):

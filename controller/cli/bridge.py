@@ -119,7 +119,7 @@ def bridge(
         str | None,
         typer.Option(
             envvar="DROIDWIRE_BUILD_TOOLCHAIN",
-            help="Serve builds: auto, gradle or simulated (default: no builds unless [build]).",
+            help="Serve builds: auto, gradle, kotlinc or simulated (default: no builds unless [build]).",
         ),
     ] = None,
     concurrency: Annotated[

@@ -685,6 +685,7 @@ class SandboxExecutor:
             except ValueError as exc:  # a malformed result from the bridge
                 raise _Abort("bridge_unavailable", f"compile: bad result ({exc})") from exc
             state["last"] = result
+            state.setdefault("checks", []).append(result.check)
             if not result.ok and n < max_compiles:
                 await self._look_up(gw, target, request, code, result.output, index)
             return result.ok, result.output
@@ -709,16 +710,18 @@ class SandboxExecutor:
         ok = loop_result.ok and app is not None and test is not None
         if loop_result.ok and not ok:
             await steps.record("compile", "failed", detail="the build produced no APKs")
+        checks: list[dict[str, Any] | None] = state.get("checks", [])
         return CompiledTest(
             ok=ok,
-            toolchain=last.toolchain if last else bridge.caps.toolchain,
+            toolchain=_judged_by(last) if last else bridge.caps.toolchain,
             app_apk=app,
             test_apk=test,
             code=loop_result.code,
             compile_rounds=[
                 {"round": r.round, "ok": r.ok, "errors": [_error(e.to_dict()) for e in r.errors],
-                 "fixer": r.fixer, "diff": r.diff}
-                for r in rounds
+                 "fixer": r.fixer, "diff": r.diff,
+                 **({"check": checks[i]} if i < len(checks) and checks[i] else {})}
+                for i, r in enumerate(rounds)
             ],
             output=loop_result.output,
             bridge=bridge.name,
@@ -1256,3 +1259,11 @@ class SandboxExecutor:
                         )
         except Exception:
             log.exception("could not store the results of runs %s", run_ids)
+
+
+def _judged_by(result: CompileResult) -> str:
+    """The toolchain a result names: ``kotlinc`` when the real compiler judged the test and
+    the simulated toolchain built it (without an SDK); ``gradle`` or ``simulated`` otherwise."""
+    if result.checked_by == "kotlinc" and result.toolchain == "simulated":
+        return "kotlinc"
+    return result.toolchain

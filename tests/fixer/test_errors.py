@@ -712,3 +712,52 @@ def test_what_went_wrong_alone_means_the_build_failed_real_sample() -> None:
     text = OWN_CORPUS / "gradle_config_03_streetcomplete5281_plugin_request_no_build_failed_line.txt"
     report = parse_errors(text.read_text("utf-8"))
     assert report.build_failed and report.failure == "build_config"
+
+
+def test_kotlinc2_candidate_lists_are_kept_whole_one_candidate_a_line() -> None:
+    """K2's ``None of the following candidates is applicable:`` lists every overload on its
+    own line (here the six of JUnit's three-argument assertEquals, as kotlinc 2.0.21 prints
+    them); the fixer and the LLM need all of them, and the next error must stay separate."""
+    candidates = [
+        "static fun assertEquals(p0: String!, p1: Any!, p2: Any!): Unit",
+        "static fun assertEquals(p0: String!, p1: Long, p2: Long): Unit",
+        "static fun assertEquals(p0: String!, p1: Double, p2: Double): Unit",
+        "static fun assertEquals(p0: Double, p1: Double, p2: Double): Unit",
+        "static fun assertEquals(p0: Float, p1: Float, p2: Float): Unit",
+        "static fun assertEquals(p0: String!, p1: (Array<Any!>..Array<out Any!>?),"
+        " p2: (Array<Any!>..Array<out Any!>?)): Unit",
+    ]
+    report = parse_errors(
+        "e: file:///w/T.kt:22:13 None of the following candidates is applicable:\n"
+        + "".join(c + "\n" for c in candidates)
+        + "e: file:///w/T.kt:29:34 Unresolved reference 'Log'.\n"
+    )
+    first, second = report.errors
+    assert first.kind == "wrong_arguments"
+    assert first.message.splitlines() == [
+        "None of the following candidates is applicable:", *candidates
+    ]
+    assert (second.line, second.symbol) == (29, "Log")
+
+
+def test_a_quote_left_open_by_kotlinc2s_contract_dump_continues_the_message() -> None:
+    """kotlinc 2.0.21 on ``withContext`` called outside a coroutine (recorded)."""
+    (e, nxt) = parse_errors(
+        "e: file:///w/T.kt:23:17 Suspend function 'suspend fun <T> withContext(context: "
+        "CoroutineContext, block: suspend CoroutineScope.() -> T): T\n"
+        "    [R|Contract description]\n"
+        "     <\n"
+        "        CallsInPlace(block, EXACTLY_ONCE)\n"
+        "    >' should be called only from a coroutine or another suspend function.\n"
+        "e: file:///w/T.kt:30:1 Unresolved reference 'Log'.\n"
+    ).errors
+    assert e.message.endswith("should be called only from a coroutine or another suspend function.")
+    assert (nxt.line, nxt.symbol) == (30, "Log")
+
+
+def test_an_apostrophe_does_not_swallow_the_lines_after_it() -> None:
+    (e,) = parse_errors(
+        "e: file:///w/T.kt:3:1 Can't be called in this context by implicit receiver.\n"
+        "FAILURE: Build failed with an exception.\n"
+    ).errors
+    assert e.message == "Can't be called in this context by implicit receiver."
