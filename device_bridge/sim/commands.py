@@ -81,6 +81,10 @@ async def getprop(p: Proc) -> int:
 
 @command("id")
 async def id_(p: Proc) -> int:
+    flags = "".join(a[1:] for a in p.argv[1:] if a.startswith("-"))
+    if "u" in flags or "g" in flags:
+        await p.out(("shell" if "n" in flags else "2000") + "\n")
+        return 0
     await p.out(
         "uid=2000(shell) gid=2000(shell) groups=2000(shell),1004(input),1007(log),"
         "1011(adb),1015(sdcard_rw),1028(sdcard_r),3001(net_bt_admin),3002(net_bt),3003(inet) "

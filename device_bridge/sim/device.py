@@ -6,7 +6,10 @@ in :mod:`device_bridge.sim.adbd`). It announces maxdata 256 KiB and the banner
 ``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``: an honest list, every
 feature advertised is implemented, and ``abb_exec``, ``delayed_ack``, ``sendrecv_v2`` are not
 advertised (§3.4, §10 items 13–14). Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
-interactive sessions), ``exec:`` and ``sync:``; everything else is refused.
+interactive sessions), ``exec:`` and ``sync:``, and adbd's others as a user build answers them
+(:mod:`device_bridge.sim.services`: ``reverse:``, ``tcp:``, ``jdwp``, ``root:``, ``reboot:``…).
+With ``auth=True`` it is a secure phone: adb's RSA handshake (:mod:`device_bridge.sim.auth`)
+before anything else, "unauthorized" until a key it trusts signs in or :meth:`allow` is called.
 
 Behind the transport sits a small Android: properties from a :mod:`profile
 <device_bridge.sim.profiles>`, a logcat (:mod:`~device_bridge.sim.logbuf`) with light
@@ -45,12 +48,15 @@ from device_bridge.sim.adbd import (
     V2Source,
 )
 from device_bridge.sim.apk import ApkError, SimPackage, read_apk
+from device_bridge.sim.auth import AdbAuth, PendingKey
 from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.listener import StreamListener
-from device_bridge.sim.logbuf import LogBuffer
+from device_bridge.sim.logbuf import BUFFERS, LogBuffer
+from device_bridge.sim.net import DeviceNet, normalize
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
+from device_bridge.sim.services import adbd_service, bridge
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
@@ -107,6 +113,10 @@ class SimDevice:
         log_capacity: int = 256 * 1024,
         storage_quota: int = 512 * 1024 * 1024,
         maxdata: int = DEFAULT_MAXDATA,
+        # Security: adb's RSA authentication (a secure phone), keys it already trusts
+        auth: bool = False,
+        adb_keys: list[str] | None = None,
+        auto_allow: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -138,6 +148,11 @@ class SimDevice:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
         self._booted = False
+        self.auth: AdbAuth | None = (AdbAuth(adb_keys, auto_allow=auto_allow)
+                                     if auth or adb_keys else None)
+        self.net = DeviceNet(lambda coro: self.keep_task(asyncio.ensure_future(coro)))
+        self._reverses: dict[Connection, dict[str, str]] = {}
+        self.boots = 1
 
     # -- identity -----------------------------------------------------------------------
 
@@ -152,7 +167,9 @@ class SimDevice:
 
     @property
     def props(self) -> dict[str, str]:
-        return self.profile.props(self.serial)
+        props = self.profile.props(self.serial)
+        props["ro.adb.secure"] = "1" if self.auth is not None else "0"
+        return props
 
     def banner(self) -> str:
         p = self.profile
@@ -224,7 +241,7 @@ class SimDevice:
 
     # -- services -----------------------------------------------------------------------
 
-    def service_for(self, service: str) -> Handler | None:
+    def service_for(self, service: str, conn: Connection) -> Handler | None:
         if service.startswith("shell"):
             head, sep, cmdline = service.partition(":")
             if not sep:
@@ -239,7 +256,84 @@ class SimDevice:
             return lambda s: self._shell_service(s, cmdline, v2=False)
         if service == "sync:":
             return lambda s: serve_sync(s, self.files)
-        return None
+        return adbd_service(self, service, conn)
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.reverse_remove_all(conn)
+
+    # -- authentication (secure phone) ---------------------------------------------------
+
+    @property
+    def pending_keys(self) -> list[PendingKey]:
+        """Hosts waiting at the "Allow USB debugging?" prompt."""
+        return self.auth.pending if self.auth is not None else []
+
+    def allow(self, fingerprint: str | None = None, *, always: bool = True) -> int:
+        """The user taps "Allow" (``always``: "Always allow from this computer")."""
+        return self.auth.allow(fingerprint, always=always) if self.auth is not None else 0
+
+    def deny(self, fingerprint: str | None = None) -> int:
+        return self.auth.deny(fingerprint) if self.auth is not None else 0
+
+    # -- adb reverse: listeners on the phone that lead back to the host --------------------
+
+    def reverse_add(self, conn: Connection, local: str, remote: str, *, rebind: bool) -> str:
+        table = self._reverses.setdefault(conn, {})
+
+        async def accept(sock: Any) -> None:
+            stream = await conn.open_stream(remote)
+            if stream is None:
+                return  # the host refused: the app on the phone sees the connection closed
+            try:
+                await bridge(stream, sock)
+            finally:
+                await stream.finish()
+
+        wanted = normalize(local)
+        if wanted is not None and wanted in self.net.listeners() and wanted not in table:
+            # Someone else's socket (another transport's reverse, an app's server): adbd
+            # cannot take it over either.
+            raise OSError("cannot bind listener: Address already in use")
+        name = self.net.listen(local, accept, owner=conn, rebind=rebind)
+        table[name] = remote
+        return name
+
+    def reverse_remove(self, conn: Connection, local: str) -> bool:
+        table = self._reverses.get(conn, {})
+        name = normalize(local) or ""
+        if name not in table:
+            return False
+        del table[name]
+        self.net.unlisten(name, owner=conn)
+        return True
+
+    def reverse_remove_all(self, conn: Connection) -> None:
+        self._reverses.pop(conn, None)
+        self.net.unlisten_all(conn)
+
+    def reverse_targets(self, conn: Connection) -> list[tuple[str, str]]:
+        return list(self._reverses.get(conn, {}).items())
+
+    # -- reboot ---------------------------------------------------------------------------
+
+    def reboot(self, reason: str = "adb") -> None:
+        """``adb reboot``: every app stops, the log starts afresh, adb loses the device.
+
+        The listener stays: adb's server reconnects on its own, as it does to a network phone
+        that comes back. Installed packages, files and settings survive, as on a phone.
+        """
+        self._sys("I", "ShutdownThread", f"Rebooting, reason: {reason}")
+        for pkg in list(self.processes):
+            self.kill_process(pkg, reason="shutdown")
+        self.focus = self.launcher
+        self.recent = [self.launcher]
+        self.typed_text = ""
+        self.keyboard_shown = False
+        self.boots += 1
+        self.logbuf.clear(BUFFERS)
+        self._boot_log()
+        for conn in list(self._connections):
+            conn.close()
 
     async def _shell_service(self, stream: Stream, cmdline: str, *, v2: bool,
                              pty: bool = False) -> None:
