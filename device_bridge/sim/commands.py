@@ -943,3 +943,53 @@ async def date(p: Proc) -> int:
     fmt = next((a[1:] for a in p.argv[1:] if a.startswith("+")), "%a %b %d %H:%M:%S UTC %Y")
     await p.out(time.strftime(fmt.replace("%N", "000000000"), now) + "\n")
     return 0
+
+
+# -- network ----------------------------------------------------------------------------------
+
+
+@command("nc", "netcat")
+async def nc(p: Proc) -> int:
+    """toybox ``nc HOST PORT``: connect on the phone's own loopback (device_bridge.sim.net).
+
+    Standard input goes to the socket (its end does not close the connection, as with
+    toybox), what comes back goes to standard output until the peer closes. Only the phone's
+    own addresses are reachable: the simulated phone has no other network.
+    """
+    args = [a for a in p.argv[1:]]
+    rest: list[str] = []
+    j = 0
+    while j < len(args):
+        if args[j] in ("-q", "-w", "-W", "-s") and j + 1 < len(args):
+            j += 2
+            continue
+        if args[j].startswith("-"):
+            await p.err(f"nc: option {args[j]} is not supported by the simulated device\n")
+            return 1
+        rest.append(args[j])
+        j += 1
+    if len(rest) != 2:
+        await p.err("usage: nc HOST PORT\n")
+        return 1
+    host, port = rest
+    sock = p.device.net.connect(f"tcp:{host}:{port}")
+    if sock is None:
+        await p.err("nc: connect: Connection refused\n")
+        return 1
+
+    async def upstream() -> None:
+        while chunk := await p.stdin.read(65536):
+            try:
+                await sock.write(chunk)
+            except (ConnectionError, BrokenPipeError):
+                return
+
+    feeder = asyncio.ensure_future(upstream())
+    try:
+        while data := await sock.read():
+            await p.stdout.write(data)
+    finally:
+        feeder.cancel()
+        await asyncio.gather(feeder, return_exceptions=True)
+        await sock.close()
+    return 0

@@ -8,7 +8,8 @@ to listeners on the device — a ``reverse`` listener of adbd, ``nc -l`` in a sh
 installs with :meth:`DeviceNet.listen`. Nothing here opens a host port.
 
 A connection is a pair of :class:`DevSocket` ends over two bounded pipes. Like adb streams, it
-has no half-close: closing either end ends both directions.
+has no half-close: once either end closes, the other reads what was already sent, then end of
+file, and its writes fail.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ class DevSocket:
         self._tx = tx
         self._on_close = on_close
         self.closed = False
-        self.peer: DevSocket | None = None
 
     async def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes; ``b""`` once the peer (or we) closed."""
@@ -54,11 +54,9 @@ class DevSocket:
         if self.closed:
             return
         self.closed = True
-        await self._tx.close_write()
-        await self._rx.close_read()
-        await self._rx.close_write()  # no half-close: our reads end too
-        if self.peer is not None and not self.peer.closed:
-            await self.peer.close()
+        await self._tx.close_write()  # the peer reads what we sent, then end of file
+        await self._rx.close_read()  # no half-close: the peer's writes fail from now on
+        await self._rx.close_write()  # and our own pending reads end
         self._on_close()
 
 
@@ -66,7 +64,6 @@ def socket_pair(on_close: Callable[[], None] = lambda: None) -> tuple[DevSocket,
     a_to_b, b_to_a = Pipe(), Pipe()
     a = DevSocket(b_to_a, a_to_b, on_close)
     b = DevSocket(a_to_b, b_to_a, lambda: None)
-    a.peer, b.peer = b, a
     return a, b
 
 

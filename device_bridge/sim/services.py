@@ -47,7 +47,7 @@ def _fail(message: str) -> bytes:
 async def bridge(stream: Stream, sock: DevSocket) -> None:
     """Join an adb stream and a device socket until either side closes."""
     try:
-        await pump_both(stream.read, sock.write, sock.read, stream.write)
+        await pump_both(stream.read, stream.write, sock.read, sock.write)
     finally:
         await sock.close()
 
