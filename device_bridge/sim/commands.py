@@ -10,6 +10,7 @@ instrument).
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from device_bridge.sim.logbuf import (
     FORMATS,
     PRIORITIES,
     LogEntry,
+    binary_entry,
     format_entry,
     parse_time_spec,
 )
@@ -146,7 +148,7 @@ async def cat(p: Proc) -> int:
 @command("grep")
 async def grep(p: Proc) -> int:
     args = p.argv[1:]
-    invert = ignore = count = quiet = fixed = False
+    invert = ignore = count = quiet = fixed = numbered = False
     while args and args[0].startswith("-") and len(args[0]) > 1:
         for flag in args.pop(0)[1:]:
             if flag == "v":
@@ -159,6 +161,8 @@ async def grep(p: Proc) -> int:
                 quiet = True
             elif flag == "F":
                 fixed = True
+            elif flag == "n":
+                numbered = True
             elif flag != "E":
                 await p.err(f"grep: unknown option -- {flag}\n")
                 return 2
@@ -182,7 +186,8 @@ async def grep(p: Proc) -> int:
         while chunk := await p.stdin.read(65536):
             data += chunk
     lines = data.decode(errors="replace").splitlines()
-    hits = [ln for ln in lines if bool(rx.search(ln)) != invert]
+    hits = [f"{i}:{ln}" if numbered else ln for i, ln in enumerate(lines, 1)
+            if bool(rx.search(ln)) != invert]
     if count:
         await p.out(f"{len(hits)}\n")
     elif not quiet:
@@ -243,6 +248,11 @@ async def ls(p: Proc) -> int:
             continue
         if len(paths) > 1:
             await p.out(("\n" if i else "") + f"{raw}:\n")
+        if "a" in flags:
+            parent = files.stat(posixpath.dirname(path.rstrip("/")) or "/") or st
+            entries = [(".", st), ("..", parent), *entries]
+        else:
+            entries = [(n, e) for n, e in entries if not n.startswith(".")]
         if "l" in flags:
             await p.out(f"total {len(entries)}\n")
         for name, est in entries:
@@ -319,6 +329,7 @@ async def logcat(p: Proc) -> int:
     since: float | None = None
     pid: int | None = None
     silent = False
+    binary = False
     max_count: int | None = None
     regex: re.Pattern[str] | None = None
     specs: list[str] = []
@@ -346,6 +357,8 @@ async def logcat(p: Proc) -> int:
             clear = True
         elif a in ("-d", "--dump"):
             dump = True
+        elif a in ("-B", "--binary"):
+            binary = True
         elif a == "-s":
             silent = True
         elif key in ("-v", "--format"):
@@ -437,18 +450,22 @@ async def logcat(p: Proc) -> int:
     seen: set[str] = set()
     printed = 0
 
-    def render(entries: list[LogEntry]) -> str:
+    def render(entries: list[LogEntry]) -> bytes:
         nonlocal printed
         out: list[str] = []
+        raw = bytearray()
         for e in entries:
             if max_count is not None and printed >= max_count:
                 break
+            printed += 1
+            if binary:  # logger_entry v4 records, no dividers (what `logcat -B` writes)
+                raw += binary_entry(e, uid=device.uid_of(e.pid))
+                continue
             if e.buffer not in seen:
                 seen.add(e.buffer)
                 out.append(f"--------- beginning of {e.buffer}\n")
             out.append(format_entry(e, fmt))
-            printed += 1
-        return "".join(out)
+        return bytes(raw) if binary else "".join(out).encode()
 
     logbuf = device.logbuf
     cursor = logbuf.last_seq
@@ -459,7 +476,7 @@ async def logcat(p: Proc) -> int:
         first = first[-tail:]
     text = render(first)
     if text:
-        await p.out(text)
+        await p.stdout.write(text)
     if dump or (max_count is not None and printed >= max_count):
         return 0
     reader = logbuf.add_reader(cursor)
@@ -470,7 +487,7 @@ async def logcat(p: Proc) -> int:
             cursor = logbuf.last_seq
             text = render([e for e in fresh if wanted(e)])
             if text:
-                await p.out(text)
+                await p.stdout.write(text)
             logbuf.move_reader(reader, cursor)
     finally:
         logbuf.remove_reader(reader)
@@ -513,6 +530,8 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 await p.out(f"package:{path}\n")
                 return 0
         return 1
+    if sub in ("install-create", "install-write", "install-commit", "install-abandon"):
+        return await system.pm_session(p, sub, rest)
     if sub == "install":
         opts: set[str] = set()
         size: int | None = None
@@ -731,6 +750,8 @@ async def cmd(p: Proc) -> int:
         return await _am(p, rest)
     if service == "window":
         return await _wm(p, rest)
+    if service == "settings":
+        return await system.settings_cmd(p, rest)
     if service == "-l":
         await p.out("Currently running services:\n  activity\n  package\n  window\n")
         return 0
@@ -993,3 +1014,9 @@ async def nc(p: Proc) -> int:
         await asyncio.gather(feeder, return_exceptions=True)
         await sock.close()
     return 0
+
+
+from device_bridge.sim import system, toybox  # noqa: E402 (registers printf, settings…)
+
+toybox.register(command)
+system.register(command)

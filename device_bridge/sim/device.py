@@ -59,6 +59,8 @@ from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render
 from device_bridge.sim.services import adbd_service, bridge
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
+from device_bridge.sim.system import InstallSessions, Settings, proc_files
+from device_bridge.sim.toybox import kernel_release
 from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
 
 __all__ = ["FEATURES", "InstalledPackage", "SimDevice"]
@@ -153,6 +155,10 @@ class SimDevice:
         self.net = DeviceNet(lambda coro: self.keep_task(asyncio.ensure_future(coro)))
         self._reverses: dict[Connection, dict[str, str]] = {}
         self.boots = 1
+        self._booted_at = time.monotonic()
+        self.settings = Settings(self.serial)
+        self.install_sessions = InstallSessions(self._rng)
+        self.files.virtual.update(proc_files(self))
 
     # -- identity -----------------------------------------------------------------------
 
@@ -250,7 +256,9 @@ class SimDevice:
             v2 = "v2" in args
             # An empty command is an interactive shell, on a PTY unless "raw" is asked (§5.1).
             pty = "pty" in args or ("raw" not in args and not cmdline.strip())
-            return lambda s: self._shell_service(s, cmdline, v2=v2, pty=pty)
+            # adbd sets $TERM from the service's TERM= argument, "dumb" without one.
+            term = next((a[5:] for a in args if a.startswith("TERM=")), "dumb")[:64] or "dumb"
+            return lambda s: self._shell_service(s, cmdline, v2=v2, pty=pty, term=term)
         if service.startswith("exec:"):
             cmdline = service[len("exec:"):]
             return lambda s: self._shell_service(s, cmdline, v2=False)
@@ -314,6 +322,52 @@ class SimDevice:
     def reverse_targets(self, conn: Connection) -> list[tuple[str, str]]:
         return list(self._reverses.get(conn, {}).items())
 
+    # -- what /proc, uname and bugreport read -------------------------------------------
+
+    def uptime(self) -> float:
+        """Seconds since boot (a phone that booted an hour before the simulator started)."""
+        return 3600.0 + time.monotonic() - self._booted_at
+
+    def uptime_text(self) -> str:
+        up = int(self.uptime())
+        return f"0 weeks, 0 days, {up // 3600} hours, {up % 3600 // 60} minutes"
+
+    def cpu_count(self) -> int:
+        return 8 if self.profile.abi == "arm64-v8a" else 4
+
+    def uid_of(self, pid: int) -> int:
+        """The uid a log record carries for ``pid``."""
+        if pid == self.shell_pid:
+            return 2000
+        for proc in self.processes.values():
+            if proc.pid == pid:
+                return proc.uid
+        return 1000 if pid >= 1000 else 0
+
+    def last_pid(self) -> int:
+        return self._next_pid
+
+    def kernel_release(self) -> str:
+        return kernel_release(self.profile.sdk)
+
+    def proc_meminfo(self) -> str:
+        total = 8 * 1024 * 1024 if self.profile.sdk >= 31 else 3 * 1024 * 1024  # kB
+        used_by_apps = 180_000 * len(self.processes)
+        free = total // 10
+        available = max(total // 3 - used_by_apps, free)
+        rows = [("MemTotal", total), ("MemFree", free), ("MemAvailable", available),
+                ("Buffers", total // 200), ("Cached", total // 4), ("SwapCached", 0),
+                ("Active", total // 3), ("Inactive", total // 5), ("SwapTotal", total // 2),
+                ("SwapFree", total // 2 - 1024), ("Dirty", 120), ("AnonPages", total // 4),
+                ("Mapped", total // 8), ("Shmem", 9000), ("Slab", total // 40),
+                ("KernelStack", 40_000), ("PageTables", 90_000), ("VmallocTotal", 263061440)]
+        return "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in rows)
+
+    def logbuf_lines(self, n: int) -> list[str]:
+        from device_bridge.sim.logbuf import format_entry
+
+        return [format_entry(e) for e in self.logbuf.entries()][-n:]
+
     # -- reboot ---------------------------------------------------------------------------
 
     def reboot(self, reason: str = "adb") -> None:
@@ -330,13 +384,15 @@ class SimDevice:
         self.typed_text = ""
         self.keyboard_shown = False
         self.boots += 1
+        self._booted_at = time.monotonic()
+        self.install_sessions.sessions.clear()
         self.logbuf.clear(BUFFERS)
         self._boot_log()
         for conn in list(self._connections):
             conn.close()
 
     async def _shell_service(self, stream: Stream, cmdline: str, *, v2: bool,
-                             pty: bool = False) -> None:
+                             pty: bool = False, term: str = "dumb") -> None:
         if v2:
             stdout: Any = V2Sink(stream, 1)
             stderr: Any = V2Sink(stream, 2)
@@ -348,17 +404,20 @@ class SimDevice:
             # A terminal merges stderr into its output and turns \n into \r\n (which is why
             # binary output needs exec-out, on a real device too).
             stdout = stderr = CrLfSink(stdout)
+        shell = self._new_shell()
+        shell.env["TERM"] = term
         if not cmdline.strip():
-            code = await self._interactive(stdin, stdout, stderr, pty=pty)
+            code = await self._interactive(stdin, stdout, stderr, pty=pty, shell=shell)
         else:
-            code = await self.run_shell(cmdline, stdin=stdin, stdout=stdout, stderr=stderr)
+            code = await self.run_shell(cmdline, stdin=stdin, stdout=stdout, stderr=stderr,
+                                        shell=shell)
         if v2:
             await stream.write(struct.pack("<BIB", 3, 1, code & 0xFF))
 
-    async def _interactive(self, stdin: Any, stdout: Any, stderr: Any, *, pty: bool) -> int:
+    async def _interactive(self, stdin: Any, stdout: Any, stderr: Any, *, pty: bool,
+                           shell: Shell) -> int:
         """``adb shell`` without a command: a prompt and line editing on a PTY, or a script
         read line by line from stdin (``echo ls | adb shell``)."""
-        shell = self._new_shell()
 
         def prompt() -> bytes:
             return f"{self.profile.device}:{shell.cwd} $ ".encode()
@@ -413,7 +472,8 @@ class SimDevice:
     def _shell_env(self) -> dict[str, str]:
         return {"PATH": "/product/bin:/apex/com.android.runtime/bin:/system/bin:/system/xbin",
                 "HOME": "/", "USER": "shell", "HOSTNAME": self.profile.device,
-                "ANDROID_DATA": "/data", "ANDROID_ROOT": "/system", "TMPDIR": "/data/local/tmp"}
+                "ANDROID_DATA": "/data", "ANDROID_ROOT": "/system", "TMPDIR": "/data/local/tmp",
+                "TERM": "dumb"}
 
     # shell helpers: files
 
