@@ -25,7 +25,7 @@ MB3 = os.urandom(3 * 1024 * 1024)
 def test_shell_and_exec_out(direct_sim):
     with adb_shell_device(direct_sim) as dev:
         assert dev.shell("echo hi; echo err >&2") == "hi\nerr\n"
-        assert dev.exec_out("echo -n a-5") == "a-5"
+        assert dev.exec_out("printf '%s-%d' a 5") == "a-5"
         assert dev.shell("getprop ro.adb.secure").strip() == "0"
 
 
@@ -42,6 +42,9 @@ def test_sync_push_pull_stat_list_round_trip(direct_sim, tmp_path):
         names = {f.filename.decode(): f.size for f in dev.list("/data/local/tmp")}
         assert names["big.bin"] == len(MB3)
         assert {".", ".."} <= set(names)
+        # The device's own view agrees with what went over the wire.
+        assert dev.shell("md5sum /data/local/tmp/big.bin").split()[0] == \
+            hashlib.md5(MB3).hexdigest()
 
 
 def test_sync_directories_and_missing_files(direct_sim, tmp_path):
@@ -80,6 +83,28 @@ def test_push_of_a_directory(direct_sim, tmp_path):
     with adb_shell_device(direct_sim) as dev:
         dev.push(str(src), "/data/local/tmp/tree")
         assert dev.shell("cat /data/local/tmp/tree/a.txt") == "alpha"
+
+
+def test_install_uninstall_and_logcat(direct_sim):
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    apk = build_apk(SimPackage(package="com.example.direct", kind="app"))
+    with adb_shell_device(direct_sim) as dev:
+        dev.push(io.BytesIO(apk), "/data/local/tmp/direct.apk")
+        assert dev.shell("pm install -r /data/local/tmp/direct.apk") == "Success\n"
+        assert "package:com.example.direct" in dev.shell("pm list packages -3")
+        assert dev.shell("pm uninstall com.example.direct") == "Success\n"
+        direct_sim.call(lambda: direct_sim.device.log("E", "Direct", "boom", pid=77, tid=77))
+        assert "E Direct  : boom" in dev.shell("logcat -d")
+        binary = dev.exec_out("logcat -d -B", decode=False)
+        assert b"Direct\0boom\0" in binary and binary[2:4] == b"\x1c\x00"  # hdr_size 28
+        dev.shell("logcat -c")
+        assert "boom" not in dev.shell("logcat -d")
+        lines = dev.streaming_shell("logcat -s Live")
+        direct_sim.call(lambda: direct_sim.device.log("I", "Live", "now", pid=1, tid=1))
+        got = ""
+        while "I Live    : now" not in got:
+            got += next(lines)
 
 
 def test_pull_to_memory(direct_sim):
