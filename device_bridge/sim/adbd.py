@@ -55,6 +55,7 @@ _IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging i
 _OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
 _V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
 MAX_STREAMS = 512  # open streams per connection; more OPENs are refused
+MAX_BAD_SIGNATURES = 64  # AUTH signatures that match no key before the connection is dropped
 
 Handler = Callable[["Stream"], Awaitable[None]]
 
@@ -259,6 +260,7 @@ class Connection:
         self._next_id = 0
         self._token: bytes | None = None  # the AUTH TOKEN the host must sign
         self.authorized = device.auth is None
+        self._bad_signatures = 0
 
     def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
         if not self.writer.is_closing():
@@ -362,6 +364,10 @@ class Connection:
                 self._token = None
                 self._go_online()
             else:
+                self._bad_signatures += 1
+                if self._bad_signatures > MAX_BAD_SIGNATURES:
+                    # A host has a handful of keys; hundreds of signatures are a guessing game.
+                    raise FramingError(f"{self._bad_signatures} bad AUTH signatures")
                 self._send_token()  # the host tries its next key, then sends its public key
         elif msg.arg0 == AUTH_RSAPUBLICKEY:
             try:

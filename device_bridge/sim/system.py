@@ -230,6 +230,9 @@ async def pm_session(p: Proc, sub: str, rest: list[str]) -> int:
             except OSError as exc:
                 await p.err(f"Error: Unable to open file: {source}: {exc}\n")
                 return 1
+            if sessions.size() + len(data) > device.files.quota:
+                await p.out("Failure [INSTALL_FAILED_INSUFFICIENT_STORAGE]\n")
+                return 1
         session.files[name] = bytes(data)
         await p.out(f"Success: streamed {len(data)} bytes\n")
         return 0
