@@ -398,10 +398,18 @@ def proc_files(device: Any) -> dict[str, Any]:
             "/proc/loadavg": loadavg, "/proc/uptime": uptime, "/proc/version": version}
 
 
+async def reboot(p: Proc) -> int:
+    """``reboot [TARGET]``: the shell user may (SELinux lets shell set sys.powerctl)."""
+    args = [a for a in p.argv[1:] if not a.startswith("-")]
+    p.device.reboot(args[0] if args else "shell")
+    return 0
+
+
 def register(command: Any) -> None:
     async def settings(p: Proc) -> int:
         return await settings_cmd(p, p.argv[1:])
 
+    command("reboot")(reboot)
     command("settings")(settings)
     command("bugreportz")(bugreportz)
     command("bugreport")(bugreport)
