@@ -1,14 +1,14 @@
 """The device side of the adb transport: one TCP connection from the adb server, its streams.
 
-AOSP ``protocol.txt`` as verified in ``/work/shared/ADB_SIM_SPEC.md``:
+AOSP ``protocol.txt``; what the device answers is in ``docs/simulated-device.md``:
 
-* handshake (§3): the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
+* handshake: the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
   banner); nothing is sent before it; a repeated CNXN restarts the transport. A secure phone
   (``device.auth`` set) first runs adb's RSA handshake (:mod:`device_bridge.sim.auth`): AUTH
   TOKEN, the host's signatures, its public key and the user's "Allow" — nothing but AUTH and
   CNXN is read from the host until it is authorized;
-* streams (§4): OPEN → OKAY, or CLSE(0, id) to refuse; WRTE payloads are cut to the agreed
-  maxdata (the server rejects bigger ones and wedges the transport, §2.3) and sent one at a
+* streams: OPEN → OKAY, or CLSE(0, id) to refuse; WRTE payloads are cut to the agreed
+  maxdata (the server rejects bigger ones and wedges the transport) and sent one at a
   time, each waiting for the host's OKAY; host data is acknowledged once the service has read
   it, so a slow service slows the sender instead of growing a buffer;
 * late OKAY/CLSE for streams already gone are ignored; a host CLSE cancels the service and is
@@ -55,6 +55,7 @@ _IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging i
 _OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
 _V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
 MAX_STREAMS = 512  # open streams per connection; more OPENs are refused
+MAX_BAD_SIGNATURES = 64  # AUTH signatures that match no key before the connection is dropped
 
 Handler = Callable[["Stream"], Awaitable[None]]
 
@@ -149,7 +150,7 @@ class Stream:
         self._waiters.notify()
 
     async def _flush_loop(self) -> None:
-        # One WRTE in flight per stream; the next waits for the host's OKAY (§4.2).
+        # One WRTE in flight per stream; the next waits for the host's OKAY.
         while True:
             await self._waiters.wait_for(lambda: (self._pending and self._acked) or self.closed)
             if self.closed:
@@ -162,11 +163,11 @@ class Stream:
             self._waiters.notify()
 
     async def finish(self) -> None:
-        """Device-side end of service: send what is queued, then CLSE (§4.3)."""
+        """Device-side end of service: send what is queued, then CLSE."""
         await self._waiters.wait_for(lambda: not self._pending or self.closed)
         if self.closed:
             return
-        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY (§4.3).
+        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY.
         self.conn.send(Command.CLSE, self.local_id, self.remote_id)
         self._close()
 
@@ -203,7 +204,7 @@ class CrLfSink:
 
 
 class V2Sink:
-    """Shell protocol v2 packets: id, u32 length, data (§5.3)."""
+    """Shell protocol v2 packets: id, u32 length, data."""
 
     def __init__(self, stream: Stream, packet_id: int) -> None:
         self.stream = stream
@@ -259,6 +260,7 @@ class Connection:
         self._next_id = 0
         self._token: bytes | None = None  # the AUTH TOKEN the host must sign
         self.authorized = device.auth is None
+        self._bad_signatures = 0
 
     def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
         if not self.writer.is_closing():
@@ -305,13 +307,13 @@ class Connection:
             self._auth(msg)
             return
         if not self.online:
-            return  # nothing but CNXN (and AUTH) is meaningful before the handshake (§3.1)
+            return  # nothing but CNXN (and AUTH) is meaningful before the handshake
         if msg.command == Command.OPEN:
             self._open(msg.arg0, msg.data.rstrip(b"\0").decode("utf-8", errors="replace"))
             return
         stream = self.streams.get(msg.arg1)
         if stream is None:
-            return  # late OKAY/CLSE for a stream we already closed (§2.1)
+            return  # late OKAY/CLSE for a stream we already closed
         if stream.opened is not None and not stream.opened.done():
             # The host's answer to a stream we opened: OKAY(its id, ours) or CLSE(0, ours).
             if msg.command == Command.OKAY and msg.arg0:
@@ -362,6 +364,10 @@ class Connection:
                 self._token = None
                 self._go_online()
             else:
+                self._bad_signatures += 1
+                if self._bad_signatures > MAX_BAD_SIGNATURES:
+                    # A host has a handful of keys; hundreds of signatures are a guessing game.
+                    raise FramingError(f"{self._bad_signatures} bad AUTH signatures")
                 self._send_token()  # the host tries its next key, then sends its public key
         elif msg.arg0 == AUTH_RSAPUBLICKEY:
             try:

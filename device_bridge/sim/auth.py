@@ -60,7 +60,8 @@ class AdbKeyError(ValueError):
 def parse_public_key(text: bytes | str) -> tuple[rsa.RSAPublicKey, str]:
     """``"<base64> user@host"`` (NUL-terminated or not) → (key, comment)."""
     if isinstance(text, bytes):
-        text = text.split(b"\0", 1)[0].decode("ascii", errors="replace")
+        text = text.decode("ascii", errors="replace")
+    text = text.split("\0", 1)[0]
     b64, _, comment = text.strip().partition(" ")
     try:
         raw = base64.b64decode(b64, validate=True)

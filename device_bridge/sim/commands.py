@@ -3,8 +3,8 @@
 Each command is ``async def name(p: Proc) -> int``. They parse their arguments the way the
 real tools do (closely enough for adb, adbutils and droidwire's bridge), print what the real
 tools print, and delegate state changes to the device (``device_bridge.sim.device``).
-Output formats cite ADB_SIM_SPEC.md §7.2 (pm, getprop, screencap), §8 (logcat), §9 (am
-instrument).
+Output formats are Android's (pm, getprop, screencap, logcat, am instrument); the list of
+commands is in ``docs/simulated-device.md``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A simulated Android device that the real adb server accepts with ``adb connect``.
 
 One :class:`SimDevice` is a TCP listener speaking the adb *transport* protocol (AOSP
-``protocol.txt``, as checked in ``/work/shared/ADB_SIM_SPEC.md``; connection and streams live
+``protocol.txt``; ``docs/simulated-device.md`` says what it answers; connection and streams live
 in :mod:`device_bridge.sim.adbd`). It announces maxdata 256 KiB and the banner
 ``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``: an honest list, every
 feature advertised is implemented, and ``abb_exec``, ``delayed_ack``, ``sendrecv_v2`` are not
-advertised (§3.4, §10 items 13–14). Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
+advertised. Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
 interactive sessions), ``exec:`` and ``sync:``, and adbd's others as a user build answers them
 (:mod:`device_bridge.sim.services`: ``reverse:``, ``tcp:``, ``jdwp``, ``root:``, ``reboot:``…).
 With ``auth=True`` it is a secure phone: adb's RSA handshake (:mod:`device_bridge.sim.auth`)
@@ -235,7 +235,7 @@ class SimDevice:
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
-            # Without TCP_NODELAY each round trip costs ~30 ms more (§4.4).
+            # Without TCP_NODELAY each round trip costs ~30 ms more.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(self, reader, writer)
         self._connections.add(conn)
@@ -254,7 +254,7 @@ class SimDevice:
                 return None
             args = head.split(",")[1:]
             v2 = "v2" in args
-            # An empty command is an interactive shell, on a PTY unless "raw" is asked (§5.1).
+            # An empty command is an interactive shell, on a PTY unless "raw" is asked.
             pty = "pty" in args or ("raw" not in args and not cmdline.strip())
             # adbd sets $TERM from the service's TERM= argument, "dumb" without one.
             term = next((a[5:] for a in args if a.startswith("TERM=")), "dumb")[:64] or "dumb"
@@ -542,7 +542,7 @@ class SimDevice:
                  pid=self.system_pid, tid=self.system_pid + 40)
 
     async def _noise(self) -> None:
-        """About one plausible system line a second (§8; DESIGN.md §8)."""
+        """About one plausible system line a second."""
         assert self.noise_interval
         rng = self._rng
         while True:

@@ -1,6 +1,6 @@
 """A small POSIX-style shell for the simulated device: what adb and adbutils actually send.
 
-Commands arrive as shell source text (ADB_SIM_SPEC.md §7.1, §10 item 12): ``shlex.quote``-d
+Commands arrive as shell source text (docs/simulated-device.md): ``shlex.quote``-d
 argv from adbutils, single-quoted words from the adb CLI, ``export ANDROID_LOG_TAGS="''";
 exec logcat '-d'`` from ``adb logcat``, ``</dev/null`` from ``adb install``, and the
 ``; echo X4EXIT:$?`` suffix of adbutils' ``shell2()``. Supported:
@@ -65,6 +65,7 @@ _ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)|([A-Za-z_][A-Za-z0-9_]
 _BINARY = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
            ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
 MAX_ARITH = 1024  # characters in one $((…))
+MAX_ARITH_DEPTH = 64  # nested parentheses / unary operators
 
 
 def _div(a: int, b: int) -> int:
@@ -106,6 +107,7 @@ def arith(expr: str, lookup: Callable[[str], str]) -> int:
         tokens.append(("n", num) if num else ("v", name) if name else ("o", op))
         pos = m.end()
     i = 0
+    depth = 0
 
     def wrap(v: int) -> int:
         v &= (1 << 64) - 1
@@ -121,7 +123,7 @@ def arith(expr: str, lookup: Callable[[str], str]) -> int:
             raise ArithError(f"{raw}: bad number") from None
 
     def primary() -> int:
-        nonlocal i
+        nonlocal i, depth
         if i >= len(tokens):
             raise ArithError(f"{expr.strip()}: unexpected end of expression")
         kind, tok = tokens[i]
@@ -131,13 +133,21 @@ def arith(expr: str, lookup: Callable[[str], str]) -> int:
         if kind == "v":
             return value_of(tok)
         if tok == "(":
+            depth += 1
+            if depth > MAX_ARITH_DEPTH:
+                raise ArithError(f"{expr.strip()[:40]}: expression nested too deeply")
             v = binary(0)
+            depth -= 1
             if i >= len(tokens) or tokens[i] != ("o", ")"):
                 raise ArithError(f"{expr.strip()}: missing ')'")
             i += 1
             return v
         if tok in "-+!~":
+            depth += 1
+            if depth > MAX_ARITH_DEPTH:
+                raise ArithError(f"{expr.strip()[:40]}: expression nested too deeply")
             v = primary()
+            depth -= 1
             return {"-": -v, "+": v, "!": int(not v), "~": ~v}[tok]
         raise ArithError(f"{expr.strip()}: unexpected '{tok}'")
 

@@ -230,6 +230,9 @@ async def pm_session(p: Proc, sub: str, rest: list[str]) -> int:
             except OSError as exc:
                 await p.err(f"Error: Unable to open file: {source}: {exc}\n")
                 return 1
+            if sessions.size() + len(data) > device.files.quota:
+                await p.out("Failure [INSTALL_FAILED_INSUFFICIENT_STORAGE]\n")
+                return 1
         session.files[name] = bytes(data)
         await p.out(f"Success: streamed {len(data)} bytes\n")
         return 0
@@ -395,10 +398,18 @@ def proc_files(device: Any) -> dict[str, Any]:
             "/proc/loadavg": loadavg, "/proc/uptime": uptime, "/proc/version": version}
 
 
+async def reboot(p: Proc) -> int:
+    """``reboot [TARGET]``: the shell user may (SELinux lets shell set sys.powerctl)."""
+    args = [a for a in p.argv[1:] if not a.startswith("-")]
+    p.device.reboot(args[0] if args else "shell")
+    return 0
+
+
 def register(command: Any) -> None:
     async def settings(p: Proc) -> int:
         return await settings_cmd(p, p.argv[1:])
 
+    command("reboot")(reboot)
     command("settings")(settings)
     command("bugreportz")(bugreportz)
     command("bugreport")(bugreport)

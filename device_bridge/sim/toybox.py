@@ -20,6 +20,7 @@ from device_bridge.sim.shell import Proc
 __all__ = ["MAX_INPUT", "register"]
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes a filter reads from standard input
+MAX_FIELD = 4096  # printf field width / precision
 
 
 async def _read_stdin(p: Proc) -> bytes:
@@ -116,10 +117,16 @@ async def printf(p: Proc) -> int:
                 used += 1
                 return args[used - 1] if used <= len(args) else ""
 
-            if width == "*":
-                width = str(_number(take() or "0"))
-            if prec == "*":
-                prec = str(_number(take() or "0"))
+            try:
+                if width == "*":
+                    width = str(_number(take() or "0"))
+                if prec == "*":
+                    prec = str(_number(take() or "0"))
+            except ValueError:
+                width = prec = "0"
+            if abs(int(width or 0)) > MAX_FIELD or int(prec or 0) > MAX_FIELD:
+                await p.err(f"printf: field width or precision over {MAX_FIELD}\n")
+                return 1
             arg = take()
             spec = "%" + flags + (width or "") + (f".{prec}" if prec is not None else "")
             try:
@@ -567,7 +574,11 @@ async def sed(p: Proc) -> int:
                 assert isinstance(arg, tuple)
                 rx: re.Pattern[str] = arg[0]
                 repl: str = arg[1]
-                new, hits = rx.subn(repl, line, count=0 if arg[2] else 1)
+                try:
+                    new, hits = rx.subn(repl, line, count=0 if arg[2] else 1)
+                except (re.error, IndexError) as exc:
+                    await p.err(f"sed: bad replacement: {exc}\n")
+                    return 1
                 line = new
                 if hits and arg[3]:
                     out.append(line + "\n")

@@ -201,3 +201,28 @@ async def test_binary_logcat_uses_logger_entry_v4(dev):
     assert ours == [(1234, 1240, 0, dev.uid_of(1234),
                      bytes([5]) + b"BinTag\0binary message\0", *stamp)]
     assert "--------- beginning" not in data.decode("latin-1")
+
+
+@pytest.mark.parametrize("cmdline", [
+    "printf '%999999999d' 1",
+    "printf '%.999999999f' 1",
+    "printf '%*s' 999999999 x",
+    "echo $((" + "(" * 400 + "1" + ")" * 400 + "))",
+    "echo abc | sed 's/a/\\g<nope>/'",
+    "echo abc | sed -E 's/(/x/'",
+])
+async def test_hostile_input_is_a_clean_error(dev, cmdline):
+    r = await sh(dev, cmdline)
+    assert r.code != 0 and r.err and len(r.out) < 10_000
+
+
+async def test_install_sessions_are_bounded(dev):
+    dev.files.write("/data/local/tmp/big", b"x" * 1000)
+    dev.files.quota = 1500
+    sid = (await sh(dev, "pm install-create")).out.split("[", 1)[1].split("]", 1)[0]
+    assert (await sh(dev, f"pm install-write {sid} a.apk /data/local/tmp/big")).code == 0
+    over = await sh(dev, f"pm install-write {sid} b.apk /data/local/tmp/big")
+    assert over.code != 0 and "INSUFFICIENT_STORAGE" in over.out
+    for _ in range(20):
+        await sh(dev, "pm install-create")
+    assert len(dev.install_sessions.sessions) == 16

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from device_bridge.sim.apk import SimPackage, build_apk
 from device_bridge.sim.threaded import ThreadedSimDevice
 
 # Each client call gets this long before the client itself gives up (hang guard only).
@@ -72,3 +73,16 @@ def adb_shell_device(sim: ThreadedSimDevice, *, keys: list[Any] | None = None,
         yield dev
     finally:
         dev.close()
+
+
+def install_multiple_through_shell(push: Any, shell: Any) -> str:
+    """What `adb install-multiple` does, with a library that has only push and shell."""
+    base = build_apk(SimPackage(package="com.example.session", kind="app"))
+    split = b"PK\x05\x06" + bytes(18)  # an empty zip: a split the phone does not parse
+    push(base, "/data/local/tmp/base.apk")
+    push(split, "/data/local/tmp/split.apk")
+    created = shell(f"pm install-create -S {len(base) + len(split)}")
+    sid = created.split("[", 1)[1].split("]", 1)[0]
+    for name in ("base.apk", "split.apk"):
+        assert "Success" in shell(f"pm install-write {sid} {name} /data/local/tmp/{name}")
+    return shell(f"pm install-commit {sid}").strip()

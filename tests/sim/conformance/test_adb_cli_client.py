@@ -1,4 +1,6 @@
-"""The real adb binary (the one adbutils bundles) against the simulated device, end to end."""
+"""The real adb CLI against the simulated device, end to end: the binary adbutils bundles
+(adb 36) and Debian's (adb 29, installed by tests/tools/system_deps.sh), both through the
+session's private adb server."""
 
 from __future__ import annotations
 
@@ -13,15 +15,30 @@ import zipfile
 import pytest
 
 from device_bridge.sim.apk import SimPackage, build_apk
+from tests.conftest import require_or_skip
 
 pytestmark = [pytest.mark.adb, pytest.mark.timeout(90)]
 
 T = 30.0  # per adb command: a hang guard, not a timing assertion
 MB3 = os.urandom(3 * 1024 * 1024)
+DEBIAN_ADB = "/usr/bin/adb"
+_BINARY: list[str | None] = [None]
+
+
+@pytest.fixture(autouse=True, params=["bundled", "debian"])
+def cli_binary(request):
+    """Every test runs with both CLIs (the server stays the session's)."""
+    if request.param == "debian":
+        require_or_skip(os.path.exists(DEBIAN_ADB), "Debian's adb (/usr/bin/adb) not installed")
+        _BINARY[0] = DEBIAN_ADB
+    else:
+        _BINARY[0] = None
+    yield request.param
+    _BINARY[0] = None
 
 
 def _adb(server, sim, *args: str, text: bool = True) -> subprocess.CompletedProcess:
-    return server.cli("-s", sim.address, *args, timeout=T, text=text)
+    return server.cli("-s", sim.address, *args, timeout=T, text=text, binary=_BINARY[0])
 
 
 def test_shell_exec_out_and_exit_codes(sim_device, adb_server):
@@ -56,7 +73,7 @@ def test_push_pull_ls_3mb_directories_and_missing_files(sim_device, adb_server, 
     assert _adb(adb_server, sim_device, "pull", "/data/local/tmp/tree", str(out)).returncode == 0
     assert (out / "tree" / "sub" / "b.txt").read_text() == "b"
     missing = _adb(adb_server, sim_device, "pull", "/data/local/tmp/nope", str(tmp_path / "x"))
-    assert missing.returncode != 0 and "No such file" in missing.stderr
+    assert missing.returncode != 0 and "No such file" in missing.stdout + missing.stderr
     stat = _adb(adb_server, sim_device, "shell", "stat -c %s /data/local/tmp/big.bin")
     assert stat.stdout.strip() == str(len(MB3))
 
@@ -97,7 +114,7 @@ def test_logcat_dump_clear_binary_and_stream(sim_device, adb_server):
     assert "hello cli" not in _adb(adb_server, sim_device, "logcat", "-d").stdout
     # Streaming: the CLI keeps reading until the count is reached (-m), then exits.
     proc = subprocess.Popen(
-        [adb_server.adb, "-P", str(adb_server.port), "-s", sim_device.address, "logcat",
+        [_BINARY[0] or adb_server.adb, "-P", str(adb_server.port), "-s", sim_device.address, "logcat",
          "-m", "1", "-s", "Live"], env=adb_server.env, stdout=subprocess.PIPE, text=True)
     try:
         sim_device.call(lambda: sim_device.device.log("W", "Live", "streamed", pid=1, tid=1))

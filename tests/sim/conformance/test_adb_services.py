@@ -131,6 +131,7 @@ def test_jdwp_lists_no_debuggable_process(sim_device, adb_server):
     (("unroot",), "adbd not running as root\n"),
     (("remount",), 'Not running as root. Try "adb root" first.\n'),
     (("tcpip", "5555"), "restarting in TCP mode port: 5555\n"),
+    (("usb",), "restarting in USB mode\n"),
 ])
 def test_user_build_answers(sim_device, adb_server, args, expected):
     r = adb_server.cli("-s", sim_device.address, *args, timeout=CLI_TIMEOUT)

@@ -15,7 +15,12 @@ import threading
 import pytest
 
 from device_bridge.sim.threaded import ThreadedSimDevice
-from tests.sim.conformance.conftest import CLIENT_TIMEOUT_S, HostKey, adb_shell_device
+from tests.sim.conformance.conftest import (
+    CLIENT_TIMEOUT_S,
+    HostKey,
+    adb_shell_device,
+    install_multiple_through_shell,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,6 +99,8 @@ def test_install_uninstall_and_logcat(direct_sim):
         assert dev.shell("pm install -r /data/local/tmp/direct.apk") == "Success\n"
         assert "package:com.example.direct" in dev.shell("pm list packages -3")
         assert dev.shell("pm uninstall com.example.direct") == "Success\n"
+        assert install_multiple_through_shell(
+            lambda data, dest: dev.push(io.BytesIO(data), dest), dev.shell) == "Success"
         direct_sim.call(lambda: direct_sim.device.log("E", "Direct", "boom", pid=77, tid=77))
         assert "E Direct  : boom" in dev.shell("logcat -d")
         binary = dev.exec_out("logcat -d -B", decode=False)

@@ -18,6 +18,7 @@ import adbutils
 import pytest
 
 from device_bridge.sim.apk import SimPackage, build_apk
+from tests.sim.conformance.conftest import install_multiple_through_shell
 
 pytestmark = [pytest.mark.adb, pytest.mark.timeout(60)]
 
@@ -97,6 +98,18 @@ def test_adbutils_install_uninstall_and_logcat(sim_device, tmp_path):
             got += chunk
     finally:
         stream.close()
+
+
+def test_adbutils_install_multiple_binary_logcat_and_reboot(sim_device, tmp_path):
+    d = sim_device.adb
+    assert install_multiple_through_shell(d.sync.push, d.shell) == "Success"
+    assert "com.example.session" in d.list_packages()
+    sim_device.call(lambda: sim_device.device.log("I", "BinU", "bytes", pid=9, tid=9))
+    raw = d.shell("logcat -d -B", encoding=None)
+    assert isinstance(raw, bytes) and b"BinU\0bytes\0" in raw
+    d.reboot()  # adbutils runs `reboot` in the shell: the phone goes down
+    sim_device.wait_state("offline")
+    assert sim_device.call(lambda: sim_device.device.boots) == 2
 
 
 def test_adbutils_forward(sim_device):
@@ -187,6 +200,44 @@ def test_ppadb_push_of_nested_directories(ppadb_device, tmp_path):
     (tree / "sub" / "b.txt").write_text("b")
     ppadb_device.push(str(tree), "/data/local/tmp/pp")
     assert ppadb_device.shell("cat /data/local/tmp/pp/tree/sub/b.txt") == "b"
+
+
+def test_ppadb_logcat_install_multiple_and_reboot(ppadb_device, sim_device, tmp_path):
+    d = ppadb_device
+
+    def push(data: bytes, dest: str) -> None:
+        src = tmp_path / "blob"
+        src.write_bytes(data)
+        d.push(str(src), dest)
+
+    assert install_multiple_through_shell(push, d.shell) == "Success"
+    assert d.is_installed("com.example.session")
+    sim_device.call(lambda: sim_device.device.log("W", "PpTag", "dumped", pid=8, tid=8))
+    assert "W PpTag   : dumped" in d.shell("logcat -d")
+    raw: list[bytes] = []
+
+    def read_all(conn) -> None:  # a ppadb handler owns (and closes) the connection
+        with conn:
+            raw.append(conn.read_all())
+
+    d.shell("logcat -d -B", handler=read_all)
+    assert b"PpTag\0dumped\0" in raw[0]
+    d.shell("logcat -c")
+    assert "dumped" not in d.shell("logcat -d")
+
+    def stream(conn) -> None:
+        conn.socket.settimeout(T)
+        sim_device.call(lambda: sim_device.device.log("I", "PpLive", "streamed", pid=8, tid=8))
+        got = b""
+        while b"streamed" not in got:
+            chunk = conn.read(64)
+            assert chunk, "stream closed before the live line"
+            got += chunk
+        conn.close()
+
+    d.shell("logcat -s PpLive", handler=stream)
+    assert d.reboot() is True
+    sim_device.wait_state("offline")
 
 
 @pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
