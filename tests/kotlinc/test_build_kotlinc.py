@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from device_bridge.build import BuildService, detect_host
-from device_bridge.kotlinc import CompilerError, KotlincChecker, WarmCompiler
+from device_bridge.kotlinc import KotlincChecker
 from device_bridge.kotlinc import install as kinstall
-from device_bridge.kotlinc.install import SetupError, base_args, ensure_compiler
+from device_bridge.kotlinc.install import SetupError, ensure_compiler
 from device_bridge.sim.toolchain import SimulatedToolchain
 from device_bridge.workspace import DEMO_PROJECT, ProjectRegistry, WorkspaceManager
 from device_bridge.workspace_template import template_dir
@@ -97,22 +97,6 @@ async def test_without_a_jdk_the_bridge_says_so_once_and_builds_without_the_chec
     with pytest.raises(RpcError) as info:
         strict.toolchain_for(manager.projects.get(DEMO_PROJECT))
     assert info.value.code is ErrorCode.UNAVAILABLE and info.value.data["reason"] == "no_kotlinc"
-
-
-def test_a_compile_past_its_timeout_kills_the_jvm_and_the_next_one_starts_afresh(
-    kotlinc_checker: KotlincChecker, tmp_path: Path
-) -> None:
-    compiler = WarmCompiler(kotlinc_checker.layout, max_heap_mb=512)
-    source = tmp_path / "A.kt"
-    source.write_text("fun a(): Int = 1\n")
-    args = [*base_args(), "-d", str(tmp_path / "out"), str(source)]
-    try:
-        with pytest.raises(CompilerError, match="timed out"):
-            compiler.compile(args, timeout_s=0.01)
-        assert compiler.pid() is None
-        assert compiler.compile(args).exit_code == 0 and compiler.starts == 2
-    finally:
-        compiler.close()
 
 
 def fake_npm(tmp_path: Path) -> dict[str, str]:

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from controller.cli.demo import DEMO_TESTS
-from device_bridge.kotlinc import API_LEVEL, CompilerBusy, KotlincChecker, WarmCompiler
+from device_bridge.kotlinc import (
+    API_LEVEL,
+    CompilerBusy,
+    CompilerError,
+    KotlincChecker,
+    WarmCompiler,
+)
 from device_bridge.kotlinc.install import base_args, stubs_dir
 from device_bridge.sim import toolchain_libraries as libs
 from device_bridge.sim.toolchain import SimulatedToolchain
@@ -175,7 +181,7 @@ def test_every_stub_source_is_compiled_into_the_class_path(
 
 
 # -- the warm service -----------------------------------------------------------------------
-def test_the_warm_compiler_is_restarted_when_it_dies(
+def test_the_warm_compiler_is_restarted_when_it_dies_or_times_out(
     kotlinc_checker: KotlincChecker, tmp_path: Path
 ) -> None:
     compiler = WarmCompiler(kotlinc_checker.layout, max_heap_mb=512, restart_after=2)
@@ -191,6 +197,11 @@ def test_the_warm_compiler_is_restarted_when_it_dies(
         os.kill(pid, signal.SIGKILL)
         again = compiler.compile(args)  # restart_after=2 would also renew it: both paths
         assert again.exit_code == 0 and compiler.starts == 2 and compiler.pid() != pid
+        # past its timeout: the JVM is killed, the next compile gets a fresh one
+        with pytest.raises(CompilerError, match="timed out"):
+            compiler.compile(args, timeout_s=0.01)
+        assert compiler.pid() is None
+        assert compiler.compile(args).exit_code == 0 and compiler.starts == 3
         source.write_text("fun a(): Int = \"one\"\n")
         bad = compiler.compile(args)
         assert bad.exit_code == 1
