@@ -143,12 +143,15 @@ class KotlincChecker:
 
     # -- the check ---------------------------------------------------------------------
     def check(self, project_dir: Path, test_path: Path, *, module: str = "app",
-              app_dir: Path | None = None) -> CheckResult:
+              app_dir: Path | None = None, timeout_s: float | None = None) -> CheckResult:
         """Type-check ``test_path`` (already written) against ``project_dir``'s class path.
 
         ``app_dir``: where the app's sources are read (default ``project_dir``; a working
-        copy's pristine project, so other files in the copy cannot disturb the check)."""
+        copy's pristine project, so other files in the copy cannot disturb the check).
+        ``timeout_s``: the caller's budget (at most the checker's own timeout); past it the
+        compiler JVM is killed, so a test cannot hold it beyond the run's deadline."""
         started = time.monotonic()
+        budget = self.timeout_s if timeout_s is None else max(0.0, min(self.timeout_s, timeout_s))
         apps = self.app_classes(app_dir or project_dir, module, exclude=test_path)
         out = Path(tempfile.mkdtemp(dir=self._scratch))
         try:
@@ -156,7 +159,7 @@ class KotlincChecker:
                 [*base_args(), "-module-name", f"{module}_androidTest", "-cp",
                  os.pathsep.join(map(str, [*self._base_classpath(), apps])), "-d", str(out),
                  str(test_path)],
-                timeout_s=self.timeout_s,
+                timeout_s=max(0.0, budget - (time.monotonic() - started)),
             )
         finally:
             shutil.rmtree(out, ignore_errors=True)

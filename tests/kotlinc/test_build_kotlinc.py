@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from device_bridge.build import BuildService, detect_host
-from device_bridge.kotlinc import KotlincChecker
+from device_bridge.kotlinc import CompilerError, KotlincChecker
 from device_bridge.kotlinc import install as kinstall
 from device_bridge.kotlinc.install import SetupError, ensure_compiler
 from device_bridge.sim.toolchain import SimulatedToolchain
@@ -128,3 +128,19 @@ def test_setup_is_never_fatal_without_npm(
     assert kinstall.main(["--cache-dir", str(tmp_path / "cache")]) == 0
     assert "falls back to the simulated toolchain" in capsys.readouterr().err
     assert kinstall.main(["--cache-dir", str(tmp_path / "cache"), "--strict"]) == 1
+
+
+def test_a_check_past_the_callers_budget_frees_the_compiler(
+    kotlinc_checker: KotlincChecker, tmp_path: Path
+) -> None:
+    """The build service passes what is left of the run's deadline: past it the JVM is killed,
+    so a test cannot hold the one warm compiler after its run gave up; the next check works."""
+    project = tmp_path / "p"
+    test = project / "app/src/androidTest/java/com/droidwire/demo/GoodTest.kt"
+    test.parent.mkdir(parents=True)
+    test.write_text(GOOD)
+    kotlinc_checker.check(project, test, app_dir=TEMPLATE)  # the app's classes are cached
+    with pytest.raises(CompilerError, match="timed out"):
+        kotlinc_checker.check(project, test, app_dir=TEMPLATE, timeout_s=0)
+    assert kotlinc_checker.compiler.pid() is None
+    assert kotlinc_checker.check(project, test, app_dir=TEMPLATE).ok
