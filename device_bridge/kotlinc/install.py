@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         layout = ensure_layout(args.cache_dir, fetch=True)
-    except SetupError as exc:
+    except (SetupError, OSError, subprocess.SubprocessError, tarfile.TarError) as exc:
         print(
             f"kotlinc: not set up ({exc}); the bridge falls back to the simulated toolchain",
             file=sys.stderr,
