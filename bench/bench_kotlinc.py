@@ -46,7 +46,8 @@ def _vm_hwm_mb(pid: int | None) -> float:
     return float("nan")
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool, *, rounds: int | None = None, colds: int | None = None
+        ) -> list[dict[str, Any]]:
     from device_bridge.kotlinc import KotlincChecker, SetupError, ensure_layout
     from device_bridge.kotlinc.install import base_args
     from device_bridge.workspace_template import template_dir
@@ -58,7 +59,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
     except SetupError as exc:
         print(f"bench_kotlinc: skipped, kotlinc is not set up: {exc}", file=sys.stderr)
         return []
-    rounds, colds = (3, 1) if quick else (10, 3)
+    rounds = rounds or (3 if quick else 10)
+    colds = colds or (1 if quick else 3)
     template = Path(template_dir())
     checker = KotlincChecker(layout)
     with tempfile.TemporaryDirectory(prefix="droidwire-bench-kotlinc-") as tmp:

@@ -187,7 +187,7 @@ class Checker(Protocol):
 
     def check(
         self, project_dir: Path, test_path: Path, *, module: str = "app",
-        app_dir: Path | None = None,
+        app_dir: Path | None = None, timeout_s: float | None = None,
     ) -> Any:
         """Type-check the test at ``test_path``; an object with ``ok``, ``output``,
         ``summary()``."""
@@ -460,7 +460,7 @@ class BuildService:
                     )
                     check = None
                     if checker is not None:
-                        check = await self._check(checker, lease)
+                        check = await self._check(checker, lease, deadline - loop.time())
                         if not check.ok:
                             outcome = self._outcome(
                                 lease, False, str(check.output), toolchain, None, None
@@ -489,13 +489,13 @@ class BuildService:
             self._cache.put(key, outcome)
         return replace(outcome, duration_ms=int((loop.time() - started) * 1000))
 
-    async def _check(self, checker: Checker, lease: Lease) -> Any:
+    async def _check(self, checker: Checker, lease: Lease, budget_s: float) -> Any:
         """The kotlinc check of the test in ``lease`` (in a thread; the slot is held until it
         is really done, even when the caller is cancelled)."""
         work = asyncio.ensure_future(
             asyncio.to_thread(
                 checker.check, lease.project_dir, lease.test_file,
-                module=lease.project.module, app_dir=lease.project.path,
+                module=lease.project.module, app_dir=lease.project.path, timeout_s=budget_s,
             )
         )
         lease.hold(work)

@@ -143,12 +143,15 @@ class KotlincChecker:
 
     # -- the check ---------------------------------------------------------------------
     def check(self, project_dir: Path, test_path: Path, *, module: str = "app",
-              app_dir: Path | None = None) -> CheckResult:
+              app_dir: Path | None = None, timeout_s: float | None = None) -> CheckResult:
         """Type-check ``test_path`` (already written) against ``project_dir``'s class path.
 
         ``app_dir``: where the app's sources are read (default ``project_dir``; a working
-        copy's pristine project, so other files in the copy cannot disturb the check)."""
+        copy's pristine project, so other files in the copy cannot disturb the check).
+        ``timeout_s``: the caller's budget (at most the checker's own timeout); past it the
+        compiler JVM is killed, so a test cannot hold it beyond the run's deadline."""
         started = time.monotonic()
+        budget = self.timeout_s if timeout_s is None else max(0.0, min(self.timeout_s, timeout_s))
         apps = self.app_classes(app_dir or project_dir, module, exclude=test_path)
         out = Path(tempfile.mkdtemp(dir=self._scratch))
         try:
@@ -156,7 +159,7 @@ class KotlincChecker:
                 [*base_args(), "-module-name", f"{module}_androidTest", "-cp",
                  os.pathsep.join(map(str, [*self._base_classpath(), apps])), "-d", str(out),
                  str(test_path)],
-                timeout_s=self.timeout_s,
+                timeout_s=max(0.0, budget - (time.monotonic() - started)),
             )
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -240,50 +243,45 @@ def _stubbed(path: str) -> bool:
 def _judge(output: str, source: str) -> tuple[list[str], list[str], list[str]]:
     """Split kotlinc's messages into errors that count, warnings, and names not checked."""
     lines = source.splitlines()
-    diags: list[tuple[str, int, int, str, str]] = []
-    extra: list[str] = []
-    current: list[str] | None = None
+    # (severity, line, message, the diagnostic's text with its continuation lines)
+    diags: list[tuple[str, int, str, str]] = []
     for raw in output.splitlines():
         m = _DIAG.match(raw)
         if m:
-            current = [raw]
-            diags.append((m["sev"], int(m["line"]), int(m["col"]), m["msg"], raw))
-            extra.append("")
-            continue
-        if diags and raw.strip() and not raw.startswith(("e:", "w:")):
-            extra[-1] += "\n" + raw  # a multi-line message (candidate lists)
-    del current
-    # 1. unresolved imports into partly modelled packages: not checked, nor are their uses
-    unchecked_names: dict[str, str] = {}
-    for sev, line, _col, msg, _raw in diags:
+            diags.append((m["sev"], int(m["line"]), m["msg"], raw))
+        elif diags and raw.strip():
+            sev, line, msg, text = diags[-1]
+            diags[-1] = (sev, line, msg, f"{text}\n{raw}")  # a multi-line message
+    # Unresolved imports into partly modelled packages: not checked, nor are their uses.
+    not_modelled: dict[str, str] = {}  # simple name (or alias) → the imported path
+    for sev, line, msg, _ in diags:
         if sev != "e" or not _UNRESOLVED.match(msg) or not 1 <= line <= len(lines):
             continue
         im = _IMPORT.match(lines[line - 1])
         if im is None:
             continue
         path = im["path"].replace("`", "")
-        if path.startswith(_PARTIAL_ROOTS) and not _stubbed(path) and not path.endswith(".*"):
-            unchecked_names[im["alias"] or path.rsplit(".", 1)[-1]] = path
+        if path.startswith(_PARTIAL_ROOTS) and not path.endswith(".*") and not _stubbed(path):
+            not_modelled[im["alias"] or path.rsplit(".", 1)[-1]] = path
     errors: list[str] = []
     warnings: list[str] = []
     unchecked: list[str] = []
-    for (sev, line, col, msg, raw), more in zip(diags, extra, strict=True):
-        text = raw + more
+    for sev, line, msg, text in diags:
         um = _UNRESOLVED.match(msg)
-        if sev == "e" and um is not None:
+        if sev == "e" and um is not None and not_modelled:
             name = um["name"]
             on_import = 1 <= line <= len(lines) and _IMPORT.match(lines[line - 1]) is not None
-            hit = next((p for n, p in unchecked_names.items()
-                        if name == n or (on_import and p.split(".")[-1] == name)
-                        or (on_import and name in p.split("."))), None)
+            hit = not_modelled.get(name)
+            if hit is None and on_import:  # the import line itself: any segment of its path
+                path = _IMPORT.match(lines[line - 1])["path"].replace("`", "")  # type: ignore[index]
+                hit = path if path in not_modelled.values() and name in path.split(".") else None
             if hit is not None:
                 if hit not in unchecked:
                     unchecked.append(hit)
                 warnings.append(
-                    raw.replace("e: ", "w: ", 1)
+                    text.replace("e: ", "w: ", 1)
                     + f" (not checked: {hit} is not in droidwire's API {API_LEVEL} stubs)"
                 )
                 continue
         (errors if sev == "e" else warnings).append(text)
-        del col
     return errors, warnings, unchecked

@@ -323,9 +323,10 @@ def ensure_layout(
             1 for _ in staged.stubs_kotlin.rglob("*.class")
         )
         (build / "layout.json").write_text(json.dumps({"stub_classes": count, "key": key}))
-        if root.exists():
-            shutil.rmtree(root)
-        build.rename(root)
+        if not done.is_file():  # else another process built the same inputs meanwhile
+            if root.exists():
+                shutil.rmtree(root)  # a half-built leftover (no layout.json)
+            build.rename(root)
     finally:
         if build.exists():
             shutil.rmtree(build, ignore_errors=True)
@@ -394,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         layout = ensure_layout(args.cache_dir, fetch=True)
-    except SetupError as exc:
+    except (SetupError, OSError, subprocess.SubprocessError, tarfile.TarError) as exc:
         print(
             f"kotlinc: not set up ({exc}); the bridge falls back to the simulated toolchain",
             file=sys.stderr,

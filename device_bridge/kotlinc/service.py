@@ -46,6 +46,13 @@ class CompilerBusy(CompilerError):
     """Too many compiles are already waiting for the one warm compiler."""
 
 
+class _JvmGone(CompilerError):
+    """The JVM's pipe closed: it is not running (any more)."""
+
+    def __init__(self) -> None:
+        super().__init__("the compiler JVM exited")
+
+
 @dataclass(frozen=True)
 class CompileRun:
     exit_code: int  # kotlinc's: 0 ok, 1 compilation error, 2 internal error, 3 driver error
@@ -158,6 +165,17 @@ class WarmCompiler:
     def _compile_locked(self, args: list[str], deadline: float) -> CompileRun:
         if self._closed:
             raise CompilerError("the warm compiler is closed")
+        reused = self._proc is not None
+        try:
+            return self._request(args, deadline)
+        except _JvmGone:
+            if not reused:
+                raise CompilerError("the compiler JVM exited") from None
+            # It died while idle (killed, out of memory): one retry on a fresh JVM.
+            log.warning("warm kotlinc was gone when a request came; starting a new one")
+            return self._request(args, deadline)
+
+    def _request(self, args: list[str], deadline: float) -> CompileRun:
         proc = self._proc
         if proc is not None and (proc.poll() is not None or self._compiles >= self.restart_after):
             if proc.poll() is not None:
@@ -169,11 +187,13 @@ class WarmCompiler:
         warm = self._compiles > 0
         started = time.monotonic()
         request = f"{len(args)}\n" + "".join(f"{a}\n" for a in args)
+        answered = False
         try:
             assert proc.stdin is not None
             proc.stdin.write(request.encode("utf-8"))
             proc.stdin.flush()
             header = _read_line(proc, deadline)
+            answered = True
             parts = header.split()
             if len(parts) != 3 or parts[0] != "RESULT":
                 raise CompilerError(f"unexpected answer from the compiler: {header[:200]!r}")
@@ -182,6 +202,8 @@ class WarmCompiler:
         except (CompilerError, OSError, ValueError) as exc:
             _kill(proc)
             self._proc = None
+            if isinstance(exc, _JvmGone | BrokenPipeError) and not answered:
+                raise _JvmGone() from exc
             if isinstance(exc, CompilerError):
                 raise
             raise CompilerError(f"the compiler JVM failed: {exc}") from exc
@@ -221,7 +243,7 @@ def _read_some(
         raise CompilerError("the compile timed out")
     chunk = os.read(fd, 1 if exact else min(want, 1 << 16))
     if not chunk:
-        raise CompilerError("the compiler JVM exited")
+        raise _JvmGone()
     return chunk
 
 

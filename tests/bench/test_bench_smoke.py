@@ -19,6 +19,7 @@ import bench.__main__ as runner
 from bench import (
     bench_analysis,
     bench_idle,
+    bench_kotlinc,
     bench_link,
     bench_sandbox,
     bench_shell,
@@ -45,6 +46,13 @@ def check(figures: list[Any], names: set[str]) -> list[dict[str, Any]]:
 
 def test_analysis() -> None:
     check(bench_analysis.run(quick=True), {"analysis_lines_per_s"})
+
+
+@pytest.mark.slow
+def test_kotlinc(kotlinc_checker: object) -> None:  # the fixture: skip/fail without kotlinc
+    figures = check(bench_kotlinc.run(quick=True, rounds=1, colds=1),
+                    {"fix_round_s", "kotlinc_check_rss_mb"})
+    assert all(f["value"] > 0 and f["baseline"] > 0 for f in figures)
 
 
 def test_link() -> None:

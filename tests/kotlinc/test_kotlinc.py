@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from controller.cli.demo import DEMO_TESTS
-from device_bridge.kotlinc import API_LEVEL, CompilerBusy, KotlincChecker, WarmCompiler
+from device_bridge.kotlinc import (
+    API_LEVEL,
+    CompilerBusy,
+    CompilerError,
+    KotlincChecker,
+    WarmCompiler,
+)
 from device_bridge.kotlinc.install import base_args, stubs_dir
 from device_bridge.sim import toolchain_libraries as libs
 from device_bridge.sim.toolchain import SimulatedToolchain
@@ -175,31 +181,48 @@ def test_every_stub_source_is_compiled_into_the_class_path(
 
 
 # -- the warm service -----------------------------------------------------------------------
-def test_the_warm_compiler_is_restarted_when_it_dies(
+def test_the_warm_compiler_is_restarted_when_it_dies_or_times_out(
     kotlinc_checker: KotlincChecker, tmp_path: Path
 ) -> None:
-    compiler = WarmCompiler(kotlinc_checker.layout, max_heap_mb=512, restart_after=2)
+    """Each JVM start costs seconds: the restarts are shown with ``-version`` (a request the
+    compiler answers without compiling), the compiles on the first JVM."""
+    compiler = WarmCompiler(kotlinc_checker.layout, max_heap_mb=512)
     source = tmp_path / "A.kt"
     source.write_text("fun a(): Int = 1\n")
     args = [*base_args(), "-d", str(tmp_path / "out"), str(source)]
     try:
         first = compiler.compile(args)
         assert first.exit_code == 0 and not first.warm and compiler.starts == 1
-        assert compiler.compile(args).warm  # the same JVM
-        pid = compiler.pid()
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        again = compiler.compile(args)  # restart_after=2 would also renew it: both paths
-        assert again.exit_code == 0 and compiler.starts == 2 and compiler.pid() != pid
         source.write_text("fun a(): Int = \"one\"\n")
         bad = compiler.compile(args)
-        assert bad.exit_code == 1
-        assert "Return type mismatch" in bad.output or "mismatch" in bad.output, bad.output
+        assert bad.warm and bad.exit_code == 1  # the same JVM, the real compiler's verdict
+        assert "mismatch" in bad.output and "'kotlin.String'" in bad.output, bad.output
+        pid = compiler.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # it dies: the next request starts a new one
+        again = compiler.compile(["-version"])
+        assert again.exit_code == 0 and "kotlinc-jvm 2.0.21" in again.output
+        assert compiler.starts == 2 and compiler.pid() not in (None, pid)
+        # past its timeout: the JVM is killed, the next request gets a fresh one
+        with pytest.raises(CompilerError, match="timed out"):
+            compiler.compile(args, timeout_s=0.01)
+        assert compiler.pid() is None
+        assert compiler.compile(["-version"]).exit_code == 0 and compiler.starts == 3
         with pytest.raises(ValueError):
             compiler.compile(["-d", "x\ny"])
     finally:
         compiler.close()
     assert compiler.pid() is None
+
+
+def test_the_jvm_is_renewed_after_restart_after_compiles(kotlinc_checker: KotlincChecker) -> None:
+    compiler = WarmCompiler(kotlinc_checker.layout, max_heap_mb=256, restart_after=1)
+    try:
+        assert compiler.compile(["-version"]).exit_code == 0
+        assert compiler.compile(["-version"]).exit_code == 0
+        assert compiler.starts == 2
+    finally:
+        compiler.close()
 
 
 def test_a_full_queue_is_refused_not_grown(kotlinc_checker: KotlincChecker) -> None:
