@@ -58,7 +58,18 @@ from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
 from controller.executor.slices import slice_by_test
 from controller.executor.steps import ProgressListener, Step, StepLog
-from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
+from controller.hub.inventory import serial_refusal
+from controller.store import (
+    Bridge,
+    Device,
+    Run,
+    RunStatus,
+    Store,
+    TestResult,
+    User,
+    new_id,
+    utcnow,
+)
 from fixer import ChatCompleter, compile_fix_loop_async
 from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
@@ -253,6 +264,14 @@ def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict
                 test["first_stack"] = first
 
 
+def _lent_to(principal: Principal | None) -> Callable[[DeviceView], bool] | None:
+    """Which devices ``principal`` uses through a loan (none for an admin: every device is
+    theirs to use); selectors reach those only when nothing of their own matches."""
+    if principal is None or principal.is_admin:
+        return None
+    return lambda d: d.owner_id != principal.user_id
+
+
 def test_class_of(code: str) -> str | None:
     """The fully-qualified name of the test's first top-level class."""
     names = declared_names(code, top_level_only=True)
@@ -385,12 +404,14 @@ class SandboxExecutor:
             usable, refusals = await self._usable_devices(principal)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
-            chosen = select_devices(request.selectors, usable, me=me, owner_names=names)
+            lent = _lent_to(principal)
+            chosen = select_devices(request.selectors, usable, me=me, owner_names=names,
+                                    lent=lent)
             if chosen:
                 devices = list(chosen)
             else:
                 devices = [None]
-                abort = self._why_none(request.selectors, usable, me, names)
+                abort = self._why_none(request.selectors, usable, me, names, lent)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -483,6 +504,20 @@ class SandboxExecutor:
                     )
                     continue
             usable.append(device)
+        if principal is not None and not principal.is_admin and self.store is not None:
+            # The caller's own devices whose bridge is away (not even in its grace period)
+            # still hold their selectors: a loan never takes one over (selection.py).
+            known = {(d.bridge_id, d.serial) for d in usable}
+            async with self.store.session() as session:
+                rows = (await session.execute(
+                    select(Bridge.id, Bridge.name, Device.serial, Device.last_info)
+                    .join(Device, Device.bridge_id == Bridge.id)
+                    .where(Bridge.owner_id == principal.user_id)
+                )).all()
+            for bridge_id, bridge_name, serial, info in rows:
+                if (bridge_id, serial) not in known and serial_refusal(serial) is None:
+                    usable.append(DeviceView(bridge_id, bridge_name, principal.user_id, serial,
+                                             "disconnected", dict(info or {})))
         return usable, refusals
 
     async def _owner_names(self, selectors: Sequence[str]) -> dict[str, str]:
@@ -499,9 +534,11 @@ class SandboxExecutor:
         usable: Sequence[DeviceView],
         me: str | None,
         owner_names: Mapping[str, str],
+        lent: Callable[[DeviceView], bool] | None = None,
     ) -> _Abort:
         named = (
-            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names)
+            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names,
+                           lent=lent)
             if selectors else list(usable)
         )
         if not named:
