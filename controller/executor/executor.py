@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select, update
@@ -41,7 +41,7 @@ from controller.analysis import (
     parse_instrumentation,
 )
 from controller.auth import Action, DeviceRef, Principal, authorize
-from controller.executor.cache import ApkCache, CompiledTest, cache_key
+from controller.executor.cache import ApkCache, CompiledTest, build_boundary, cache_key
 from controller.executor.gateway import (
     BridgeView,
     DeviceView,
@@ -262,6 +262,13 @@ def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict
             if record["status"] == "passed":
                 test["flaky"] = True
                 test["first_stack"] = first
+
+
+def _builder_of(compiled: CompiledTest) -> dict[str, Any] | None:
+    """The result's ``builder``: the bridge whose APKs the run installed (None: prebuilt)."""
+    if compiled.bridge_id is None:
+        return None
+    return {"id": compiled.bridge_id, "name": compiled.bridge, "shared": compiled.shared}
 
 
 def _lent_to(principal: Principal | None) -> Callable[[DeviceView], bool] | None:
@@ -584,37 +591,34 @@ class SandboxExecutor:
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         compile_started = time.monotonic()
-        try:
-            compiled = await self._compiled(plan, steps, deadline)
-        except _Abort as abort:
-            return [
-                pending_result(run_id, device, abort.reason_code, abort.detail)
-                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
-            ]
-        compile_ms = _ms_since(compile_started)
-        if not compiled.ok:
-            results = []
-            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
-                rounds = len(compiled.compile_rounds)
-                if compiled.stop_reason == "compiled":
-                    detail = "the build succeeded but produced no APKs"
-                else:
-                    detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-                    if compiled.stop_reason != "max_rounds":
-                        detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
-                result = pending_result(run_id, device, "compile_failed", detail)
-                result.update(
-                    toolchain=compiled.toolchain,
-                    compile_rounds=compiled.compile_rounds,
-                    compile_output=compiled.output[-4000:],
+        # One compile per builder: a builder every device may take APKs from when there is
+        # one, else one per group of devices (see _build_groups).
+        builds: dict[int, CompiledTest | _Abort] = {}
+        for builder, group in await self._build_groups(plan):
+            try:
+                outcome: CompiledTest | _Abort = await self._compiled(
+                    plan, steps, deadline, builder, [plan.devices[i] for i in group]
                 )
-                result["timings"]["compile_ms"] = compile_ms
-                results.append(result)
-            return results
+            except _Abort as abort:
+                outcome = abort
+            for i in group:
+                builds[i] = outcome
+        compile_ms = _ms_since(compile_started)
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
-        jobs = []
-        for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+        jobs: list[asyncio.Future[dict[str, Any]]] = []
+        for i, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
+            compiled = builds[i]
+            if isinstance(compiled, _Abort):
+                jobs.append(loop.create_task(_value(
+                    pending_result(run_id, device, compiled.reason_code, compiled.detail)
+                )))
+                continue
+            if not compiled.ok:
+                jobs.append(loop.create_task(_value(
+                    self._compile_failed(run_id, device, compiled)
+                )))
+                continue
             assert device is not None
             if run_id in self._cancelled:
                 await steps.fork(run_id, device.id).record("cancel", "ok", by=self._cancelled[run_id])
@@ -630,18 +634,51 @@ class SandboxExecutor:
             jobs.append(job)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         results = []
-        for run_id, device, outcome in zip(plan.run_ids, plan.devices, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
+        for i, (run_id, device, done) in enumerate(
+            zip(plan.run_ids, plan.devices, outcomes, strict=True)
+        ):
+            if isinstance(done, asyncio.CancelledError):
                 results.append(self._cancelled_result(run_id, device))
-            elif isinstance(outcome, BaseException):
-                raise outcome
+            elif isinstance(done, BaseException):
+                raise done
             else:
-                results.append(outcome)
+                results.append(done)
+            build = builds[i]
+            if isinstance(build, CompiledTest):
+                results[-1]["builder"] = _builder_of(build)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         return results
 
-    async def _compiled(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+    def _compile_failed(
+        self, run_id: str, device: DeviceView | None, compiled: CompiledTest
+    ) -> dict[str, Any]:
+        rounds = len(compiled.compile_rounds)
+        if compiled.stop_reason == "compiled":
+            detail = "the build succeeded but produced no APKs"
+        else:
+            detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
+            if compiled.stop_reason != "max_rounds":
+                detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
+        result = pending_result(run_id, device, "compile_failed", detail)
+        result.update(
+            toolchain=compiled.toolchain,
+            compile_rounds=compiled.compile_rounds,
+            compile_output=compiled.output[-4000:],
+        )
+        return result
+
+    async def _compiled(
+        self,
+        plan: Plan,
+        steps: StepLog,
+        deadline: float,
+        builder: BridgeView | None,
+        devices: Sequence[DeviceView | None],
+    ) -> CompiledTest:
+        """The APKs for ``devices``: prebuilt, from the cache within ``builder``'s boundary, or
+        compiled on ``builder``. No builder (none the run may use is connected): only what
+        the cache holds from the caller's or the devices' owners' own builders."""
         request = plan.request
         if request.apks is not None:
             app, test = request.apks.decoded()
@@ -654,9 +691,30 @@ class SandboxExecutor:
                 code=request.test_code,
                 stop_reason="prebuilt",
             )
-        key = cache_key(request.project_dir, request.test_code)
+        if builder is None:
+            owners = {d.owner_id for d in devices if d is not None}
+            if plan.principal is not None:
+                owners.add(plan.principal.user_id)
+            for owner in sorted(owners):
+                key = cache_key(request.project_dir, request.test_code, f"owner:{owner}")
+                hit = self.cache.get(key)
+                if hit is not None:
+                    await steps.record(
+                        "compile", "ok", detail="served from the controller's APK cache",
+                        bridge=hit.bridge, key=key,
+                    )
+                    return hit
+            what = f"project {request.project_dir}" if request.project_dir else "the test"
+            detail = (f"no connected bridge of yours, of the device's owner or shared by an "
+                      f"admin can build {what}")
+            await steps.record("compile", "refused", detail=detail)
+            raise _Abort("bridge_unavailable", detail)
+        key = cache_key(
+            request.project_dir, request.test_code,
+            build_boundary(builder.owner_id, builder.id, builder.shared),
+        )
         compiled, cached = await self.cache.get_or_build(
-            key, lambda: self._compile(plan, steps, deadline)
+            key, lambda: self._compile(plan, steps, deadline, builder)
         )
         if cached:
             await steps.record(
@@ -665,29 +723,64 @@ class SandboxExecutor:
             )
         return compiled
 
-    async def _build_bridge(
-        self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
-    ) -> BridgeView | None:
-        """A connected bridge with ``build`` that serves the project: the devices' own bridge
-        first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
-        project = request.project_dir
+    async def _build_groups(self, plan: Plan) -> list[tuple[BridgeView | None, list[int]]]:
+        """Which builder compiles for which devices (indexes into ``plan.devices``).
+
+        A device takes APKs only from a build bridge owned by the run's caller, by the
+        device's owner, or marked shared by an admin (read from the store now). Preferred:
+        the device's own bridge, then the caller's, then the device owner's others, then a
+        shared one. One builder every device may use compiles once for all; otherwise each
+        device gets its own best (devices with the same builder share its compile)."""
+        everything = list(range(len(plan.devices)))
+        if plan.request.apks is not None:
+            return [(None, everything)]
+        project = plan.request.project_dir
         builders = [
             b for b in await all_bridges(self.gateway)
             if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
         ]
-        near = {d.bridge_id for d in devices if d is not None}
-        builders.sort(key=lambda b: (b.id not in near, b.owner_id != owner, b.name))
-        return builders[0] if builders else None
+        shared = await self._shared_bridges([b.id for b in builders])
+        builders = [replace(b, shared=b.shared or b.id in shared) for b in builders]
+        caller = plan.principal.user_id if plan.principal is not None else None
+        devices = [d for d in plan.devices if d is not None]
 
-    async def _compile(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+        def allowed(b: BridgeView, d: DeviceView) -> bool:
+            return b.shared or b.owner_id in (caller, d.owner_id)
+
+        near = {d.bridge_id for d in devices}
+        common = [b for b in builders if all(allowed(b, d) for d in devices)]
+        if common:
+            common.sort(key=lambda b: (b.id not in near, b.owner_id != caller, b.shared, b.name))
+            return [(common[0], everything)]
+        groups: dict[str | None, tuple[BridgeView | None, list[int]]] = {}
+        for i, d in enumerate(plan.devices):
+            assert d is not None
+            fit = sorted(
+                (b for b in builders if allowed(b, d)),
+                key=lambda b, d=d: (b.id != d.bridge_id, b.owner_id != caller,  # type: ignore[misc]
+                                    b.owner_id != d.owner_id, b.name),
+            )
+            best = fit[0] if fit else None
+            groups.setdefault(best.id if best else None, (best, []))[1].append(i)
+        return list(groups.values())
+
+    async def _shared_bridges(self, bridge_ids: Sequence[str]) -> set[str]:
+        """Which of ``bridge_ids`` an admin marked shared (the store, read now)."""
+        if self.store is None or not bridge_ids:
+            return set()
+        async with self.store.session() as session:
+            rows = await session.execute(
+                select(Bridge.id).where(Bridge.id.in_(list(bridge_ids)), Bridge.shared.is_(True))
+            )
+            return {str(r) for r in rows.scalars()}
+
+    async def _compile(
+        self, plan: Plan, steps: StepLog, deadline: float, bridge: BridgeView
+    ) -> CompiledTest:
         loop = asyncio.get_running_loop()
         request = plan.request
-        owner = plan.principal.user_id if plan.principal is not None else None
-        bridge = await self._build_bridge(request, plan.devices, owner)
-        if bridge is None:
-            what = f"project {request.project_dir}" if request.project_dir else "the test"
-            await steps.record("compile", "refused", detail=f"no connected bridge can build {what}")
-            raise _Abort("bridge_unavailable", f"no connected bridge can build {what}")
+        await steps.record("builder", "ok", bridge=bridge.name, bridge_id=bridge.id,
+                           shared=bridge.shared)
         gw = _RecordingGateway(self.gateway, steps)
         target: Target = bridge.id
         index = RemoteSourceIndex(package=None)
@@ -759,6 +852,8 @@ class SandboxExecutor:
             ],
             output=loop_result.output,
             bridge=bridge.name,
+            bridge_id=bridge.id,
+            shared=bridge.shared,
             stop_reason=loop_result.stop_reason,
             duration_ms=_ms_since(started),
         )
@@ -930,6 +1025,7 @@ class SandboxExecutor:
                                    "info": dict(device.info)},
                         "app_package": app_package, "installed": list(installed),
                         "toolchain": compiled.toolchain,
+                        "builder": _builder_of(compiled),
                         "compile_rounds": compiled.compile_rounds,
                         "test_class": test_class_of(compiled.code),
                         "timings": dict(timings),
@@ -1161,6 +1257,7 @@ class SandboxExecutor:
                 compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
             )
             result["resumed"] = True
+            result["builder"] = ctx.get("builder")
             await self._finish([item.run_id], [result])
             log.info("run %s resumed after a controller restart: %s", item.run_id,
                      result["verification_status"])
