@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy import or_, select
 
 from controller.api.refusals import audited_refusal
@@ -103,7 +103,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
 class BridgePatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    shared: bool = Field(description="may build for every user's runs")
+    shared: StrictBool = Field(description="may build for every user's runs")
 
 
 @router.patch("/{bridge}", response_model=BridgeOut)

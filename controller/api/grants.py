@@ -418,4 +418,23 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         device=grant.device,
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
+    await _loan_ended(request, grant)
     return Response(status_code=204)
+
+
+async def _loan_ended(request: Request, grant: GrantOut) -> None:
+    """The borrower's runs and streams on the device are re-checked now — here and, in
+    cluster mode, on every replica — so they stop within moments (controller.access)."""
+    state = request.app.state
+    async with state.store.session() as session:
+        user_id = (
+            await session.execute(select(User.id).where(User.name == grant.user))
+        ).scalar_one_or_none()
+    if user_id is None:
+        return
+    access = getattr(state, "access", None)
+    if access is not None:
+        access.user_changed(user_id)
+    cluster = getattr(getattr(state, "hub", None), "cluster", None)
+    if cluster is not None:
+        await cluster.grant_revoked(user_id)

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from controller.access import ACCESS_REVOKED, AccessWatch, check_access
 from controller.analysis import (
     Thresholds,
     analyze,
@@ -111,6 +112,8 @@ def reason_for(exc: RpcError, stage: str) -> str:
     if code is ErrorCode.TIMEOUT:
         return "timeout"
     data = exc.data or {}
+    if code is ErrorCode.FORBIDDEN and data.get("rule") == ACCESS_REVOKED:
+        return "access_revoked"  # the caller's right lapsed: refused before the step ran
     reason = str(data.get("reason", ""))
     if stage == "build":
         if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
@@ -147,12 +150,18 @@ class Plan:
     refusals: list[dict[str, Any]] = field(default_factory=list)
 
 
+Reauth = Callable[[Target], Awaitable[None]]
+
+
 class _RecordingGateway:
     """Every RPC through the gateway as a step of the log (a wrapper that records)."""
 
-    def __init__(self, gateway: Gateway, steps: StepLog) -> None:
+    def __init__(
+        self, gateway: Gateway, steps: StepLog, reauth: Reauth | None = None
+    ) -> None:
         self.gateway = gateway
         self.steps = steps
+        self.reauth = reauth  # re-checks the caller's right before each step
 
     async def call(
         self,
@@ -162,11 +171,22 @@ class _RecordingGateway:
         *,
         timeout_s: float | None,
         resume: Mapping[str, Any] | None = None,
+        check: bool = True,
     ) -> dict[str, Any]:
+        """``check=False``: a step that runs whatever the caller's right (cleanup)."""
         shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
         if "apk" in params:
             shown["apk_bytes"] = len(params["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
+        if check and self.reauth is not None:
+            try:
+                await self.reauth(target)
+            except RpcError as exc:
+                await self.steps.record(
+                    "rpc", "refused", method=method, target=where,
+                    error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
+                )
+                raise
         extra_in: dict[str, Any] = {}
         request_id: str | None = None
         session_of = getattr(self.gateway, "session_of", None)
@@ -318,8 +338,12 @@ class SandboxExecutor:
         observer: Callable[[dict[str, Any]], None] | None = None,
         instance: str | None = None,
         shared_turn: SharedTurn | None = None,
+        access: AccessWatch | None = None,
     ) -> None:
         self.gateway = gateway
+        # Ends a run whose caller's right lapses while it waits or runs (controller.access).
+        self.access = access
+        self._revoked: dict[str, str] = {}  # run id -> why its caller's right lapsed
         self.store = store
         self.settings = settings or ExecutorSettings()
         self.llm = llm
@@ -441,6 +465,13 @@ class SandboxExecutor:
             )
         for run_id in plan.run_ids:
             self._plan_runs[run_id] = tuple(plan.run_ids)
+        unwatch = []
+        if self.access is not None and plan.principal is not None:
+            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+                unwatch.append(self.access.watch(
+                    plan.principal, device.ref if device is not None else None,
+                    lambda reason, r=run_id: self._lapse(r, reason),  # type: ignore[misc]
+                ))
         inner = asyncio.get_running_loop().create_task(
             self._run(plan, steps, deadline)
             if not all(r in self._cancelled for r in plan.run_ids)
@@ -457,6 +488,7 @@ class SandboxExecutor:
             ):
                 for run_id in plan.run_ids:
                     self._cancelled.pop(run_id, None)
+                    self._revoked.pop(run_id, None)
                 await asyncio.shield(self._mark_cancelled(plan.run_ids))
                 raise
             # Cancelled through cancel() before any device work: every run says so.
@@ -473,6 +505,8 @@ class SandboxExecutor:
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         finally:
+            for stop in unwatch:
+                stop()
             for run_id in plan.run_ids:
                 self._plan_tasks.pop(run_id, None)
                 self._plan_runs.pop(run_id, None)
@@ -483,6 +517,7 @@ class SandboxExecutor:
         await self._finish(plan.run_ids, results)
         for run_id in plan.run_ids:
             self._cancelled.pop(run_id, None)
+            self._revoked.pop(run_id, None)
         if self.observer is not None:
             for result in results:
                 try:
@@ -627,7 +662,7 @@ class SandboxExecutor:
             job = loop.create_task(
                 self._on_device(
                     steps.fork(run_id, device.id), run_id, device, compiled, deadline, user,
-                    plan.request.retries,
+                    plan.request.retries, plan.principal,
                 )
             )
             self._jobs[run_id] = job
@@ -781,7 +816,7 @@ class SandboxExecutor:
         request = plan.request
         await steps.record("builder", "ok", bridge=bridge.name, bridge_id=bridge.id,
                            shared=bridge.shared)
-        gw = _RecordingGateway(self.gateway, steps)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(plan.principal))
         target: Target = bridge.id
         index = RemoteSourceIndex(package=None)
         max_compiles = self.settings.max_fix_rounds + 1
@@ -891,6 +926,7 @@ class SandboxExecutor:
         deadline: float,
         user: str = "",
         retries: int | None = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         """One run on one device at a time: two runs installing and clearing the same app
         would spoil each other's evidence. Waiting counts against the run's deadline."""
@@ -929,7 +965,7 @@ class SandboxExecutor:
                 await steps.end(waited, "ok")
             return await self._on_device_locked(
                 steps, run_id, device, compiled, deadline,
-                self.settings.retries if retries is None else retries,
+                self.settings.retries if retries is None else retries, principal,
             )
         except asyncio.CancelledError:
             await self._note_cancel(steps, run_id)
@@ -942,7 +978,29 @@ class SandboxExecutor:
             with contextlib.suppress(Exception):
                 await asyncio.shield(steps.record("cancel", "ok", by=self._cancelled[run_id]))
 
+    def _lapse(self, run_id: str, reason: str) -> None:
+        """The caller's right to this run lapsed (a token or loan revoked or expired): a
+        queued run is cancelled, a running one stopped now — PENDING ``access_revoked``, its
+        device cleaned up as after any cancel."""
+        self._revoked.setdefault(run_id, reason)
+        self.cancel(run_id, by="access lapsed")
+
+    def _reauth(self, principal: Principal | None) -> Reauth | None:
+        """Each device step re-checks the caller's token, loan and scope when it runs."""
+        store = self.store
+        if principal is None or store is None:
+            return None
+
+        async def reauth(target: Target) -> None:
+            await check_access(
+                store, principal, target if isinstance(target, DeviceRef) else None
+            )
+
+        return reauth
+
     def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+        if run_id in self._revoked:
+            return pending_result(run_id, device, "access_revoked", self._revoked[run_id])
         by = self._cancelled.get(run_id, "shutdown")
         return pending_result(run_id, device, "cancelled", f"cancelled by {by}")
 
@@ -954,9 +1012,10 @@ class SandboxExecutor:
         compiled: CompiledTest,
         deadline: float,
         retries: int = 0,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        gw = _RecordingGateway(self.gateway, steps)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(principal))
         target: Target = device.ref
         serial = device.serial
         timings: dict[str, int] = {}
@@ -1328,13 +1387,13 @@ class SandboxExecutor:
             if app_package:
                 await gw.call(
                     target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
         for package in reversed(installed):  # the test package first: it targets the app
             with contextlib.suppress(RpcError):
                 await gw.call(
                     target, "device.uninstall", {"serial": serial, "package": package},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
 
     # -- the store ---------------------------------------------------------------------------
@@ -1367,7 +1426,7 @@ class SandboxExecutor:
         try:
             async with self.store.session() as session, session.begin():
                 for run_id, result in zip(run_ids, results, strict=True):
-                    cancelled = result.get("reason_code") == "cancelled"
+                    cancelled = result.get("reason_code") in ("cancelled", "access_revoked")
                     await session.execute(
                         update(Run)
                         .where(Run.id == run_id)
