@@ -578,11 +578,8 @@ class SandboxExecutor:
         owner_names: Mapping[str, str],
         lent: Callable[[DeviceView], bool] | None = None,
     ) -> _Abort:
-        named = (
-            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names,
-                           lent=lent)
-            if selectors else list(usable)
-        )
+        named = select_devices(selectors or ["all"], usable, only_ready=False, me=me,
+                               owner_names=owner_names, lent=lent)
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
+from controller.store import Bridge as StoredBridge
+from controller.store import Device
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from device_bridge.config import HostConfig
@@ -117,6 +120,23 @@ class Stack:
 
         async with asyncio.timeout(WAIT_S):
             while state() is not ready:  # noqa: ASYNC110 - polled registry, bounded
+                await asyncio.sleep(0.02)
+        if ready:
+            await self.wait_recorded(device_id)
+
+    async def wait_recorded(self, device_id: str) -> None:
+        """Until the store has recorded ``device_id`` (written behind the live inventory;
+        a loan names a device the store has seen)."""
+        bridge, _, serial = device_id.partition("~")
+        query = (select(Device.id).join(StoredBridge, Device.bridge_id == StoredBridge.id)
+                 .where(StoredBridge.name == bridge, Device.serial == serial))
+
+        async def recorded() -> bool:
+            async with self.controller.hub.store.session() as session:
+                return (await session.execute(query)).first() is not None
+
+        async with asyncio.timeout(WAIT_S):
+            while not await recorded():  # noqa: ASYNC110 - the write has no event, bounded
                 await asyncio.sleep(0.02)
 
     async def lend(self, owner: str, device: str, to: str, **extra: Any) -> dict[str, Any]:

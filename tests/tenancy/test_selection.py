@@ -10,6 +10,7 @@ her own device wins, and a lent device is reached by its full id, at once."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ async def until_listed(stack: Stack, user: str, device_id: str) -> None:
     async with asyncio.timeout(WAIT_S):
         while device_id not in await listed(stack, user):  # noqa: ASYNC110 - bounded poll
             await asyncio.sleep(0.02)
+    await stack.wait_recorded(device_id)
 
 
 async def test_forged_serials_are_dropped_where_the_inventory_comes_in(
@@ -141,6 +143,7 @@ async def test_a_loan_never_changes_what_a_borrowers_selectors_pick(
                 assert result["verification_status"] == "PENDING", result
                 device = result["device"]
                 assert device is None or device["bridge"] == "alice-br", (selector, result)
+                assert "mallory" not in json.dumps(result), result
             assert fake.runs == {}, "a run reached mallory's fake device"
         finally:
             await fake.close()
