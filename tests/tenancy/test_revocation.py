@@ -19,6 +19,8 @@ import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+from controller.executor import SandboxExecutor
+from controller.executor.hub_gateway import HubGateway
 from tests.adb_support import AdbServer
 from tests.controller.conftest import bearer
 from tests.controller.test_hub_support import fast_settings
@@ -102,3 +104,44 @@ async def mcp_session(url: str, token: str) -> AsyncIterator[ClientSession]:
     ):
         await session.initialize()
         yield session
+
+
+async def test_each_device_step_reauthorizes_when_it_runs(
+    tmp_path: Path, adb_server: AdbServer
+) -> None:
+    """Without the watch that ends work at once (an executor built without one, as a replica
+    that missed the cluster's message is), a run planned while bob's loan was live is still
+    refused at its first device step after the loan ends — not only checked when planned."""
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        alice, bob = stack["alice"], stack["bob"]
+        app = stack.controller.app
+        executor = app.state.executor = SandboxExecutor(HubGateway(stack.controller.hub),
+                                                        app.state.store)
+        grant = await stack.lend("alice", alice.device_id, "bob")
+        # Hold the phone's turn, so bob's run waits for it after it was planned.
+        async with executor.scheduler.turn(alice.device_id, "alice", "held-by-the-test"):
+            response = await bob.http.post(
+                "/v1/sandbox/execute", params={"wait": "false"},
+                json={"test_code": llm_style_test("fetchGreetingBlocking()"),
+                      "device": alice.device_id})
+            assert response.status_code == 202, response.text
+            run_id = response.json()["run_id"]
+            async with asyncio.timeout(WAIT_S):
+                while not any(s["kind"] == "device_busy"  # noqa: ASYNC110 - bounded poll
+                              for s in await stack.steps("bob", run_id)):
+                    await asyncio.sleep(0.02)
+            response = await alice.http.delete(f"/v1/grants/{grant['id']}")
+            assert response.status_code == 204, response.text
+        async with asyncio.timeout(WAIT_S):
+            run = (await bob.http.get(f"/v1/runs/{run_id}")).json()
+            while run["status"] in ("queued", "running"):
+                await asyncio.sleep(0.02)
+                run = (await bob.http.get(f"/v1/runs/{run_id}")).json()
+        assert run["result"]["reason_code"] == "access_revoked", run["result"]
+        rpcs = [s for s in run["steps"] if s["kind"] == "rpc"
+                and not s["detail"]["target"].startswith("bridge ")]  # not the compile
+        assert rpcs and rpcs[0]["status"] == "refused", rpcs
+        assert rpcs[0]["detail"]["error"]["rule"] == "access_revoked"
+        assert not [s for s in rpcs if s["status"] == "ok"
+                    and s["detail"]["method"] not in ("device.shell", "device.uninstall")]
