@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,9 @@ async def until_listed(stack: Stack, user: str, device_id: str) -> None:
 
 
 async def test_forged_serials_are_dropped_where_the_inventory_comes_in(
-    tmp_path: Path, adb_server: AdbServer
+    tmp_path: Path, adb_server: AdbServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="droidwire.controller.hub")
     async with tenancy_stack(tmp_path, adb_server, bridges=("alice", "mallory")) as stack:
         alice = stack["alice"]
         spoof = f"{alice.bridge_name}~{alice.serial}"  # passes for alice's device's id
@@ -84,6 +86,10 @@ async def test_forged_serials_are_dropped_where_the_inventory_comes_in(
                 "mallory-fake~honest-1", "mallory-fake~honest-2"}  # honest-1: seen before
             for serial in [*FORGED_BY_MODEL, spoof, "a~b"]:
                 assert not any(i.endswith(f"~{serial}") for i in seen if serial)
+            # Each refusal is logged with its typed reason (the serial shown escaped).
+            refusals = [r.getMessage() for r in caplog.records
+                        if "device refused" in r.getMessage()]
+            assert any("reason separator" in m and "mallory-fake" in m for m in refusals)
             # Nothing forged was recorded either: it cannot be lent to alice.
             response = await stack["mallory"].http.post(
                 "/v1/grants", json={"device": f"mallory-fake~{spoof}", "user": "alice"})
