@@ -3,8 +3,9 @@
 One request may fan out to several devices: it is *planned* first (devices chosen among those
 the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
 once) and then *run*: one compile — through the fixer's compile→fix→recompile loop, at most
-``max_fix_rounds`` fix rounds, on any bridge with ``build`` — cached by the hash of project and
-test code (:mod:`controller.executor.cache`), then on every device at once::
+``max_fix_rounds`` fix rounds, on a build bridge the run may use (its caller's, its device
+owner's, or one an admin marked shared) — cached by the hash of project, test code and the
+builder's boundary (:mod:`controller.executor.cache`), then on every device at once::
 
     logcat -c → install app + test APKs → am instrument -w -r [→ the failed tests again,
     ``-e class Cls#method``, ``retries`` times] → logcat -d -v threadtime
@@ -15,6 +16,11 @@ its queue, FIFO per user and round robin across users, and the wait counts again
 deadline. A run can be cancelled (:meth:`SandboxExecutor.cancel`) while it waits, compiles or
 runs: it ends ``cancelled`` with a PENDING result, its device cleaned up all the same. Each
 test's result keeps its own slice of the logcat (:mod:`controller.executor.slices`).
+
+Each device step re-checks the caller's right when it runs (token live, loan live, scope:
+:func:`controller.access.check_access`); with an :class:`~controller.access.AccessWatch`, a
+run whose caller's token or loan ends is cancelled at once, queued or running. Either way it
+ends PENDING ``access_revoked``, its device cleaned up.
 
 Nothing here raises to the caller: every failure becomes a PENDING result whose
 ``reason_code`` says why (``skipped``, ``compile_failed``, ``no_device``, ``adb_unavailable``,
