@@ -29,6 +29,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from controller.access import AccessWatch
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
@@ -199,6 +200,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             )
         )
         app.state.hub = hub
+        # Runs and live streams end when their caller's right lapses (controller.access).
+        access = app.state.access = await stack.enter_async_context(
+            AccessWatch(store, recheck_s=config.settings.stream_reauth_s)
+        )
+        app.state.revocation_hooks.append(access.on_token_revoked)
+        stack.callback(app.state.revocation_hooks.remove, access.on_token_revoked)
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
@@ -212,6 +219,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
             )
             hub.cluster = cluster
+            cluster.access = access
             stack.callback(setattr, hub, "cluster", None)
             app.state.revocation_hooks.append(cluster.revoked)
             stack.callback(app.state.revocation_hooks.remove, cluster.revoked)

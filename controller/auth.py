@@ -747,7 +747,17 @@ async def list_tokens(store: Store, principal: Principal) -> list[TokenRecord]:
     if not principal.is_admin:
         query = query.where(Token.owner_id == principal.user_id)
     async with store.session() as session:
-        rows = (await session.execute(query.order_by(Token.created_at, Token.id))).all()
+        rows: Sequence[Any] = (
+            await session.execute(query.order_by(Token.created_at, Token.id))
+        ).all()
+    if principal.allowed != ALL_SCOPES:
+        # A scoped token sees only the tokens it could rotate or revoke itself (no more
+        # powers than its own): a runs:read token never learns its user's other tokens.
+        rows = [
+            (t, owner) for t, owner in rows
+            if t.kind == TokenKind.USER.value
+            and effective_scopes(t.scopes or ()) <= principal.allowed
+        ]
     return [
         TokenRecord(
             id=t.id,
@@ -772,6 +782,13 @@ async def revoke_token(store: Store, principal: Principal, token_id: str) -> Tok
         token = await session.get(Token, token_id)
         if token is None or not (principal.is_admin or token.owner_id == principal.user_id):
             raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id!r}")
+        if token.kind == TokenKind.ADMIN.value and token.name == BOOTSTRAP_TOKEN_NAME:
+            # Revoked here, it would come back at the next start from the configuration.
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                "the bootstrap token comes from the controller's configuration: change it there",
+                {"rule": "bootstrap_token"},
+            )
         _no_escalation(
             principal, token.scopes or () if token.kind == TokenKind.USER.value else (), "revoke"
         )

@@ -41,7 +41,7 @@ class Verdict:
 
 
 _UNAVAILABLE = frozenset({"compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-                          "timeout"})
+                          "timeout", "access_revoked"})
 
 
 def seed_summary(kinds: list[str], blocking_time_ms: int) -> str:

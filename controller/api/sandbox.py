@@ -172,6 +172,8 @@ def _executor(app: Any) -> SandboxExecutor:
             instance=instance_of(app),
             # Cluster mode: a device serves one run at a time across every replica.
             shared_turn=cluster.device_turn if cluster is not None else None,
+            # A run ends when its caller's token or loan does (controller.access).
+            access=getattr(state, "access", None),
         )
         state.executor = executor
     return executor

@@ -117,13 +117,17 @@ def list_(
     all_: Annotated[
         bool, typer.Option("--all", help="Include expired and revoked grants.")
     ] = False,
+    to_me: Annotated[
+        bool, typer.Option("--to-me", help="Only the devices lent to you (use their full id).")
+    ] = False,
     json_out: JsonOption = False,
     controller: ControllerOption = None,
     token: TokenOption = None,
 ) -> None:
     """Loans on your devices and loans you hold (every loan for an admin)."""
+    params = {**({"all": "true"} if all_ else {}), **({"to": "me"} if to_me else {})}
     with cli_errors(), Client(controller, token) as client:
-        grants: list[dict[str, Any]] = client.get("/v1/grants", **({"all": "true"} if all_ else {}))
+        grants: list[dict[str, Any]] = client.get("/v1/grants", **params)
     if json_out:
         print_json(grants)
         return

@@ -303,6 +303,9 @@ class Cluster:
         # callers' deadlines and the heartbeat.
         self.redis: Redis = Redis.from_url(parsed.url, socket_timeout=None)
         self.hub = hub
+        # Re-checks work (runs, streams) when a revocation elsewhere may end it (the app
+        # sets it: controller.access.AccessWatch).
+        self.access: Any = None
         self.settings = hub.settings
         self.replica_id = replica_id or uuid.uuid4().hex
         if self.settings.cluster_ttl_s <= self.settings.cluster_heartbeat_s:
@@ -538,6 +541,23 @@ class Cluster:
         if self._closed:
             return
         body = _pack({"k": "revoked", "token": str(token.id), "from": self.replica_id})
+        try:
+            members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
+            for replica in members:
+                if replica != self.replica_id:
+                    await self.redis.publish(self.channel(replica), body)
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: could not tell the other replicas of a revocation: %s", exc)
+
+    async def grant_revoked(self, user_id: str) -> None:
+        """A grant to ``user_id`` was revoked on this replica: every other live replica
+        re-checks that user's runs and streams (their next periodic check would, later)."""
+        await self._tell_all({"k": "revoked", "user": user_id, "from": self.replica_id})
+
+    async def _tell_all(self, message: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        body = _pack(message)
         try:
             members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
             for replica in members:
@@ -1187,9 +1207,13 @@ class Cluster:
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":
-            token_id = body.get("token")
+            token_id, user_id = body.get("token"), body.get("user")
             if isinstance(token_id, str):
                 self.hub.kick_token(token_id)
+                if self.access is not None:
+                    self.access.token_changed(token_id)
+            if isinstance(user_id, str) and self.access is not None:
+                self.access.user_changed(user_id)
 
     def _relayed(self, body: dict[str, Any]) -> None:
         request_id = str(body.get("id"))

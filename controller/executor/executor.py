@@ -3,8 +3,9 @@
 One request may fan out to several devices: it is *planned* first (devices chosen among those
 the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
 once) and then *run*: one compile — through the fixer's compile→fix→recompile loop, at most
-``max_fix_rounds`` fix rounds, on any bridge with ``build`` — cached by the hash of project and
-test code (:mod:`controller.executor.cache`), then on every device at once::
+``max_fix_rounds`` fix rounds, on a build bridge the run may use (its caller's, its device
+owner's, or one an admin marked shared) — cached by the hash of project, test code and the
+builder's boundary (:mod:`controller.executor.cache`), then on every device at once::
 
     logcat -c → install app + test APKs → am instrument -w -r [→ the failed tests again,
     ``-e class Cls#method``, ``retries`` times] → logcat -d -v threadtime
@@ -15,6 +16,11 @@ its queue, FIFO per user and round robin across users, and the wait counts again
 deadline. A run can be cancelled (:meth:`SandboxExecutor.cancel`) while it waits, compiles or
 runs: it ends ``cancelled`` with a PENDING result, its device cleaned up all the same. Each
 test's result keeps its own slice of the logcat (:mod:`controller.executor.slices`).
+
+Each device step re-checks the caller's right when it runs (token live, loan live, scope:
+:func:`controller.access.check_access`); with an :class:`~controller.access.AccessWatch`, a
+run whose caller's token or loan ends is cancelled at once, queued or running. Either way it
+ends PENDING ``access_revoked``, its device cleaned up.
 
 Nothing here raises to the caller: every failure becomes a PENDING result whose
 ``reason_code`` says why (``skipped``, ``compile_failed``, ``no_device``, ``adb_unavailable``,
@@ -30,18 +36,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select, update
 
+from controller.access import ACCESS_REVOKED, AccessWatch, check_access
 from controller.analysis import (
     Thresholds,
     analyze,
     parse_instrumentation,
 )
 from controller.auth import Action, DeviceRef, Principal, authorize
-from controller.executor.cache import ApkCache, CompiledTest, cache_key
+from controller.executor.cache import ApkCache, CompiledTest, build_boundary, cache_key
 from controller.executor.gateway import (
     BridgeView,
     DeviceView,
@@ -58,7 +65,18 @@ from controller.executor.results import analysed_result, pending_result
 from controller.executor.selection import select_devices
 from controller.executor.slices import slice_by_test
 from controller.executor.steps import ProgressListener, Step, StepLog
-from controller.store import Run, RunStatus, Store, TestResult, User, new_id, utcnow
+from controller.hub.inventory import serial_refusal
+from controller.store import (
+    Bridge,
+    Device,
+    Run,
+    RunStatus,
+    Store,
+    TestResult,
+    User,
+    new_id,
+    utcnow,
+)
 from fixer import ChatCompleter, compile_fix_loop_async
 from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
@@ -100,6 +118,8 @@ def reason_for(exc: RpcError, stage: str) -> str:
     if code is ErrorCode.TIMEOUT:
         return "timeout"
     data = exc.data or {}
+    if code is ErrorCode.FORBIDDEN and data.get("rule") == ACCESS_REVOKED:
+        return "access_revoked"  # the caller's right lapsed: refused before the step ran
     reason = str(data.get("reason", ""))
     if stage == "build":
         if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
@@ -136,12 +156,18 @@ class Plan:
     refusals: list[dict[str, Any]] = field(default_factory=list)
 
 
+Reauth = Callable[[Target], Awaitable[None]]
+
+
 class _RecordingGateway:
     """Every RPC through the gateway as a step of the log (a wrapper that records)."""
 
-    def __init__(self, gateway: Gateway, steps: StepLog) -> None:
+    def __init__(
+        self, gateway: Gateway, steps: StepLog, reauth: Reauth | None = None
+    ) -> None:
         self.gateway = gateway
         self.steps = steps
+        self.reauth = reauth  # re-checks the caller's right before each step
 
     async def call(
         self,
@@ -151,11 +177,22 @@ class _RecordingGateway:
         *,
         timeout_s: float | None,
         resume: Mapping[str, Any] | None = None,
+        check: bool = True,
     ) -> dict[str, Any]:
+        """``check=False``: a step that runs whatever the caller's right (cleanup)."""
         shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
         if "apk" in params:
             shown["apk_bytes"] = len(params["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
+        if check and self.reauth is not None:
+            try:
+                await self.reauth(target)
+            except RpcError as exc:
+                await self.steps.record(
+                    "rpc", "refused", method=method, target=where,
+                    error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
+                )
+                raise
         extra_in: dict[str, Any] = {}
         request_id: str | None = None
         session_of = getattr(self.gateway, "session_of", None)
@@ -253,6 +290,21 @@ def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict
                 test["first_stack"] = first
 
 
+def _builder_of(compiled: CompiledTest) -> dict[str, Any] | None:
+    """The result's ``builder``: the bridge whose APKs the run installed (None: prebuilt)."""
+    if compiled.bridge_id is None:
+        return None
+    return {"id": compiled.bridge_id, "name": compiled.bridge, "shared": compiled.shared}
+
+
+def _lent_to(principal: Principal | None) -> Callable[[DeviceView], bool] | None:
+    """Which devices ``principal`` uses through a loan (none for an admin: every device is
+    theirs to use); selectors reach those only when nothing of their own matches."""
+    if principal is None or principal.is_admin:
+        return None
+    return lambda d: d.owner_id != principal.user_id
+
+
 def test_class_of(code: str) -> str | None:
     """The fully-qualified name of the test's first top-level class."""
     names = declared_names(code, top_level_only=True)
@@ -292,8 +344,12 @@ class SandboxExecutor:
         observer: Callable[[dict[str, Any]], None] | None = None,
         instance: str | None = None,
         shared_turn: SharedTurn | None = None,
+        access: AccessWatch | None = None,
     ) -> None:
         self.gateway = gateway
+        # Ends a run whose caller's right lapses while it waits or runs (controller.access).
+        self.access = access
+        self._revoked: dict[str, str] = {}  # run id -> why its caller's right lapsed
         self.store = store
         self.settings = settings or ExecutorSettings()
         self.llm = llm
@@ -385,12 +441,14 @@ class SandboxExecutor:
             usable, refusals = await self._usable_devices(principal)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
-            chosen = select_devices(request.selectors, usable, me=me, owner_names=names)
+            lent = _lent_to(principal)
+            chosen = select_devices(request.selectors, usable, me=me, owner_names=names,
+                                    lent=lent)
             if chosen:
                 devices = list(chosen)
             else:
                 devices = [None]
-                abort = self._why_none(request.selectors, usable, me, names)
+                abort = self._why_none(request.selectors, usable, me, names, lent)
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
@@ -413,6 +471,13 @@ class SandboxExecutor:
             )
         for run_id in plan.run_ids:
             self._plan_runs[run_id] = tuple(plan.run_ids)
+        unwatch = []
+        if self.access is not None and plan.principal is not None:
+            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+                unwatch.append(self.access.watch(
+                    plan.principal, device.ref if device is not None else None,
+                    lambda reason, r=run_id: self._lapse(r, reason),  # type: ignore[misc]
+                ))
         inner = asyncio.get_running_loop().create_task(
             self._run(plan, steps, deadline)
             if not all(r in self._cancelled for r in plan.run_ids)
@@ -429,6 +494,7 @@ class SandboxExecutor:
             ):
                 for run_id in plan.run_ids:
                     self._cancelled.pop(run_id, None)
+                    self._revoked.pop(run_id, None)
                 await asyncio.shield(self._mark_cancelled(plan.run_ids))
                 raise
             # Cancelled through cancel() before any device work: every run says so.
@@ -445,6 +511,8 @@ class SandboxExecutor:
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         finally:
+            for stop in unwatch:
+                stop()
             for run_id in plan.run_ids:
                 self._plan_tasks.pop(run_id, None)
                 self._plan_runs.pop(run_id, None)
@@ -455,6 +523,7 @@ class SandboxExecutor:
         await self._finish(plan.run_ids, results)
         for run_id in plan.run_ids:
             self._cancelled.pop(run_id, None)
+            self._revoked.pop(run_id, None)
         if self.observer is not None:
             for result in results:
                 try:
@@ -483,6 +552,20 @@ class SandboxExecutor:
                     )
                     continue
             usable.append(device)
+        if principal is not None and not principal.is_admin and self.store is not None:
+            # The caller's own devices whose bridge is away (not even in its grace period)
+            # still hold their selectors: a loan never takes one over (selection.py).
+            known = {(d.bridge_id, d.serial) for d in usable}
+            async with self.store.session() as session:
+                rows = (await session.execute(
+                    select(Bridge.id, Bridge.name, Device.serial, Device.last_info)
+                    .join(Device, Device.bridge_id == Bridge.id)
+                    .where(Bridge.owner_id == principal.user_id)
+                )).all()
+            for bridge_id, bridge_name, serial, info in rows:
+                if (bridge_id, serial) not in known and serial_refusal(serial) is None:
+                    usable.append(DeviceView(bridge_id, bridge_name, principal.user_id, serial,
+                                             "disconnected", dict(info or {})))
         return usable, refusals
 
     async def _owner_names(self, selectors: Sequence[str]) -> dict[str, str]:
@@ -499,11 +582,10 @@ class SandboxExecutor:
         usable: Sequence[DeviceView],
         me: str | None,
         owner_names: Mapping[str, str],
+        lent: Callable[[DeviceView], bool] | None = None,
     ) -> _Abort:
-        named = (
-            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names)
-            if selectors else list(usable)
-        )
+        named = select_devices(selectors or ["all"], usable, only_ready=False, me=me,
+                               owner_names=owner_names, lent=lent)
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")
@@ -547,37 +629,34 @@ class SandboxExecutor:
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         compile_started = time.monotonic()
-        try:
-            compiled = await self._compiled(plan, steps, deadline)
-        except _Abort as abort:
-            return [
-                pending_result(run_id, device, abort.reason_code, abort.detail)
-                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
-            ]
-        compile_ms = _ms_since(compile_started)
-        if not compiled.ok:
-            results = []
-            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
-                rounds = len(compiled.compile_rounds)
-                if compiled.stop_reason == "compiled":
-                    detail = "the build succeeded but produced no APKs"
-                else:
-                    detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-                    if compiled.stop_reason != "max_rounds":
-                        detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
-                result = pending_result(run_id, device, "compile_failed", detail)
-                result.update(
-                    toolchain=compiled.toolchain,
-                    compile_rounds=compiled.compile_rounds,
-                    compile_output=compiled.output[-4000:],
+        # One compile per builder: a builder every device may take APKs from when there is
+        # one, else one per group of devices (see _build_groups).
+        builds: dict[int, CompiledTest | _Abort] = {}
+        for builder, group in await self._build_groups(plan):
+            try:
+                outcome: CompiledTest | _Abort = await self._compiled(
+                    plan, steps, deadline, builder, [plan.devices[i] for i in group]
                 )
-                result["timings"]["compile_ms"] = compile_ms
-                results.append(result)
-            return results
+            except _Abort as abort:
+                outcome = abort
+            for i in group:
+                builds[i] = outcome
+        compile_ms = _ms_since(compile_started)
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
-        jobs = []
-        for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+        jobs: list[asyncio.Future[dict[str, Any]]] = []
+        for i, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
+            compiled = builds[i]
+            if isinstance(compiled, _Abort):
+                jobs.append(loop.create_task(_value(
+                    pending_result(run_id, device, compiled.reason_code, compiled.detail)
+                )))
+                continue
+            if not compiled.ok:
+                jobs.append(loop.create_task(_value(
+                    self._compile_failed(run_id, device, compiled)
+                )))
+                continue
             assert device is not None
             if run_id in self._cancelled:
                 await steps.fork(run_id, device.id).record("cancel", "ok", by=self._cancelled[run_id])
@@ -586,25 +665,58 @@ class SandboxExecutor:
             job = loop.create_task(
                 self._on_device(
                     steps.fork(run_id, device.id), run_id, device, compiled, deadline, user,
-                    plan.request.retries,
+                    plan.request.retries, plan.principal,
                 )
             )
             self._jobs[run_id] = job
             jobs.append(job)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         results = []
-        for run_id, device, outcome in zip(plan.run_ids, plan.devices, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
+        for i, (run_id, device, done) in enumerate(
+            zip(plan.run_ids, plan.devices, outcomes, strict=True)
+        ):
+            if isinstance(done, asyncio.CancelledError):
                 results.append(self._cancelled_result(run_id, device))
-            elif isinstance(outcome, BaseException):
-                raise outcome
+            elif isinstance(done, BaseException):
+                raise done
             else:
-                results.append(outcome)
+                results.append(done)
+            build = builds[i]
+            if isinstance(build, CompiledTest):
+                results[-1]["builder"] = _builder_of(build)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         return results
 
-    async def _compiled(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+    def _compile_failed(
+        self, run_id: str, device: DeviceView | None, compiled: CompiledTest
+    ) -> dict[str, Any]:
+        rounds = len(compiled.compile_rounds)
+        if compiled.stop_reason == "compiled":
+            detail = "the build succeeded but produced no APKs"
+        else:
+            detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
+            if compiled.stop_reason != "max_rounds":
+                detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
+        result = pending_result(run_id, device, "compile_failed", detail)
+        result.update(
+            toolchain=compiled.toolchain,
+            compile_rounds=compiled.compile_rounds,
+            compile_output=compiled.output[-4000:],
+        )
+        return result
+
+    async def _compiled(
+        self,
+        plan: Plan,
+        steps: StepLog,
+        deadline: float,
+        builder: BridgeView | None,
+        devices: Sequence[DeviceView | None],
+    ) -> CompiledTest:
+        """The APKs for ``devices``: prebuilt, from the cache within ``builder``'s boundary, or
+        compiled on ``builder``. No builder (none the run may use is connected): only what
+        the cache holds from the caller's or the devices' owners' own builders."""
         request = plan.request
         if request.apks is not None:
             app, test = request.apks.decoded()
@@ -617,9 +729,30 @@ class SandboxExecutor:
                 code=request.test_code,
                 stop_reason="prebuilt",
             )
-        key = cache_key(request.project_dir, request.test_code)
+        if builder is None:
+            owners = {d.owner_id for d in devices if d is not None}
+            if plan.principal is not None:
+                owners.add(plan.principal.user_id)
+            for owner in sorted(owners):
+                key = cache_key(request.project_dir, request.test_code, f"owner:{owner}")
+                hit = self.cache.get(key)
+                if hit is not None:
+                    await steps.record(
+                        "compile", "ok", detail="served from the controller's APK cache",
+                        bridge=hit.bridge, key=key,
+                    )
+                    return hit
+            what = f"project {request.project_dir}" if request.project_dir else "the test"
+            detail = (f"no connected bridge of yours, of the device's owner or shared by an "
+                      f"admin can build {what}")
+            await steps.record("compile", "refused", detail=detail)
+            raise _Abort("bridge_unavailable", detail)
+        key = cache_key(
+            request.project_dir, request.test_code,
+            build_boundary(builder.owner_id, builder.id, builder.shared),
+        )
         compiled, cached = await self.cache.get_or_build(
-            key, lambda: self._compile(plan, steps, deadline)
+            key, lambda: self._compile(plan, steps, deadline, builder)
         )
         if cached:
             await steps.record(
@@ -628,30 +761,65 @@ class SandboxExecutor:
             )
         return compiled
 
-    async def _build_bridge(
-        self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
-    ) -> BridgeView | None:
-        """A connected bridge with ``build`` that serves the project: the devices' own bridge
-        first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
-        project = request.project_dir
+    async def _build_groups(self, plan: Plan) -> list[tuple[BridgeView | None, list[int]]]:
+        """Which builder compiles for which devices (indexes into ``plan.devices``).
+
+        A device takes APKs only from a build bridge owned by the run's caller, by the
+        device's owner, or marked shared by an admin (read from the store now). Preferred:
+        the device's own bridge, then the caller's, then the device owner's others, then a
+        shared one. One builder every device may use compiles once for all; otherwise each
+        device gets its own best (devices with the same builder share its compile)."""
+        everything = list(range(len(plan.devices)))
+        if plan.request.apks is not None:
+            return [(None, everything)]
+        project = plan.request.project_dir
         builders = [
             b for b in await all_bridges(self.gateway)
             if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
         ]
-        near = {d.bridge_id for d in devices if d is not None}
-        builders.sort(key=lambda b: (b.id not in near, b.owner_id != owner, b.name))
-        return builders[0] if builders else None
+        shared = await self._shared_bridges([b.id for b in builders])
+        builders = [replace(b, shared=b.shared or b.id in shared) for b in builders]
+        caller = plan.principal.user_id if plan.principal is not None else None
+        devices = [d for d in plan.devices if d is not None]
 
-    async def _compile(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+        def allowed(b: BridgeView, d: DeviceView) -> bool:
+            return b.shared or b.owner_id in (caller, d.owner_id)
+
+        near = {d.bridge_id for d in devices}
+        common = [b for b in builders if all(allowed(b, d) for d in devices)]
+        if common:
+            common.sort(key=lambda b: (b.id not in near, b.owner_id != caller, b.shared, b.name))
+            return [(common[0], everything)]
+        groups: dict[str | None, tuple[BridgeView | None, list[int]]] = {}
+        for i, d in enumerate(plan.devices):
+            assert d is not None
+            fit = sorted(
+                (b for b in builders if allowed(b, d)),
+                key=lambda b, d=d: (b.id != d.bridge_id, b.owner_id != caller,  # type: ignore[misc]
+                                    b.owner_id != d.owner_id, b.name),
+            )
+            best = fit[0] if fit else None
+            groups.setdefault(best.id if best else None, (best, []))[1].append(i)
+        return list(groups.values())
+
+    async def _shared_bridges(self, bridge_ids: Sequence[str]) -> set[str]:
+        """Which of ``bridge_ids`` an admin marked shared (the store, read now)."""
+        if self.store is None or not bridge_ids:
+            return set()
+        async with self.store.session() as session:
+            rows = await session.execute(
+                select(Bridge.id).where(Bridge.id.in_(list(bridge_ids)), Bridge.shared.is_(True))
+            )
+            return {str(r) for r in rows.scalars()}
+
+    async def _compile(
+        self, plan: Plan, steps: StepLog, deadline: float, bridge: BridgeView
+    ) -> CompiledTest:
         loop = asyncio.get_running_loop()
         request = plan.request
-        owner = plan.principal.user_id if plan.principal is not None else None
-        bridge = await self._build_bridge(request, plan.devices, owner)
-        if bridge is None:
-            what = f"project {request.project_dir}" if request.project_dir else "the test"
-            await steps.record("compile", "refused", detail=f"no connected bridge can build {what}")
-            raise _Abort("bridge_unavailable", f"no connected bridge can build {what}")
-        gw = _RecordingGateway(self.gateway, steps)
+        await steps.record("builder", "ok", bridge=bridge.name, bridge_id=bridge.id,
+                           shared=bridge.shared)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(plan.principal))
         target: Target = bridge.id
         index = RemoteSourceIndex(package=None)
         max_compiles = self.settings.max_fix_rounds + 1
@@ -725,6 +893,8 @@ class SandboxExecutor:
             ],
             output=loop_result.output,
             bridge=bridge.name,
+            bridge_id=bridge.id,
+            shared=bridge.shared,
             stop_reason=loop_result.stop_reason,
             duration_ms=_ms_since(started),
         )
@@ -762,6 +932,7 @@ class SandboxExecutor:
         deadline: float,
         user: str = "",
         retries: int | None = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         """One run on one device at a time: two runs installing and clearing the same app
         would spoil each other's evidence. Waiting counts against the run's deadline."""
@@ -800,7 +971,7 @@ class SandboxExecutor:
                 await steps.end(waited, "ok")
             return await self._on_device_locked(
                 steps, run_id, device, compiled, deadline,
-                self.settings.retries if retries is None else retries,
+                self.settings.retries if retries is None else retries, principal,
             )
         except asyncio.CancelledError:
             await self._note_cancel(steps, run_id)
@@ -813,7 +984,29 @@ class SandboxExecutor:
             with contextlib.suppress(Exception):
                 await asyncio.shield(steps.record("cancel", "ok", by=self._cancelled[run_id]))
 
+    def _lapse(self, run_id: str, reason: str) -> None:
+        """The caller's right to this run lapsed (a token or loan revoked or expired): a
+        queued run is cancelled, a running one stopped now — PENDING ``access_revoked``, its
+        device cleaned up as after any cancel."""
+        self._revoked.setdefault(run_id, reason)
+        self.cancel(run_id, by="access lapsed")
+
+    def _reauth(self, principal: Principal | None) -> Reauth | None:
+        """Each device step re-checks the caller's token, loan and scope when it runs."""
+        store = self.store
+        if principal is None or store is None:
+            return None
+
+        async def reauth(target: Target) -> None:
+            await check_access(
+                store, principal, target if isinstance(target, DeviceRef) else None
+            )
+
+        return reauth
+
     def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+        if run_id in self._revoked:
+            return pending_result(run_id, device, "access_revoked", self._revoked[run_id])
         by = self._cancelled.get(run_id, "shutdown")
         return pending_result(run_id, device, "cancelled", f"cancelled by {by}")
 
@@ -825,9 +1018,10 @@ class SandboxExecutor:
         compiled: CompiledTest,
         deadline: float,
         retries: int = 0,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        gw = _RecordingGateway(self.gateway, steps)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(principal))
         target: Target = device.ref
         serial = device.serial
         timings: dict[str, int] = {}
@@ -896,6 +1090,7 @@ class SandboxExecutor:
                                    "info": dict(device.info)},
                         "app_package": app_package, "installed": list(installed),
                         "toolchain": compiled.toolchain,
+                        "builder": _builder_of(compiled),
                         "compile_rounds": compiled.compile_rounds,
                         "test_class": test_class_of(compiled.code),
                         "timings": dict(timings),
@@ -1127,6 +1322,7 @@ class SandboxExecutor:
                 compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
             )
             result["resumed"] = True
+            result["builder"] = ctx.get("builder")
             await self._finish([item.run_id], [result])
             log.info("run %s resumed after a controller restart: %s", item.run_id,
                      result["verification_status"])
@@ -1197,13 +1393,13 @@ class SandboxExecutor:
             if app_package:
                 await gw.call(
                     target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
         for package in reversed(installed):  # the test package first: it targets the app
             with contextlib.suppress(RpcError):
                 await gw.call(
                     target, "device.uninstall", {"serial": serial, "package": package},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
 
     # -- the store ---------------------------------------------------------------------------
@@ -1236,7 +1432,7 @@ class SandboxExecutor:
         try:
             async with self.store.session() as session, session.begin():
                 for run_id, result in zip(run_ids, results, strict=True):
-                    cancelled = result.get("reason_code") == "cancelled"
+                    cancelled = result.get("reason_code") in ("cancelled", "access_revoked")
                     await session.execute(
                         update(Run)
                         .where(Run.id == run_id)

@@ -34,6 +34,7 @@ class BridgeView:
     owner_id: str
     caps: Capabilities
     connected: bool = True
+    shared: bool = False  # an admin marked it shared: it may build for every user
 
     @property
     def can_build(self) -> bool:

@@ -2,7 +2,7 @@
 
 Seed: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
 ``systrace`` (the first 2000 characters of the logcat), ``summary``. Ours:
-``verification_status``, ``reason_code``, ``run_id``, ``device``, ``toolchain``,
+``verification_status``, ``reason_code``, ``run_id``, ``device``, ``toolchain``, ``builder``,
 ``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
 and ``violations`` / ``measurements`` (the analysis' details).
 """
@@ -20,7 +20,7 @@ SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of t
 #: PENDING's reason codes (DESIGN.md §5); ``internal`` only for a controller bug.
 REASON_CODES = frozenset(
     {"skipped", "compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-     "timeout", "test_crashed"}
+     "timeout", "test_crashed", "access_revoked"}
 )
 
 
@@ -37,6 +37,7 @@ def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
         "run_id": run_id,
         "device": device.describe() if device is not None else None,
         "toolchain": None,
+        "builder": None,  # {"id", "name", "shared"} of the bridge that built the APKs
         "compile_rounds": [],
         "tests": [],
         "anrs": [],

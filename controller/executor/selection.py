@@ -15,6 +15,13 @@ A selector is one of:
 Several selectors are a union, in order, without duplicates. No selector at all picks one
 ready device. A selector that names nothing is not an error here: the executor reports
 ``no_device``.
+
+Lending never changes what a borrower's selector picks: each selector is tried on the
+caller's own devices first (those they may use without a loan: their own, or every device
+for an admin), and reaches devices lent to them only when nothing of their own matches. A
+lent device is always reached by its full id ``BRIDGE~SERIAL`` (nothing of one's own has
+that id). Ids never resolve across owners: ``~`` separates the bridge from the serial and
+no serial may contain it (:mod:`controller.hub.inventory`).
 """
 
 from __future__ import annotations
@@ -124,17 +131,37 @@ def select_devices(
     only_ready: bool = True,
     me: str | None = None,
     owner_names: Mapping[str, str] | None = None,
+    lent: Callable[[DeviceView], bool] | None = None,
 ) -> list[DeviceView]:
     """The ready devices the selectors pick (union, in order); one device when none given.
 
-    ``only_ready=False`` looks at every device, to tell *why* nothing was picked.
+    ``only_ready=False`` looks at every device, to tell *why* nothing was picked. ``lent``
+    tells the devices the caller uses through a loan: a selector (and no selector) picks
+    among them only when it picks nothing of the caller's own.
     """
     matchers = [parse_selector(s, me=me, owner_names=owner_names) for s in selectors]
-    ready = [d for d in devices if d.ready or not only_ready]
-    if not matchers:
-        return ready[:1]
+    if lent is None:
+        tiers = [list(devices)]
+    else:  # the caller's own devices, then those lent to them
+        tiers = [[d for d in devices if not lent(d)], [d for d in devices if lent(d)]]
     chosen: dict[str, DeviceView] = {}
-    for matcher in matchers:
-        for d in matcher(ready):
-            chosen.setdefault(d.id, d)
+    for matcher in matchers or [lambda ds: list(ds)[:1]]:
+        for tier in tiers:
+            # The tier is decided on every device, ready or not: the caller's own device that
+            # is offline still holds its selector (the run waits or fails; it never goes to
+            # a lent device that happens to match the same selector).
+            if not _names_any(matcher, tier):
+                continue
+            ready = [d for d in tier if d.ready or not only_ready]
+            for d in matcher(ready):
+                chosen.setdefault(d.id, d)
+            break
     return list(chosen.values())
+
+
+def _names_any(matcher: Matcher, devices: Sequence[DeviceView]) -> bool:
+    """Whether ``matcher`` names anything among ``devices`` (an ambiguous serial does)."""
+    try:
+        return bool(matcher(devices))
+    except RpcError:
+        return True

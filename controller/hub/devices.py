@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.hub.hub import Hub
+from controller.hub.inventory import serial_refusal
 from controller.store import Bridge, Device
 from protocol.errors import ErrorCode, RpcError
 
@@ -71,6 +72,8 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
         rows = (await session.execute(select(Device, Bridge).join(Bridge))).all()
     records: dict[tuple[str, str], DeviceRecord] = {}
     for device, bridge in rows:
+        if serial_refusal(device.serial) is not None:
+            continue  # recorded before serials were checked: never a device
         records[(bridge.id, device.serial)] = DeviceRecord(
             bridge.id, bridge.name, bridge.owner_id, device.serial, DISCONNECTED,
             dict(device.last_info or {}),
@@ -120,6 +123,11 @@ async def resolve_device(hub: Hub, principal: Principal, text: str) -> DeviceRec
         return (r.bridge == bridge and r.serial == serial) if sep else r.serial == text
 
     candidates = [r for r in await list_devices(hub, principal) if matches(r)]
+    if len(candidates) > 1 and not principal.is_admin:
+        # A loan never makes a borrower's bare serial ambiguous, nor take it elsewhere: their
+        # own device wins; a lent one is reached by its full id.
+        own = [r for r in candidates if r.owner_id == principal.user_id]
+        candidates = own or candidates
     if not candidates:
         raise RpcError(ErrorCode.NOT_FOUND, f"no device {text[:200]!r}")
     if len(candidates) > 1:

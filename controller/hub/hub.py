@@ -52,6 +52,7 @@ from starlette.websockets import WebSocket
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.hub.inventory import admissible
 from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
@@ -1000,7 +1001,7 @@ class Hub:
             self._spawn(self._resubscribe(entry, stream))
         entry.caps = hello.caps
         entry.software = hello.software
-        entry.devices = {d.serial: d for d in hello.devices}
+        entry.devices = admissible(entry.name, {d.serial: d for d in hello.devices})
         entry.connected_at = entry.last_seen_at = utcnow()
         log.info(
             "bridge %s connected (session %s, %s, %d devices, %d re-sent, %d failed)",
@@ -1018,7 +1019,7 @@ class Hub:
                 log.warning("bridge %s: malformed inventory event: %s", entry.name,
                             exc.error_count())
                 return
-            entry.devices = {d.serial: d for d in changed.devices}
+            entry.devices = admissible(entry.name, {d.serial: d for d in changed.devices})
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
             return

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -122,6 +123,9 @@ class Bridge(Base):
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Marked by an admin: it may build for every user's runs (else only its owner's, and
+    # for its owner's devices).
+    shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Token(Base):
