@@ -8,7 +8,11 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   reconnect: ``hello.held`` says what the bridge has, the rest is re-sent, ``welcome.waiting``
   lists what we still wait for;
 * one live connection per bridge: a new one replaces the old, which is closed with 4409
-  (terminal for the bridge, so two copies of one bridge do not evict each other forever);
+  (terminal for the bridge, so two copies of one bridge do not evict each other forever) —
+  but only once the new one has sent a valid ``hello`` of our protocol version: garbage, a
+  probe or another version is closed without touching the live one (:meth:`Hub._await_hello`);
+* frames are decoded within their kind's limits (:mod:`protocol.codec`), large ones in a
+  worker thread (:meth:`Hub.decode`), so a hostile frame neither stalls the loop nor balloons;
 * per connection, a reader (frames → session → outcomes: the task serving the WebSocket)
   and a writer that alone drains :meth:`~protocol.session.ControllerSession.frames_to_send`,
   so frames leave in the order the session produced them and a stalled socket holds up
@@ -59,6 +63,7 @@ from protocol.codec import Codec
 from protocol.eager import start_eagerly
 from protocol.envelope import (
     DEVICES_CHANNEL,
+    PROTOCOL_VERSION,
     Capabilities,
     DeviceInfo,
     Evt,
@@ -99,6 +104,9 @@ _LIVENESS_TICKS = 4
 # resume and dropped as no longer waited for): one ``ack`` frame per this delay, or at once
 # when ACK_BATCH ids wait, instead of one frame per result on the RPC hot path.
 ACK_DELAY_S = 0.02
+# Frames larger than this are decoded in a worker thread, at most _LARGE_DECODES at once.
+LARGE_FRAME_BYTES = 256 * 1024
+_LARGE_DECODES = 2
 # A resumed logcat stream asks for at most this many lines of the buffer's tail (the
 # protocol's bound on ``tail``).
 RESYNC_TAIL_MAX = 5000
@@ -348,6 +356,7 @@ class Hub:
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
         self._entries: dict[str, BridgeEntry] = {}
+        self._large_decodes = asyncio.Semaphore(_LARGE_DECODES)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._liveness: asyncio.Task[None] | None = None
         self._started = 0.0
@@ -768,6 +777,12 @@ class Hub:
     async def serve(self, websocket: WebSocket, principal: Principal) -> None:
         """Run one accepted bridge WebSocket until it ends (the ``/v1/bridge`` handler)."""
         assert principal.bridge_id is not None
+        # The live connection of this bridge is replaced only by one that has proved itself:
+        # a valid, compatible ``hello`` first. Garbage, a silent probe or a newer protocol is
+        # closed here and never touches the bridge's entry (docs/protocol.md, "Handshake").
+        hello = await self._await_hello(websocket, principal.name)
+        if hello is None:
+            return
         entry = self._entry_for(principal.bridge_id, principal.name, principal.user_id)
         entry.token_id = principal.token_id
         conn = Connection(websocket, lambda c: self._write(entry, c))
@@ -794,7 +809,7 @@ class Hub:
                 # This task reads; a kick (another connection of the bridge, liveness,
                 # revocation, shutdown) or a failed writer cancels it (Connection._end).
                 conn.reader = asyncio.current_task()
-                await self._read(entry, conn)
+                await self._read(entry, conn, hello)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not conn.ending or task is None or task.uncancel() > 0:
@@ -855,33 +870,77 @@ class Hub:
         log.info("bridge %s is disconnected (grace over, %d calls failed)", entry.name,
                  len(failed))
 
-    async def _read(self, entry: BridgeEntry, conn: Connection) -> None:
-        """Frames in until the peer goes or a rule is broken (``conn.kick`` says how to close)."""
+    async def _await_hello(self, websocket: WebSocket, name: str) -> Hello | None:
+        """The first frame of a new connection, if it is a valid ``hello`` of our protocol
+        version; else the connection is closed (4400 garbage, 4426 another version, 1013 no
+        hello in time, 1001 shutting down) and None returned."""
+        code, reason = CloseCode.BAD_REQUEST, ""
+        try:
+            async with asyncio.timeout(self.settings.handshake_timeout_s):
+                message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return None
+            data = message.get("bytes")
+            if data is None:
+                reason = "frames are binary msgpack maps"
+            else:
+                frame = await self.decode(data)
+                if not isinstance(frame, Hello):
+                    reason = f"the first frame must be hello, not {frame.t}"
+                elif frame.protocol != PROTOCOL_VERSION:
+                    code = CloseCode.INCOMPATIBLE
+                    reason = (f"bridge speaks protocol {frame.protocol}, controller "
+                              f"{PROTOCOL_VERSION}")
+                elif self._closing:
+                    code, reason = CloseCode.GOING_AWAY, "controller shutting down"
+                else:
+                    return frame
+        except TimeoutError:
+            code, reason = CloseCode.TRY_AGAIN_LATER, "no hello in time"
+        except DecodeError as exc:
+            reason = f"bad hello: {exc}"
+        except Exception as exc:
+            if not _is_disconnect(exc):
+                log.warning("bridge %s: handshake failed: %r", name, exc)
+            return None
+        log.info("bridge %s: connection refused before hello: %s (%s)", name, code, reason)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.settings.close_timeout_s):
+                await websocket.close(code, reason[:120])
+        return None
+
+    async def decode(self, data: bytes) -> Any:
+        """One frame from a bridge: small ones here, large ones in a worker thread (at most
+        ``_LARGE_DECODES`` at once), so a 16 MiB frame never stalls the event loop and a crowd
+        of them never multiplies its memory (docs/protocol.md, "Limits")."""
+        if len(data) <= LARGE_FRAME_BYTES:
+            return self.codec.decode(data)
+        async with self._large_decodes:
+            return await asyncio.to_thread(self.codec.decode, data)
+
+    async def _read(self, entry: BridgeEntry, conn: Connection, hello: Hello) -> None:
+        """Frames in until the peer goes or a rule is broken (``conn.kick`` says how to close);
+        ``hello`` is the first, read and checked already (:meth:`_await_hello`)."""
         session = entry.session
         loop = asyncio.get_running_loop()
         first = True
         while True:
             if first:
-                try:
-                    async with asyncio.timeout(self.settings.handshake_timeout_s):
-                        message = await conn.ws.receive()
-                except TimeoutError:
-                    conn.kick(CloseCode.TRY_AGAIN_LATER, "no hello in time")
-                    return
+                frame: Any = hello
             else:
                 message = await conn.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            data = message.get("bytes")
-            if data is None:
-                conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
-                return
-            try:
-                frame = self.codec.decode(data)
-            except DecodeError as exc:
-                if not self._bad_frame(entry, conn, exc, first):
+                if message["type"] == "websocket.disconnect":
                     return
-                continue
+                data = message.get("bytes")
+                if data is None:
+                    conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
+                    return
+                try:
+                    frame = await self.decode(data)
+                except DecodeError as exc:
+                    if not self._bad_frame(entry, conn, exc, first):
+                        return
+                    continue
             if first and self.cluster is not None and isinstance(frame, Hello):
                 session.foreign = await self.cluster.foreign(entry, frame)
             if entry.conn is not conn:
