@@ -30,7 +30,7 @@ from tests.controller.test_hub_support import InLoopController, fast_settings
 __all__ = ["WAIT_S", "BridgeProcess", "Stack", "raw_bridge_client", "wait_until"]
 
 WAIT_S = 30 * TIME_SCALE
-PING_S = 2.0 * TIME_SCALE
+PING_S = 5.0 * TIME_SCALE
 
 SETTINGS = fast_settings(
     ping_interval_s=PING_S, ping_timeout_s=PING_S, grace_period_s=20.0 * TIME_SCALE,
