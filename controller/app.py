@@ -211,6 +211,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 registry=app.state.metrics.registry,
             )
         )
+        hub.streams_per_user = config.streams_per_user
+        hub.borrower_streams_per_bridge = config.borrower_streams_per_bridge
         app.state.hub = hub
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).

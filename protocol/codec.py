@@ -73,7 +73,7 @@ KIND_LIMITS: dict[str, KindLimits] = {
     "welcome": KindLimits(100_000, 256, 65_536, 0, 1_000, 200_000),
     "req": KindLimits(10_000, 1_000, None, None, 20_000, 200_000),
     "res": KindLimits(600_000, 10_000, None, None, 100_000, 1_000_000),
-    "evt": KindLimits(100_000, 1_000, 1 << 20, 65_536, 100_000, 1_000_000),
+    "evt": KindLimits(100_000, 1_000, None, None, 100_000, 1_000_000),
     "ack": KindLimits(100_000, 16, 1024, 0, 16, 100_016),
     "cancel": _SMALL,
     "ping": _SMALL,

@@ -56,6 +56,7 @@ from starlette.websockets import WebSocket
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
 from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
@@ -247,6 +248,16 @@ class Connection:
             reader.cancel()
 
 
+@dataclass(eq=False, slots=True)
+class _StreamHold:
+    """A user's logcat stream (or one being opened), for the quotas."""
+
+    user_id: str
+    bridge_id: str
+    borrower: bool
+    stream: LogStream | None = None
+
+
 # Connection.writer while a drain runs eagerly, in the caller's own step.
 _EAGER = object()
 
@@ -357,6 +368,10 @@ class Hub:
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
         self._entries: dict[str, BridgeEntry] = {}
         self._large_decodes = asyncio.Semaphore(_LARGE_DECODES)
+        # Tenancy quotas on users' logcat streams (the app sets them from its config).
+        self.streams_per_user = DEFAULT_STREAMS_PER_USER
+        self.borrower_streams_per_bridge = DEFAULT_BORROWER_STREAMS_PER_BRIDGE
+        self._stream_holds: set[_StreamHold] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._liveness: asyncio.Task[None] | None = None
         self._started = 0.0
@@ -630,7 +645,8 @@ class Hub:
             await self.audit_device(principal, name, device, exc)
             raise
         try:
-            result = await self.call(device, method, params, timeout_s=timeout_s)
+            result = await self.call(device, method, _vouch(principal, device, method, params),
+                                     timeout_s=timeout_s)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
             raise
@@ -660,14 +676,44 @@ class Hub:
         """A user's logcat stream on a device: authorize, subscribe, audit (here, also when
         the bridge is held by another replica, which then relays it: :meth:`subscribe_logcat`)."""
         action = "device.logcat.stream"
+        hold = _StreamHold(principal.user_id, device.bridge_id,
+                           principal.user_id != device.owner_id and not principal.is_admin)
         try:
             await authorize(principal, device, Action.USE, store=self.store)
-            stream = await self.subscribe_logcat(device, params)
+            self._reserve_stream(hold)  # before the await: concurrent opens count too
+            stream = await self.subscribe_logcat(device, _vouch(
+                principal, device, "device.logcat.subscribe", params))
+            hold.stream = stream
         except RpcError as exc:
+            self._stream_holds.discard(hold)
             await self.audit_device(principal, action, device, exc)
+            raise
+        except BaseException:
+            self._stream_holds.discard(hold)
             raise
         await self.audit_device(principal, action, device, None)
         return stream
+
+    def _reserve_stream(self, hold: _StreamHold) -> None:
+        """Per-tenant stream quotas, the owner first: a user holds at most
+        ``streams_per_user`` live streams; borrowers together hold at most
+        ``borrower_streams_per_bridge`` of a bridge's stream slots, the rest stay the
+        owner's (docs/security.md, "Bounds and secrets"). ``busy`` (429) beyond."""
+        live = {h for h in self._stream_holds if h.stream is None or not h.stream.ended}
+        self._stream_holds = live
+        mine = sum(1 for h in live if h.user_id == hold.user_id)
+        if mine >= self.streams_per_user:
+            raise RpcError(ErrorCode.BUSY, f"at most {self.streams_per_user} live logcat "
+                           "streams per user", {"rule": "stream_quota",
+                                                "limit": self.streams_per_user})
+        if hold.borrower:
+            lent = sum(1 for h in live if h.borrower and h.bridge_id == hold.bridge_id)
+            if lent >= self.borrower_streams_per_bridge:
+                raise RpcError(ErrorCode.BUSY, "borrowers hold all the logcat streams this "
+                               "device's bridge lends out; its owner's are kept free",
+                               {"rule": "borrower_stream_quota",
+                                "limit": self.borrower_streams_per_bridge})
+        live.add(hold)
 
     # -- logcat streams
 
@@ -1162,6 +1208,20 @@ class Hub:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _vouch(
+    principal: Principal, device: DeviceRef, method: str, params: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``params`` with ``as_owner`` when the caller owns the device (the bridge's ``full``
+    profile is the owner's alone): never for a borrower nor an admin acting on another's."""
+    if principal.user_id != device.owner_id or principal.bridge_id is not None:
+        return params
+    spec = METHODS.get(method)
+    fields = getattr(spec.params, "model_fields", {}) if spec is not None else {}
+    if "as_owner" not in fields:
+        return params
+    return {**(params or {}), "as_owner": True}
 
 
 def _usable(channel: str) -> bool:

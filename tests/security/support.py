@@ -149,12 +149,15 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def stack(tmp_path: Path, **settings: Any) -> AsyncIterator[Stack]:
-    config = ControllerConfig(
+async def stack(
+    tmp_path: Path, config: dict[str, Any] | None = None, **settings: Any
+) -> AsyncIterator[Stack]:
+    """A controller (``config``: ControllerConfig fields, ``settings``: Settings fields)."""
+    controller_config = ControllerConfig(
         db_url=f"sqlite:///{tmp_path / 'controller.db'}", bootstrap_token=ADMIN_TOKEN,
-        settings=fast_settings(**{**_settings_dict(), **settings}),
+        settings=fast_settings(**{**_settings_dict(), **settings}), **(config or {}),
     )
-    controller = InLoopController(config)
+    controller = InLoopController(controller_config)
     await controller.start()
     world = Stack(tmp_path, controller)
     try:
