@@ -59,6 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, User, utcnow
 from protocol.errors import ErrorCode, RpcError
+from protocol.redact import QUERY_TOKEN_PARAMS
 
 __all__ = [
     "ACTION_SCOPE",
@@ -116,7 +117,6 @@ TOKEN_PREFIXES = {
 }
 TOKEN_BYTES = 32  # 256 bits
 # Query parameters that look like someone put a secret in a URL.
-QUERY_TOKEN_PARAMS = frozenset({"token", "access_token", "api_key", "apikey", "auth"})
 # Names of users and bridges: no "~" (it separates BRIDGE~SERIAL), no spaces, no slashes.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)

@@ -23,7 +23,10 @@ import pytest
 
 from device_bridge.sim.apk import SimPackage, SimTest, build_apk
 from tests.adb_support import AdbServer, ConnectedSim
+from tests.faults.figures import record
 from tests.security.support import WAIT_S, Stack, stack
+
+AREA = "hostile tenants"
 
 BANK = "com.alice.banking"
 
@@ -114,22 +117,36 @@ async def test_full_is_the_owners_and_never_takes_the_phone_away(
             mine = await shell(alice, serial, "ls /data/local/tmp")
             assert mine.status_code == 200, mine.text
             # Nobody takes the phone away through a wrapper or another route.
-            for command, rule in [("toybox reboot", "reboot"),
-                                  ("linker64 /system/bin/reboot", "command_wrapper"),
-                                  ("chrt -f 10 reboot", "command_wrapper"),
-                                  ("locksettings set-pin 1234", "lock_screen"),
-                                  ("settings put global adb_enabled 0", "adb_off"),
-                                  ("kill -9 1", "signal_init")]:
+            takeaways = [("toybox reboot", "reboot"),
+                         ("linker64 /system/bin/reboot", "command_wrapper"),
+                         ("logwrapper reboot", "command_wrapper"),
+                         ("app_process64 / com.evil.Main", "command_wrapper"),
+                         ("chrt -f 10 reboot", "command_wrapper"),
+                         ("service call power 16 i32 0", "reboot"),
+                         ("am broadcast -a android.intent.action.ACTION_SHUTDOWN", "reboot"),
+                         ("locksettings set-pin 1234", "lock_screen"),
+                         ("settings put global adb_enabled 0", "adb_off"),
+                         ("setprop ctl.stop adbd", "setprop"),
+                         ("kill -9 1", "signal_init")]
+            passed = []
+            for command, rule in takeaways:
                 for who in (alice, mallory):
                     response = await shell(who, serial, command)
-                    assert response.status_code == 403, (command, response.text)
-                    assert response.json()["error"]["rule"] == rule, command
+                    if response.status_code != 403 or (
+                            response.json()["error"]["rule"] != rule):
+                        passed.append((command, response.status_code, response.text[:200]))
+            record(AREA, "full profile take-aways through the controller: attempts",
+                   2 * len(takeaways) + 1)
+            record(AREA, "full profile take-aways through the controller: passed",
+                   len(passed) + (refused.status_code != 403), must_be_zero=True)
+            assert not passed, passed
         finally:
             await alice.aclose()
             await mallory.aclose()
         ran = shell_log(sim_device)
         assert not [line for line in ran if "reboot" in line or "locksettings" in line
-                    or "adb_enabled" in line or line.startswith("kill")], ran
+                    or "adb_enabled" in line or line.startswith(("kill", "service", "am "))
+                    or "adbd" in line or "com.evil" in line], ran
         assert not [line for line in ran if line.startswith("ls /data/system")], ran
 
 
@@ -160,6 +177,14 @@ async def test_a_crafted_manifest_cannot_remove_the_owners_app(
         finally:
             await alice.aclose()
             await mallory.aclose()
+    leaks = sum([
+        BANK not in packages(sim_device),
+        any(BANK in line for line in borrowers + owners),
+        bool({"com.evil.app", "com.evil.app.test"} & packages(sim_device)),
+        any("-g" in line.split() for line in borrowers if line.startswith("pm install")),
+    ])
+    record(AREA, "crafted manifest on a lent phone: attempts", 1)
+    record(AREA, "crafted manifest on a lent phone: leaks", leaks, must_be_zero=True)
     # The owner's app is untouched: still installed, its data never cleared.
     assert BANK in packages(sim_device)
     assert not [line for line in borrowers + owners if BANK in line], borrowers
