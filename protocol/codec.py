@@ -80,6 +80,7 @@ KIND_LIMITS: dict[str, KindLimits] = {
     "pong": _SMALL,
 }
 _MAX_ENVELOPE_KEYS = 32
+_ID_KINDS = frozenset({"req", "res", "cancel", "ping", "pong"})  # frames that carry an ``id``
 
 
 class _Budget(Exception):
@@ -167,6 +168,8 @@ def peek_kind(data: bytes) -> tuple[str, str | None]:
                 frame_id = unpacker.unpack()
             else:
                 unpacker.skip()
+            if isinstance(kind, str) and (frame_id is not None or kind not in _ID_KINDS):
+                break  # our encoders put ``t`` (and ``id``) first: nothing else to walk
     except DecodeError:
         raise
     except Exception as exc:  # not a map, a bad or oversize key, truncated …
