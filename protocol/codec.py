@@ -80,6 +80,9 @@ KIND_LIMITS: dict[str, KindLimits] = {
     "pong": _SMALL,
 }
 _MAX_ENVELOPE_KEYS = 32
+# Frames up to this size are unpacked without the container/item budget (at most one object
+# per byte: a few MB of Python at worst), only under the per-object caps.
+_BUDGET_FROM_BYTES = 64 * 1024
 _ID_KINDS = frozenset({"req", "res", "cancel", "ping", "pong"})  # frames that carry an ``id``
 
 
@@ -144,10 +147,44 @@ def encode_result(
         return encode(Res.trusted(id=request_id, r=r), max_frame_bytes=max_frame_bytes)
 
 
+_KIND_BYTES = {k.encode(): k for k in FRAME_KINDS}
+
+
+def _peek_fast(data: bytes) -> tuple[str, str | None] | None:
+    """What our own encoders write: a fixmap whose first key is ``t`` (then ``id``)."""
+    if len(data) < 4 or not 0x81 <= data[0] <= 0x8F or data[1:3] != b"\xa1t":
+        return None
+    size = data[3] - 0xA0
+    if not 0 < size < 8:
+        return None
+    kind = _KIND_BYTES.get(bytes(data[4:4 + size]))
+    if kind is None:
+        return None
+    if kind not in _ID_KINDS:
+        return kind, None
+    at = 4 + size
+    if data[at:at + 3] != b"\xa2id":
+        return None
+    head = data[at + 3] if at + 3 < len(data) else 0
+    if 0xA0 <= head <= 0xBF:
+        start, length = at + 4, head - 0xA0
+    elif head == 0xD9 and at + 4 < len(data):
+        start, length = at + 5, data[at + 4]
+    else:
+        return None
+    raw = bytes(data[start:start + length])
+    if length > 64 or len(raw) != length or not raw.isascii():
+        return None
+    return kind, raw.decode("ascii")
+
+
 def peek_kind(data: bytes) -> tuple[str, str | None]:
     """The kind ``t`` (and ``id``, when a short string) of a frame, without building it: the
     top-level map is walked with msgpack's ``skip``. :class:`DecodeError` if it is not a map
     with a known kind."""
+    fast = _peek_fast(data)
+    if fast is not None:
+        return fast
     unpacker = msgpack.Unpacker(
         None, raw=False, max_buffer_size=max(len(data), 1), strict_map_key=True,
         ext_hook=_refuse_ext, max_str_len=256, max_bin_len=0, max_array_len=0, max_map_len=0,
@@ -180,6 +217,25 @@ def peek_kind(data: bytes) -> tuple[str, str | None]:
     return kind, ident
 
 
+_OPTIONS: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def _unpack_options(kind: str, max_frame_bytes: int) -> dict[str, Any]:
+    """msgpack's options for ``kind`` under a frame cap (computed once per pair)."""
+    key = (kind, max_frame_bytes)
+    options = _OPTIONS.get(key)
+    if options is None:
+        limits = KIND_LIMITS[kind]
+        options = _OPTIONS[key] = {
+            "raw": False, "use_list": True, "strict_map_key": True, "ext_hook": _refuse_ext,
+            "max_array_len": limits.max_array_len, "max_map_len": limits.max_map_len,
+            "max_str_len": max_frame_bytes if limits.max_str_len is None else limits.max_str_len,
+            "max_bin_len": max_frame_bytes if limits.max_bin_len is None else limits.max_bin_len,
+            "max_ext_len": 0,
+        }
+    return options
+
+
 def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> dict[str, Any]:
     """Bytes to the plain msgpack map with a known ``t``, within that kind's
     :data:`KIND_LIMITS`; no model validation."""
@@ -189,31 +245,30 @@ def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) 
         raise FrameTooLarge(len(data), max_frame_bytes)
     kind, frame_id = peek_kind(data)
     limits = KIND_LIMITS[kind]
-    counts = [0, 0]  # containers, items
-
-    def _list(value: list[Any]) -> list[Any]:
-        counts[0] += 1
-        counts[1] += len(value)
-        if counts[0] > limits.max_containers or counts[1] > limits.max_items:
-            raise _Budget
-        return value
-
-    def _map(value: dict[str, Any]) -> dict[str, Any]:
-        counts[0] += 1
-        counts[1] += 2 * len(value)
-        if counts[0] > limits.max_containers or counts[1] > limits.max_items:
-            raise _Budget
-        return value
-
+    options = _unpack_options(kind, max_frame_bytes)
     try:
-        obj = msgpack.unpackb(
-            data, raw=False, use_list=True, strict_map_key=True, ext_hook=_refuse_ext,
-            list_hook=_list, object_hook=_map,
-            max_array_len=limits.max_array_len, max_map_len=limits.max_map_len,
-            max_str_len=max_frame_bytes if limits.max_str_len is None else limits.max_str_len,
-            max_bin_len=max_frame_bytes if limits.max_bin_len is None else limits.max_bin_len,
-            max_ext_len=0,
-        )
+        if len(data) <= _BUDGET_FROM_BYTES:
+            # A small frame cannot hold enough objects to matter (one per byte at most): the
+            # budget's hooks, a Python call per container, are only for frames that could.
+            obj = msgpack.unpackb(data, **options)
+        else:
+            counts = [0, 0]  # containers, items
+
+            def _list(value: list[Any]) -> list[Any]:
+                counts[0] += 1
+                counts[1] += len(value)
+                if counts[0] > limits.max_containers or counts[1] > limits.max_items:
+                    raise _Budget
+                return value
+
+            def _map(value: dict[str, Any]) -> dict[str, Any]:
+                counts[0] += 1
+                counts[1] += 2 * len(value)
+                if counts[0] > limits.max_containers or counts[1] > limits.max_items:
+                    raise _Budget
+                return value
+
+            obj = msgpack.unpackb(data, list_hook=_list, object_hook=_map, **options)
     except _Budget:
         raise DecodeError(
             f"{kind} frame over its budget of {limits.max_containers} containers "
