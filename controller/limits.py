@@ -4,7 +4,9 @@ A pure ASGI middleware, outermost in the stack: it runs before routing, before a
 and before any handler reads the body. A request whose ``Content-Length`` is over its route's
 limit is answered ``413`` at once, its body never read; a body without one (chunked) is counted
 as it streams through: at the limit the client gets the same ``413`` at once, and the
-handler sees the client gone (whatever it answers is dropped). The
+handler sees the client gone (whatever it answers is dropped). After a ``413`` up to
+:data:`DRAIN_BYTES` more are read and dropped (never kept), so a client that sends its whole
+body before reading gets the answer; past that the connection is closed. The
 bridge WebSocket does not pass here (it has its own frame cap); WebSockets never have bodies.
 
 Limits, per route: ``max_body_bytes`` for every request, ``max_upload_bytes`` for the routes
@@ -19,10 +21,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["UPLOAD_PATHS", "BodyLimit"]
+__all__ = ["DRAIN_BYTES", "UPLOAD_PATHS", "BodyLimit"]
 
 #: Routes whose body may be as large as ``max_upload_bytes`` (prebuilt APKs, base64).
 UPLOAD_PATHS = frozenset({"/v1/sandbox/execute"})
+#: What is read and dropped after a 413, so that a client still sending gets the answer.
+DRAIN_BYTES = 8 * 1024 * 1024
 
 
 class BodyLimit:
@@ -60,6 +64,7 @@ class BodyLimit:
         limit = await self.limit_for(scope)
         if declared is not None and declared > limit:
             await _too_large(send, limit)
+            await _drain(receive)
             return
         seen = 0
         started = answered = False
@@ -89,6 +94,22 @@ class BodyLimit:
             await send(message)
 
         await self.app(scope, counted, watch)
+        if answered:
+            await _drain(receive)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop what the client still sends, up to :data:`DRAIN_BYTES`: a client that
+    sends its whole body before reading the answer (most do) then gets the ``413`` instead of
+    a reset connection. Past that the server closes the connection; nothing is kept."""
+    drained = 0
+    while drained <= DRAIN_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        drained += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -112,7 +133,6 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({
         "type": "http.response.start", "status": 413,
         "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                    (b"connection", b"close")],
+                    (b"content-length", str(len(data)).encode())],
     })
     await send({"type": "http.response.body", "body": data})
