@@ -249,6 +249,14 @@ class Connection:
 
 
 @dataclass(eq=False, slots=True)
+class _Handshake:
+    """A bridge connection between its accept and its hello (revocation must reach it)."""
+
+    token_id: str | None
+    revoked: bool = False
+
+
+@dataclass(eq=False, slots=True)
 class _StreamHold:
     """A user's logcat stream (or one being opened), for the quotas."""
 
@@ -372,6 +380,7 @@ class Hub:
         self.streams_per_user = DEFAULT_STREAMS_PER_USER
         self.borrower_streams_per_bridge = DEFAULT_BORROWER_STREAMS_PER_BRIDGE
         self._stream_holds: set[_StreamHold] = set()
+        self._handshakes: set[_Handshake] = set()  # connections waiting for their hello
         self._tasks: set[asyncio.Task[Any]] = set()
         self._liveness: asyncio.Task[None] | None = None
         self._started = 0.0
@@ -826,8 +835,18 @@ class Hub:
         # The live connection of this bridge is replaced only by one that has proved itself:
         # a valid, compatible ``hello`` first. Garbage, a silent probe or a newer protocol is
         # closed here and never touches the bridge's entry (docs/protocol.md, "Handshake").
-        hello = await self._await_hello(websocket, principal.name)
+        pending = _Handshake(principal.token_id)
+        self._handshakes.add(pending)
+        try:
+            hello = await self._await_hello(websocket, principal.name)
+        finally:
+            self._handshakes.discard(pending)
         if hello is None:
+            return
+        if pending.revoked:  # its token was revoked while we waited for the hello
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.settings.close_timeout_s):
+                    await websocket.close(CloseCode.UNAUTHORIZED, "bridge token revoked")
             return
         entry = self._entry_for(principal.bridge_id, principal.name, principal.user_id)
         entry.token_id = principal.token_id
@@ -1193,6 +1212,9 @@ class Hub:
         for entry in self._entries.values():
             if entry.token_id == token_id and entry.conn is not None:
                 entry.conn.kick(CloseCode.UNAUTHORIZED, "bridge token revoked")
+        for pending in self._handshakes:  # connections still waiting for their hello
+            if pending.token_id == token_id:
+                pending.revoked = True
 
     # -- helpers
 
