@@ -37,12 +37,14 @@ from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
+from controller.limits import BodyLimit
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
 from controller.web import SessionStore
 from controller.web import router as web_router
+from protocol import redact
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
@@ -199,6 +201,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 registry=app.state.metrics.registry,
             )
         )
+        hub.streams_per_user = config.streams_per_user
+        hub.borrower_streams_per_bridge = config.borrower_streams_per_bridge
         app.state.hub = hub
         # Runs and live streams end when their caller's right lapses (controller.access).
         access = app.state.access = await stack.enter_async_context(
@@ -269,10 +273,15 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
         responses=ERROR_RESPONSES,  # every route declares the typed error body
     )
     install_access_log_redaction()  # a token wrongly put in a URL never reaches the log
+    redact.add_secret(config.bootstrap_token)  # the one token without a recognisable prefix
+    redact.install()  # no token in any record of any logger, at any level
     app.state.config = config
     app.state.metrics = Metrics()
     app.state.revocation_hooks = []  # list[RevocationHook]: called after a token is revoked
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    # Outermost: a body over its limit is refused before routing, authentication or a read.
+    app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes,
+                       max_upload_bytes=config.max_upload_bytes)
     # These two also serve WebSocket routes (see _problem), which Starlette's stubs don't model.
     app.add_exception_handler(RpcError, _rpc_error)  # type: ignore[arg-type]
     app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
+from protocol import redact
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
 from protocol.errors import RpcError
 from protocol.settings import DEFAULTS, Settings
@@ -222,6 +223,8 @@ class Bridge:
         if not cfg.controller.urls:
             raise ConfigError("no controller URL: pass --controller or set controller.url")
         token = self._token or cfg.controller.resolve_token()
+        redact.add_secret(token)  # never in a log line, whatever logs it (docs/security.md)
+        redact.install()
         link = Link(
             cfg.controller.urls,
             token,

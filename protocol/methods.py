@@ -118,6 +118,10 @@ class Empty(Params):
 
 class DeviceParams(Params):
     serial: Serial
+    # The controller vouches that the caller is the device's owner: the bridge's ``full``
+    # profile is theirs alone (anyone else gets at most ``standard``), and so are ``-g``
+    # installs. Absent or false for a borrower, an admin, or the controller's own work.
+    as_owner: bool = False
 
 
 # --- ping, bridge.info, devices.list ---------------------------------------------------------
@@ -289,7 +293,9 @@ class InstallParams(DeviceParams):
     apk: bytes | None = None
     path: _Text | None = None
     replace: bool = True
-    grant_permissions: bool = True
+    # ``-g``: every runtime permission granted at install. Honoured only with ``as_owner``:
+    # a borrower's APK never gets permissions the owner did not give it.
+    grant_permissions: bool = False
     allow_test: bool = True  # ``-t``: test-only APKs (androidTest)
 
     @model_validator(mode="after")
@@ -300,7 +306,13 @@ class InstallParams(DeviceParams):
 
 
 class InstallResult(Result):
+    """What the device installed, as the device tells it (its package list before and after,
+    never the APK's own manifest): ``package`` ("" if it cannot be told), and ``existed``:
+    the package was on the device before (this install updated it), so no cleanup may clear
+    or uninstall it."""
+
     package: str
+    existed: bool = False
 
 
 class UninstallParams(DeviceParams):

@@ -85,6 +85,7 @@ async def create_token(
             TokenKind(body.kind),
             body.name,
             scopes=None if body.scopes is None else [s.value for s in body.scopes],
+            max_bridges=state.config.max_bridges_per_user,
         )
     await state.audit.record(
         principal,

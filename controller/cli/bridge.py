@@ -21,6 +21,7 @@ from typing import Annotated
 
 import typer
 
+from protocol import redact
 from protocol.settings import DEFAULTS as _D
 
 __all__ = ["bridge"]
@@ -174,6 +175,8 @@ def bridge(
     from device_bridge.connection import LinkError
 
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    redact.add_secret(token)
+    redact.install()  # no token in any log line, at any level (docs/security.md)
     overrides = {
         "controller.url": _split(controller),
         "controller.token": token,

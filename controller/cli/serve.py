@@ -19,8 +19,13 @@ import uvicorn
 from controller.config import (
     DEFAULT_AGENT_FRAME_BYTES,
     DEFAULT_AGENT_FRAME_TRACES,
+    DEFAULT_BORROWER_STREAMS_PER_BRIDGE,
     DEFAULT_HOST,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BRIDGES_PER_USER,
+    DEFAULT_MAX_UPLOAD_BYTES,
     DEFAULT_PORT,
+    DEFAULT_STREAMS_PER_USER,
     ENV_BOOTSTRAP_TOKEN,
     ENV_DB,
     ENV_REDIS,
@@ -28,6 +33,7 @@ from controller.config import (
     ControllerConfig,
     default_db_url,
 )
+from protocol import redact
 
 __all__ = ["controller", "run", "uvicorn_config"]
 
@@ -61,6 +67,21 @@ def controller(
     agent_frame_bytes: Annotated[
         int, typer.Option(help="Agent evidence frames: keep at most this many bytes of PNG.")
     ] = DEFAULT_AGENT_FRAME_BYTES,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body, in bytes (refused 413 before it is read).")
+    ] = DEFAULT_MAX_BODY_BYTES,
+    max_upload_bytes: Annotated[
+        int, typer.Option(help="Largest body of POST /v1/sandbox/execute (prebuilt APKs).")
+    ] = DEFAULT_MAX_UPLOAD_BYTES,
+    max_bridges_per_user: Annotated[
+        int, typer.Option(help="Bridge tokens a user may hold (admins excepted).")
+    ] = DEFAULT_MAX_BRIDGES_PER_USER,
+    streams_per_user: Annotated[
+        int, typer.Option(help="Live logcat streams a user may hold at once.")
+    ] = DEFAULT_STREAMS_PER_USER,
+    borrower_streams_per_bridge: Annotated[
+        int, typer.Option(help="Stream slots of one bridge that borrowers may take together.")
+    ] = DEFAULT_BORROWER_STREAMS_PER_BRIDGE,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the controller: REST, the bridge endpoint, metrics."""
@@ -73,6 +94,11 @@ def controller(
             bootstrap_token=bootstrap_token,
             agent_frame_traces=agent_frame_traces,
             agent_frame_bytes=agent_frame_bytes,
+            max_body_bytes=max_body_bytes,
+            max_upload_bytes=max_upload_bytes,
+            max_bridges_per_user=max_bridges_per_user,
+            streams_per_user=streams_per_user,
+            borrower_streams_per_bridge=borrower_streams_per_bridge,
         )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -110,5 +136,6 @@ def run(config: ControllerConfig, *, log_level: str = "info") -> bool:
     """Serve until a shutdown signal; False when the app failed to start."""
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     server = uvicorn.Server(uvicorn_config(config, log_level=log_level))
+    redact.install()  # again, for the handlers uvicorn's log config just made
     server.run()
     return server.started

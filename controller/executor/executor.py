@@ -233,8 +233,10 @@ class _RecordingGateway:
             await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
             raise
         extra: dict[str, Any] = {}
-        if method == "device.install" and isinstance(result, dict) and result.get("package"):
-            # Kept so that a controller restarted mid-run still knows what to uninstall.
+        if (method == "device.install" and isinstance(result, dict) and result.get("package")
+                and not result.get("existed")):
+            # Kept so that a controller restarted mid-run still knows what to uninstall (never
+            # a package that was on the device before the run: that one is the owner's).
             extra["package"] = str(result["package"])
         await self.steps.end(step, "ok", ms=_ms_since(started), **extra)
         return result
@@ -972,6 +974,7 @@ class SandboxExecutor:
             return await self._on_device_locked(
                 steps, run_id, device, compiled, deadline,
                 self.settings.retries if retries is None else retries, principal,
+                as_owner=bool(user) and user == device.owner_id,
             )
         except asyncio.CancelledError:
             await self._note_cancel(steps, run_id)
@@ -1019,14 +1022,20 @@ class SandboxExecutor:
         deadline: float,
         retries: int = 0,
         principal: Principal | None = None,
+        *,
+        as_owner: bool = False,
     ) -> dict[str, Any]:
+        """One run on one device. ``as_owner``: the run's user owns the device, so its
+        installs may grant runtime permissions (``-g``) and the bridge's ``full`` profile
+        applies; a borrower's run gets neither (docs/security.md)."""
         loop = asyncio.get_running_loop()
         gw = _RecordingGateway(self.gateway, steps, self._reauth(principal))
         target: Target = device.ref
         serial = device.serial
         timings: dict[str, int] = {}
-        installed: list[str] = []
+        installed: list[str] = []  # what this run put on the device (and must remove)
         app_package: str | None = None
+        app_new = False  # the app was not on the device before the run: its data may go
         instrument: InstrumentResult | None = None
         partial_output = ""
         abort: _Abort | None = None
@@ -1041,7 +1050,8 @@ class SandboxExecutor:
             budget = min(limit or self.settings.step_timeout_s, remaining())
             try:
                 return await gw.call(
-                    target, method, {"serial": serial, **params},
+                    target, method,
+                    {"serial": serial, **params, **({"as_owner": True} if as_owner else {})},
                     timeout_s=budget + self.settings.rpc_grace_s,
                 )
             except RpcError as exc:
@@ -1054,17 +1064,23 @@ class SandboxExecutor:
             t = time.monotonic()
             await call("device.logcat.clear", {})
             steps.progress("installing")
-            app_package = str((await call(
-                "device.install", {"apk": compiled.app_apk.data},
+            # What was installed is what the device says (its package list before and
+            # after), never the APK's claim; what was there before is never removed.
+            grant = {"grant_permissions": True} if as_owner else {}
+            app = await call(
+                "device.install", {"apk": compiled.app_apk.data, **grant},
                 self.settings.compile_timeout_s,
-            )).get("package") or "")
-            if app_package:
+            )
+            app_package = str(app.get("package") or "")
+            app_new = bool(app_package) and not app.get("existed")
+            if app_new:
                 installed.append(app_package)
-            test_package = str((await call(
-                "device.install", {"apk": compiled.test_apk.data},
+            test = await call(
+                "device.install", {"apk": compiled.test_apk.data, **grant},
                 self.settings.compile_timeout_s,
-            )).get("package") or "")
-            if test_package:
+            )
+            test_package = str(test.get("package") or "")
+            if test_package and not test.get("existed"):
                 installed.append(test_package)
             timings["install_ms"] = _ms_since(t)
             if not test_package:
@@ -1089,6 +1105,7 @@ class SandboxExecutor:
                                    "owner_id": device.owner_id, "serial": serial,
                                    "info": dict(device.info)},
                         "app_package": app_package, "installed": list(installed),
+                        "app_new": app_new,
                         "toolchain": compiled.toolchain,
                         "builder": _builder_of(compiled),
                         "compile_rounds": compiled.compile_rounds,
@@ -1118,13 +1135,15 @@ class SandboxExecutor:
             # Cancelled (cancel(), shutdown, a client gone): leave nothing behind on the device.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    asyncio.shield(self._cleanup(gw, target, serial, app_package, installed)),
+                    asyncio.shield(self._cleanup(
+                        gw, target, serial, app_package if app_new else None, installed)),
                     self.settings.cleanup_timeout_s,
                 )
             raise
 
         return await self._conclude(
-            steps, gw, run_id, device, app_package=app_package, installed=installed,
+            steps, gw, run_id, device, app_package=app_package, app_new=app_new,
+            installed=installed,
             instrument=instrument, partial_output=partial_output, abort=abort,
             retried=retried, timings=timings, toolchain=compiled.toolchain,
             compile_rounds=compiled.compile_rounds, test_class=test_class_of(compiled.code),
@@ -1140,6 +1159,7 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
         instrument: InstrumentResult | None,
+        app_new: bool = False,
         partial_output: str,
         abort: _Abort | None,
         retried: list[list[dict[str, Any]]],
@@ -1171,7 +1191,7 @@ class SandboxExecutor:
 
         steps.progress("cleaning")
         t = time.monotonic()
-        await self._cleanup(gw, target, serial, app_package, installed)
+        await self._cleanup(gw, target, serial, app_package if app_new else None, installed)
         timings["cleanup_ms"] = _ms_since(t)
 
         output = instrument.output if instrument is not None else partial_output
@@ -1315,6 +1335,7 @@ class SandboxExecutor:
             result = await self._conclude(
                 steps, gw, item.run_id, device,
                 app_package=ctx.get("app_package") or None,
+                app_new=bool(ctx.get("app_new")),
                 installed=[str(p) for p in ctx.get("installed") or []],
                 instrument=instrument, partial_output=partial_output, abort=abort,
                 retried=retried,
@@ -1387,7 +1408,9 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
     ) -> None:
-        """Clear the app's data and uninstall what this run installed (DESIGN.md §6)."""
+        """Clear the app's data and uninstall what this run installed (DESIGN.md §6).
+        ``app_package`` only when the run installed it new, ``installed`` only what the run
+        put there: a package the device had before the run is never cleared nor removed."""
         limit = self.settings.cleanup_timeout_s
         with contextlib.suppress(RpcError):
             if app_package:

@@ -66,6 +66,7 @@ class Recovered:
     packages: list[str] = field(default_factory=list)  # to uninstall, test package first
     next_seq: int = 0  # the run's next step number
     resumed: Awaitable[None] | None = None  # not ended: resuming (await it, in the background)
+    user_id: str | None = None  # whose run it was (the device's owner may clean up as owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +257,8 @@ async def _end(store: Store, run: Run, why: str | None = None) -> Recovered:
         )
 
 
-    return Recovered(run.id, str(device_id) if device_id else None, owed, seq + 1)
+    return Recovered(run.id, str(device_id) if device_id else None, owed, seq + 1,
+                     user_id=run.user_id)
 
 
 async def clean_up(
@@ -283,9 +285,14 @@ async def clean_up(
             removed, failed = [], []
             for package in item.packages:
                 try:
+                    # The run's own packages (device-learned, new to the device: the steps
+                    # record no other); the bridge may have restarted and forgotten them, so
+                    # the owner's own run cleans up as the owner (docs/security.md).
+                    mine = item.user_id is not None and item.user_id == device.owner_id
                     await gateway.call(
                         device.ref, "device.uninstall",
-                        {"serial": device.serial, "package": package},
+                        {"serial": device.serial, "package": package,
+                         **({"as_owner": True} if mine else {})},
                         timeout_s=call_timeout_s,
                     )
                     removed.append(package)

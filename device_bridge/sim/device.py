@@ -598,6 +598,9 @@ class SimDevice:
                     "signatures do not match previously installed version; ignoring!]")
         old = self.packages.get(pkg.package)
         if old is not None:
+            if old.pkg.signer != pkg.signer:
+                return (f"Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: Existing package "
+                        f"{pkg.package} signatures do not match newer version; ignoring!]")
             if not replace:
                 return (f"Failure [INSTALL_FAILED_ALREADY_EXISTS: Attempt to re-install "
                         f"{pkg.package} without first uninstalling.]")
