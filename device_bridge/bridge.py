@@ -1,5 +1,5 @@
 """The bridge runner: config → devices, policy, build, RPC handlers and the link, with a staged
-shutdown (STYLE.md §10: thin CLI → settings object → runner).
+shutdown (thin CLI → settings object → runner).
 
 In-process use (tests, ``droidwire demo``)::
 

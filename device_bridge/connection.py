@@ -1,6 +1,6 @@
 """The bridge's dial-out link to the controller: one WebSocket at a time, resumed forever.
 
-DESIGN.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); this
+docs/design.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); this
 module is the I/O around :class:`protocol.session.BridgeSession`:
 
 * dial ``URL/v1/bridge`` with subprotocol ``droidwire.v1``, the token in an ``Authorization:
@@ -17,7 +17,7 @@ module is the I/O around :class:`protocol.session.BridgeSession`:
   waits only when the socket pushes back), then a task carries it on — so a result usually
   leaves in the step that produced it (the controller's hub does the same, the "eager
   writer");
-* reconnect as a loop with two swappable pieces (STYLE.md §6): :func:`classify_failure`
+* reconnect as a loop with two swappable pieces: :func:`classify_failure`
   (terminal or retryable) and :func:`protocol.settings.backoff` (full jitter, a cap). One
   generator per *outage*: it is created when a session that reached ``welcome`` drops (quick
   first retry) and kept while attempts fail — including attempts accepted then closed before
@@ -206,7 +206,7 @@ def bridge_url(url: str) -> str:
     if scheme not in ("ws", "wss"):
         raise ValueError(f"controller URL {url!r}: scheme must be ws, wss, http or https")
     if "?" in rest or "#" in rest or "@" in rest.split("/", 1)[0]:
-        # Credentials travel in the Authorization header only, never in a URL (DESIGN.md §6).
+        # Credentials travel in the Authorization header only, never in a URL (docs/design.md §6).
         raise ValueError(f"controller URL {url!r} must not carry a query, fragment or user info")
     rest = rest.rstrip("/")
     if not rest.endswith(BRIDGE_PATH):
@@ -215,7 +215,7 @@ def bridge_url(url: str) -> str:
 
 
 class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Every line of a link names its bridge (once welcomed) and its session (STYLE.md §15)."""
+    """Every line of a link names its bridge (once welcomed) and its session (namespaced, with ids)."""
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         extra: Any = self.extra
@@ -307,7 +307,7 @@ class Link:
         return self.session.bridge_id
 
     def drop(self, failure: Failure | str) -> bool:
-        """Report that the current connection is broken: THE guard of DESIGN.md §4.4.
+        """Report that the current connection is broken: THE guard of docs/design.md §4.4.
 
         The first report per connection wins and wakes the loop; later ones (the close that
         follows an error, the writer's error after the reader's …) are ignored. Returns

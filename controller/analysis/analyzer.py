@@ -7,7 +7,7 @@ from the same key ends it. Unprefixed lines inherit the key of the entry above t
 ``lines``); a trace opened by a bare header adopts the key of the prefixed stack that follows it
 (a paste whose first line lost its prefix).
 
-Attribution (DESIGN.md §5): with a package, only the app's processes count. Its pids are learned
+Attribution (docs/design.md §5): with a package, only the app's processes count. Its pids are learned
 from the log (``Start proc`` — including a custom-named process started for one of the package's
 components —, ``Process:`` lines, ANR ``PID:`` lines, Studio process columns; see
 ``processes``) or passed by the caller. A violation from a pid nobody named counts when its stack
@@ -63,7 +63,7 @@ Key = tuple[int | None, int | None]
 
 @dataclass
 class AnalysisResult:
-    """Everything ``analyze`` found; ``to_json()`` is the DESIGN.md §9 shape plus extras."""
+    """Everything ``analyze`` found; ``to_json()`` is the docs/design.md §9 shape plus extras."""
 
     entries: int
     lines: int

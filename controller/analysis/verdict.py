@@ -1,4 +1,4 @@
-"""The verdict of DESIGN.md §5 and the seed's one-line summary.
+"""The verdict of docs/design.md §5 and the one-line summary.
 
 * CONFIRMED  a StrictMode violation, ``blocking_time_ms`` over the threshold (300 ms), or an
   ANR of the app. ``reason_code``: ``strict_mode_violation`` | ``anr`` | ``main_thread_blocked``.
@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from controller.analysis.models import Thresholds
 
-__all__ = ["Status", "Verdict", "decide", "pending", "seed_summary"]
+__all__ = ["Status", "Verdict", "decide", "pending", "summary_line"]
 
 
 class Status(StrEnum):
@@ -44,7 +44,7 @@ _UNAVAILABLE = frozenset({"compile_failed", "no_device", "adb_unavailable", "bri
                           "timeout"})
 
 
-def seed_summary(kinds: list[str], blocking_time_ms: int) -> str:
+def summary_line(kinds: list[str], blocking_time_ms: int) -> str:
     unique = list(dict.fromkeys(kinds))
     v = ", ".join(unique) if unique else "none"
     b = f"{blocking_time_ms}ms" if blocking_time_ms >= 0 else "n/a"
@@ -64,7 +64,7 @@ def decide(
 ) -> Verdict:
     """Decide from the app's own evidence. ``crash`` is the first own crash's exception text;
     ``empty`` says the input held no log entry at all (nothing to refute with)."""
-    base = seed_summary(kinds, blocking_time_ms)
+    base = summary_line(kinds, blocking_time_ms)
     if kinds:
         return Verdict(Status.CONFIRMED, "strict_mode_violation", base)
     if anrs:

@@ -1,7 +1,7 @@
-"""The sandbox executor's REST surface (DESIGN.md §9): execute, runs, tools.
+"""The sandbox executor's REST surface (docs/design.md §9): execute, runs, tools.
 
 * ``POST /v1/sandbox/execute`` — body :class:`~controller.executor.ExecuteRequest`. Waits for
-  the verdict and answers with the result (the seed's fields plus ours); when the selector
+  the verdict and answers with the result (the base fields plus droidwire's, docs/sandbox.md#output); when the selector
   picks several devices, ``{"results": [result, …]}``, one per device. ``?wait=false``
   answers at once, 202 ``{"run_id", "run_ids", "status": "queued"}``: follow the runs with
   ``GET /v1/runs/{id}``.
@@ -20,7 +20,7 @@ At start-up (this router's lifespan, inside the app's: the store is open), runs 
 ``queued``/``running`` by a controller process that is gone are ended PENDING
 ``controller_restarted`` (:mod:`controller.executor.recovery`); what they installed is
 uninstalled in the background once their devices' bridges are back.
-* ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the seed's
+* ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the
   ``sandbox_executor``.
 
 The executor is built on first use from the app's hub and store (the LLM client from the

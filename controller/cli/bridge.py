@@ -1,6 +1,6 @@
 """``droidwire bridge``: run a device bridge that dials out to the controller.
 
-Thin CLI → config → runner (STYLE.md §10): flags and environment variables become overrides
+Thin CLI → config → runner: flags and environment variables become overrides
 of the TOML config (flag > env > file > default), :class:`device_bridge.bridge.Bridge` runs.
 ``device_bridge`` is imported inside the command only, so the controller package never
 depends on it.

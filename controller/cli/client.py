@@ -1,6 +1,6 @@
 """The HTTP client every CLI noun shares: base URL, bearer header, typed errors, exit codes.
 
-Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (DESIGN.md §9),
+Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (docs/design.md §9),
 or the ``--controller`` / ``--token`` options (prefer the variable for the token: a command
 line is visible to every user of the machine in ``ps``).
 

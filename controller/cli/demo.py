@@ -17,7 +17,7 @@ CONFIRMED by blocking time), and work kept off the main thread (REFUTED). It pri
 (or ``{"results": [...]}`` with ``--json``) and exits 0; 1 if a run could not collect
 evidence (PENDING), so a broken setup does not look like a working one.
 
-This is the one place the controller package imports ``device_bridge`` (DESIGN.md §2): the
+This is the one place the controller package imports ``device_bridge`` (docs/design.md §2): the
 demo *is* a bridge host too.
 """
 

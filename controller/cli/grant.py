@@ -1,4 +1,4 @@
-"""``droidwire grant create|list|revoke``: lend your devices (DESIGN.md §6, §9).
+"""``droidwire grant create|list|revoke``: lend your devices (docs/design.md §6, §9).
 
 ``create DEVICE USER`` lends DEVICE (``SERIAL`` or ``BRIDGE~SERIAL``) to USER, until revoked,
 ``--until`` a time or ``--for`` a while. ``--until`` takes ISO 8601; a time without a zone is

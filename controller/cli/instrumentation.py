@@ -1,6 +1,6 @@
 """``droidwire instrumentation parse FILE|- [--json]``: offline parse of ``am instrument -r``.
 
-Contract (DESIGN.md §9): exit 0 whenever the input could be read; 2 for a usage error or
+Contract (docs/design.md §9): exit 0 whenever the input could be read; 2 for a usage error or
 unreadable input.
 """
 

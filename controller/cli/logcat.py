@@ -1,6 +1,6 @@
 """``droidwire logcat analyze FILE|- [--package PKG] [--json]``: offline analysis of a log.
 
-Contract (DESIGN.md §9): exit 0 whenever the input could be read, whatever was found; 2 for a
+Contract (docs/design.md §9): exit 0 whenever the input could be read, whatever was found; 2 for a
 usage error or unreadable input. ``--json`` prints the §9 shape; without it a rich report with
 the violations highlighted.
 """

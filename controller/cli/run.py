@@ -1,4 +1,4 @@
-"""``droidwire run TEST.kt``: the sandbox executor from the command line (DESIGN.md §9).
+"""``droidwire run TEST.kt``: the sandbox executor from the command line (docs/design.md §9).
 
 Submits the test (``POST /v1/sandbox/execute?wait=false``), follows each run's step log
 (``GET /v1/runs/{id}``) with a live view on stderr — compiling, fix round n/3, installing,

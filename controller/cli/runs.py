@@ -1,4 +1,4 @@
-"""``droidwire runs list|show|cancel``: the run history (DESIGN.md §9, ``/v1/runs``).
+"""``droidwire runs list|show|cancel``: the run history (docs/design.md §9, ``/v1/runs``).
 
 * ``runs list [--status S] [--limit N]`` — the caller's runs, newest first (an admin sees
   everyone's): a table, or ``{"runs": [...]}`` with ``--json``;

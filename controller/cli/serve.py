@@ -1,7 +1,7 @@
 """``droidwire controller``: serve the controller on uvicorn (thin CLI → config → runner).
 
 WebSocket keepalive is the transport's own ping/pong with the same interval and timeout as
-the bridge's (DESIGN.md §4.1), read from the one settings object; permessage-deflate is off
+the bridge's (docs/design.md §4.1), read from the one settings object; permessage-deflate is off
 (it costs three times the CPU on log streams, issue 4 §6). uvicorn handles SIGINT/SIGTERM:
 it stops accepting, lets open requests finish for ``graceful_shutdown_s``, then runs the
 app's shutdown (hub first, store last).

@@ -1,6 +1,6 @@
 """The controller's APK cache: one compile serves every device a test fans out to.
 
-Keyed by the SHA-256 of the project name and the submitted test code (DESIGN.md §5): the same
+Keyed by the SHA-256 of the project name and the submitted test code (docs/design.md §5): the same
 draft for the same project is compiled — and fixed — once, and its APKs are shipped to any
 device's bridge afterwards, even a bridge that cannot build (a Raspberry Pi). Concurrent
 requests for one key share a single compile (single flight). Bounded by total APK bytes,

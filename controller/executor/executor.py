@@ -1,4 +1,4 @@
-"""The sandbox executor: compile → fix → install → run → logcat → verdict (DESIGN.md §5).
+"""The sandbox executor: compile → fix → install → run → logcat → verdict (docs/design.md §5).
 
 One request may fan out to several devices: it is *planned* first (devices chosen among those
 the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
@@ -1188,7 +1188,7 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
     ) -> None:
-        """Clear the app's data and uninstall what this run installed (DESIGN.md §6)."""
+        """Clear the app's data and uninstall what this run installed (docs/design.md §6)."""
         limit = self.settings.cleanup_timeout_s
         with contextlib.suppress(RpcError):
             if app_package:

@@ -1,6 +1,6 @@
-"""The result of a sandbox run: the seed's fields exactly, plus droidwire's (DESIGN.md §5).
+"""The result of a sandbox run: the five base fields exactly, plus droidwire's (docs/design.md §5).
 
-Seed: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
+Base: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
 ``systrace`` (the first 2000 characters of the logcat), ``summary``. Ours:
 ``verification_status``, ``reason_code``, ``run_id``, ``device``, ``toolchain``,
 ``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
@@ -16,8 +16,8 @@ from controller.executor.gateway import DeviceView
 
 __all__ = ["REASON_CODES", "SYSTRACE_CHARS", "analysed_result", "base_result", "pending_result"]
 
-SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of the logcat
-#: PENDING's reason codes (DESIGN.md §5); ``internal`` only for a controller bug.
+SYSTRACE_CHARS = 2000  # ``systrace``: the first 2000 characters of the logcat
+#: PENDING's reason codes (docs/design.md §5); ``internal`` only for a controller bug.
 REASON_CODES = frozenset(
     {"skipped", "compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
      "timeout", "test_crashed"}

@@ -1,4 +1,4 @@
-"""Device selectors (DESIGN.md §9, ``droidwire run --device SEL``).
+"""Device selectors (docs/design.md §9, ``droidwire run --device SEL``).
 
 A selector is one of:
 

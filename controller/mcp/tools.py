@@ -256,7 +256,7 @@ async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
 
 # --- the catalogue -----------------------------------------------------------------------
 
-# The seed's schema, from the one definition ``GET /v1/tools`` serves too.
+# The sandbox_executor schema, from the one definition ``GET /v1/tools`` serves too.
 _SANDBOX_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
 _DEVICE_PROP = {
     "type": "string",

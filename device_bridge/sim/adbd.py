@@ -1,6 +1,6 @@
 """The device side of the adb transport: one TCP connection from the adb server, its streams.
 
-AOSP ``protocol.txt`` as verified in ``/work/shared/ADB_SIM_SPEC.md``:
+AOSP ``protocol.txt``, as the real adb server speaks it (docs/design.md §8):
 
 * handshake (§3): the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
   banner); nothing is sent before it and AUTH never; a repeated CNXN restarts the transport;

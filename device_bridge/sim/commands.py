@@ -3,7 +3,7 @@
 Each command is ``async def name(p: Proc) -> int``. They parse their arguments the way the
 real tools do (closely enough for adb, adbutils and droidwire's bridge), print what the real
 tools print, and delegate state changes to the device (``device_bridge.sim.device``).
-Output formats cite ADB_SIM_SPEC.md §7.2 (pm, getprop, screencap), §8 (logcat), §9 (am
+Output formats are the real tools' (pm, getprop, screencap, logcat, am
 instrument).
 """
 

@@ -1,7 +1,7 @@
 """A simulated Android device that the real adb server accepts with ``adb connect``.
 
 One :class:`SimDevice` is a TCP listener speaking the adb *transport* protocol (AOSP
-``protocol.txt``, as checked in ``/work/shared/ADB_SIM_SPEC.md``; connection and streams live
+``protocol.txt``, as the real adb server speaks it; connection and streams live
 in :mod:`device_bridge.sim.adbd`). It announces maxdata 256 KiB and the banner
 ``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``: an honest list, every
 feature advertised is implemented, and ``abb_exec``, ``delayed_ack``, ``sendrecv_v2`` are not
@@ -388,7 +388,7 @@ class SimDevice:
                  pid=self.system_pid, tid=self.system_pid + 40)
 
     async def _noise(self) -> None:
-        """About one plausible system line a second (§8; DESIGN.md §8)."""
+        """About one plausible system line a second (§8; docs/design.md §8)."""
         assert self.noise_interval
         rng = self._rng
         while True:

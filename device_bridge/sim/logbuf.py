@@ -4,7 +4,7 @@ Android's logd keeps one ring per buffer (main, system, crash, events, radio), 2
 default, and prunes the oldest entries when a ring is full. We do the same, counting an entry's
 size as its tag + message + a fixed header (logd counts its own struct, close enough).
 
-Formats follow ``logcat -v`` (ADB_SIM_SPEC.md §8.1)::
+Formats follow ``logcat -v`` (AOSP logcat)::
 
     threadtime  MM-DD HH:MM:SS.mmm  PID   TID L TAG     : message
     time        MM-DD HH:MM:SS.mmm L/TAG     ( PID): message

@@ -1,6 +1,6 @@
 """A small POSIX-style shell for the simulated device: what adb and adbutils actually send.
 
-Commands arrive as shell source text (ADB_SIM_SPEC.md §7.1, §10 item 12): ``shlex.quote``-d
+Commands arrive as shell source text (as adb's shell service sends them): ``shlex.quote``-d
 argv from adbutils, single-quoted words from the adb CLI, ``export ANDROID_LOG_TAGS="''";
 exec logcat '-d'`` from ``adb logcat``, ``</dev/null`` from ``adb install``, and the
 ``; echo X4EXIT:$?`` suffix of adbutils' ``shell2()``. Supported:
