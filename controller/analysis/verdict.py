@@ -9,7 +9,8 @@
   timing was taken; summary ``Inconclusive: <exception>``), ``incomplete`` (the caller says the
   run did not finish and nothing was found), ``no_log`` (not one log entry in the input: an
   empty or foreign text refutes nothing), and the executor's own ``skipped``,
-  ``compile_failed``, ``no_device``, ``adb_unavailable``, ``bridge_unavailable``, ``timeout``
+  ``compile_failed``, ``no_device``, ``adb_unavailable``, ``bridge_unavailable``, ``device_paused``,
+  ``timeout``
   through :func:`pending`.
 
 Summary: ``StrictMode violations: DiskRead, Network | Blocking time: 847ms``; ``none`` when there
@@ -41,7 +42,7 @@ class Verdict:
 
 
 _UNAVAILABLE = frozenset({"compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-                          "timeout"})
+                          "device_paused", "timeout"})
 
 
 def summary_line(kinds: list[str], blocking_time_ms: int) -> str:

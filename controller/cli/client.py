@@ -4,12 +4,16 @@ Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (doc
 or the ``--controller`` / ``--token`` options (prefer the variable for the token: a command
 line is visible to every user of the machine in ``ps``).
 
-Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart::
+Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart
+(docs/cli.md#exit-codes)::
 
-    0  ok                  3  unauthorized or forbidden (401, 403)
-    1  any other error     4  not found (404)
-    2  usage error         5  controller or device unavailable (no connection, 409 device
-                              offline, 429, 503, 504)
+    0  ok                                  4  not found (404; a run that found no device)
+    1  any other error; ``--fail-on``      5  controller or device unavailable (no
+       matched a result                       connection, device offline or paused, 429,
+    2  usage error (a bad flag or value,      503, 504; a run whose device was unavailable)
+       also one the controller refuses     6  a run ended PENDING for another reason
+       as a bad request, 400)
+    3  unauthorized or forbidden (401, 403)
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class ExitCode(IntEnum):
     AUTH = 3
     NOT_FOUND = 4
     UNAVAILABLE = 5
+    PENDING = 6
 
 
 ControllerOption = Annotated[
@@ -87,7 +92,7 @@ class ApiError(Exception):
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.code == "usage":
+        if self.code in ("usage", "bad_request") or self.status in (400, 422):
             return ExitCode.USAGE
         if self.status == 0 or self.status in (429, 503, 504) or self.code == "device_offline":
             return ExitCode.UNAVAILABLE

@@ -17,8 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from controller.cli.client import (
     DEFAULT_TIMEOUT_S,
@@ -30,6 +29,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
+from controller.cli.output import console, id_table
 
 __all__ = ["app"]
 
@@ -54,22 +54,26 @@ def list_(
     if json_out:
         print_json(devices)
         return
-    table = Table()
-    table.add_column("id", no_wrap=True)
-    for header in ("state", "model", "android", "sdk", "abi", "battery", "profile"):
-        table.add_column(header)
+    table = id_table(
+        ("state", "model", "android", "sdk", "abi", "battery", "profile"),
+        (str(d["id"]) for d in devices),
+    )
     for d in devices:
-        table.add_row(
-            d["id"],
-            d["state"],
-            d.get("model") or "-",
-            d.get("release") or "-",
-            _dash(d.get("sdk")),
-            d.get("abi") or "-",
-            "-" if d.get("battery") is None else f"{d['battery']}%",
-            d.get("profile") or "standard",
-        )
-    Console(width=200).print(table)
+        table.add_row(*(Text(str(cell)) for cell in _row(d)))
+    console().print(table)
+
+
+def _row(d: dict[str, Any]) -> tuple[object, ...]:
+    return (
+        d["id"],
+        d["state"],
+        d.get("model") or "-",
+        d.get("release") or "-",
+        _dash(d.get("sdk")),
+        d.get("abi") or "-",
+        "-" if d.get("battery") is None else f"{d['battery']}%",
+        d.get("profile") or "standard",
+    )
 
 
 @app.command()

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from controller.analysis import InstrumentationResult, parse_instrumentation
 from controller.cli.logcat import read_input
+from controller.cli.output import console
 
 __all__ = ["app"]
 
@@ -66,4 +67,4 @@ def parse_cmd(
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
-    render(result, Console(highlight=False))
+    render(result, console())

@@ -101,6 +101,8 @@ def reason_for(exc: RpcError, stage: str) -> str:
         return "timeout"
     data = exc.data or {}
     reason = str(data.get("reason", ""))
+    if data.get("rule") == "paused":
+        return "device_paused"  # the owner paused sharing while the run went on
     if stage == "build":
         if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
             return "compile_failed"  # the test itself was refused (package, path)
@@ -507,6 +509,9 @@ class SandboxExecutor:
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")
+        if all(d.state == "paused" for d in named):
+            return _Abort("device_paused",
+                          f"{named[0].id} is paused: its owner has paused sharing on its bridge")
         if all(d.state == "disconnected" for d in named):
             return _Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
         return _Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")

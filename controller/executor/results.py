@@ -20,7 +20,7 @@ SYSTRACE_CHARS = 2000  # ``systrace``: the first 2000 characters of the logcat
 #: PENDING's reason codes (docs/design.md §5); ``internal`` only for a controller bug.
 REASON_CODES = frozenset(
     {"skipped", "compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-     "timeout", "test_crashed"}
+     "device_paused", "timeout", "test_crashed"}
 )
 
 
