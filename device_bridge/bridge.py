@@ -107,6 +107,9 @@ class Bridge:
         self.software = software or software_version()
         self._token = token
         self._rng = rng
+        # Seconds a controller that was never reached is retried before giving up (None: the
+        # reconnect budget from the start); ``droidwire bridge --start-budget``.
+        self.start_budget_s: float | None = None
         self._own_devices = devices is _UNSET
         self.devices = self._make_devices() if devices is _UNSET else devices
         self._own_build = build is _UNSET
@@ -269,6 +272,7 @@ class Bridge:
             random=self._rng or random.SystemRandom().random,
             on_open=self._on_open,
             on_lost=self._on_lost,
+            start_budget_s=self.start_budget_s,
         )
         self.link = link
         self.dispatcher.sink = link

@@ -214,8 +214,9 @@ class ControllerConfig:
                 return token
             raise ConfigError(f"{self.token_file}: the bridge token file is empty")
         raise ConfigError(
-            "no bridge token: pass --token, set DROIDWIRE_BRIDGE_TOKEN, or set "
-            "controller.token_file in the config"
+            "no bridge token: pass --token-file FILE (make one with `droidwire token create "
+            "--kind bridge NAME > FILE`), or set DROIDWIRE_BRIDGE_TOKEN "
+            "(or controller.token_file in the --config file)"
         )
 
 

@@ -12,7 +12,11 @@ import importlib
 
 import typer
 
+from controller.cli.help import install as _install_help
+
 __all__ = ["app", "main"]
+
+_install_help()
 
 app = typer.Typer(
     name="droidwire",

@@ -62,7 +62,7 @@ def parse_cmd(
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="output file, or - for stdin")],
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON shape")] = False,
 ) -> None:
-    """Parse ``am instrument -r`` output into per-test results."""
+    """Parse the output of am instrument -r into per-test results."""
     result = parse_instrumentation(read_input(source))
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
