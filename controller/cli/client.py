@@ -159,6 +159,15 @@ class Client:
             raise ApiError(0, "timeout", f"no answer from {self.base_url}: {exc}") from exc
         except httpx.TransportError as exc:
             raise ApiError(0, "unavailable", f"cannot reach {self.base_url}: {exc}") from exc
+        if response.status_code == 404 and _router_404(response):
+            # No route at all (not "no such run"): the URL is not the controller's base URL.
+            raise ApiError(
+                0, "usage",
+                f"nothing serves {path} at {self.base_url}: the controller URL "
+                f"({ENV_CONTROLLER} or --controller) is its base URL, e.g. http://HOST:8700"
+                + (f", without the path {urlsplit(self.base_url).path!r}"
+                   if urlsplit(self.base_url).path not in ("", "/") else ""),
+            )
         if response.is_success:
             if not response.content:
                 return None
@@ -178,6 +187,20 @@ class Client:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def _router_404(response: httpx.Response) -> bool:
+    """A 404 from the router (no such path), not from a handler (no such run, device …)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return True  # not the controller's JSON at all
+    if not isinstance(body, dict):
+        return True
+    error = body.get("error")
+    if isinstance(error, dict):
+        return error.get("message") == "Not Found"
+    return body.get("detail") == "Not Found"
 
 
 def _error_from(response: httpx.Response) -> ApiError:

@@ -3,7 +3,9 @@
 ``create DEVICE USER`` lends DEVICE (``SERIAL`` or ``BRIDGE~SERIAL``) to USER, until revoked,
 ``--until`` a time or ``--for`` a while. ``--until`` takes ISO 8601; a time without a zone is
 this machine's local time. ``--for`` takes ``90s``, ``30m``, ``2h``, ``1d``, ``1w`` or sums
-like ``1h30m``, counted from now on this machine.
+like ``1h30m``, counted from now on this machine. Without either the loan lasts until revoked,
+and the command says so. A time already past (``--until`` yesterday, ``--for -5m``) is a usage
+error, exit 2, like any other bad value.
 """
 
 from __future__ import annotations
@@ -89,14 +91,18 @@ def create(
     controller: ControllerOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Lend DEVICE to USER (you must own it, or be an admin)."""
+    """Lend DEVICE to USER until revoked, or --until a time, or --for a while (you must own
+    it, or be an admin)."""
     body: dict[str, Any] = {"device": device, "user": user}
     with cli_errors():
         if until is not None and for_ is not None:
             raise _usage("give --until or --for, not both")
         try:
             if until is not None:
-                body["until"] = parse_until(until).isoformat()
+                ends = parse_until(until)
+                if ends <= datetime.now(UTC):
+                    raise ValueError(f"--until {until} is already past: give a future time")
+                body["until"] = ends.isoformat()
             elif for_ is not None:
                 body["until"] = (datetime.now(UTC) + parse_duration(for_)).isoformat()
         except ValueError as exc:
@@ -106,7 +112,10 @@ def create(
     if json_out:
         print_json(grant)
         return
-    end = f"until {_when(grant['until'])} UTC" if grant.get("until") else "until revoked"
+    end = (
+        f"until {_when(grant['until'])} UTC" if grant.get("until")
+        else f"until revoked (no --for/--until: end it with `droidwire grant revoke {grant['id']}`)"
+    )
     replaced = f" (replaces {', '.join(grant['replaces'])})" if grant.get("replaces") else ""
     print(f"lent {grant['device']} to {grant['user']} {end}{replaced}", file=sys.stderr)
     typer.echo(grant["id"])

@@ -212,6 +212,17 @@ _STOP_REASONS = {
 }
 
 
+def compile_failed_detail(fixes: int, stop_reason: str) -> str:
+    """Why a compile failed for good, in words: how many fix rounds ran, and why it stopped."""
+    if fixes == 0:
+        detail = "the test does not compile and no fix was tried"
+    else:
+        detail = f"still failing after {fixes} fix round{'s' if fixes != 1 else ''}"
+    if stop_reason != "max_rounds":
+        detail += f" ({_STOP_REASONS.get(stop_reason, stop_reason)})"
+    return detail
+
+
 def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (data or {}).items() if k != "output"}
 
@@ -567,9 +578,7 @@ class SandboxExecutor:
                 if compiled.stop_reason == "compiled":
                     detail = "the build succeeded but produced no APKs"
                 else:
-                    detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-                    if compiled.stop_reason != "max_rounds":
-                        detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
+                    detail = compile_failed_detail(max(rounds - 1, 0), compiled.stop_reason)
                 result = pending_result(run_id, device, "compile_failed", detail)
                 result.update(
                     toolchain=compiled.toolchain,
