@@ -89,7 +89,13 @@ class AnalysisResult:
 
     @property
     def strict_mode_violations(self) -> list[str]:
+        """The violations' raw log lines (the contract: every interface returns these)."""
         return [v.line for v in self.violations]
+
+    @property
+    def violation_kinds(self) -> list[str]:
+        """The violations' kinds (``DiskRead``, ``Network`` …), each once, in order found."""
+        return list(dict.fromkeys(v.kind for v in self.violations if v.kind))
 
     @property
     def has_violations(self) -> bool:
@@ -100,6 +106,7 @@ class AnalysisResult:
             "entries": self.entries,
             "violations": [v.to_json() for v in self.violations],
             "strict_mode_violations": self.strict_mode_violations,
+            "violation_kinds": self.violation_kinds,
             "has_violations": self.has_violations,
             "blocking_time_ms": self.blocking_time_ms,
             "anrs": [a.to_json() for a in self.anrs],

@@ -2,7 +2,7 @@
 
 Base: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
 ``systrace`` (the first 2000 characters of the logcat), ``summary``. Ours:
-``verification_status``, ``reason_code``, ``run_id``, ``device``, ``toolchain``,
+``verification_status``, ``reason_code``, ``violation_kinds``, ``run_id``, ``device``, ``toolchain``,
 ``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
 and ``violations`` / ``measurements`` (the analysis' details).
 """
@@ -28,6 +28,7 @@ def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
     """Every field, empty: what a run that collected nothing reports."""
     return {
         "strict_mode_violations": [],
+        "violation_kinds": [],
         "has_violations": False,
         "blocking_time_ms": -1,
         "systrace": "",
@@ -71,6 +72,7 @@ def analysed_result(
     result = base_result(run_id, device)
     result.update(
         strict_mode_violations=analysis.strict_mode_violations,
+        violation_kinds=analysis.violation_kinds,
         has_violations=analysis.has_violations,
         blocking_time_ms=analysis.blocking_time_ms,
         systrace=logcat[:SYSTRACE_CHARS],
