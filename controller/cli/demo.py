@@ -39,9 +39,9 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
 
 from controller.cli.client import ExitCode, JsonOption, print_json
+from controller.cli.output import console
 from controller.cli.run import render_results
 
 __all__ = ["DEMO_TESTS", "DemoTest", "demo"]
@@ -281,7 +281,7 @@ def demo(
     ] = False,
 ) -> None:
     """Controller + bridge + simulated device + three sample runs; no phone needed."""
-    human = Console(stderr=json_out)
+    human = console(stderr=json_out)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     def say(text: str) -> None:
@@ -303,5 +303,8 @@ def demo(
         print_json({"results": results})
     else:
         render_results(human, results)
+        toolchains = sorted({str(r.get("toolchain")) for r in results if r.get("toolchain")})
+        if toolchains:  # what compiled the tests: "simulated" unless --real found an SDK
+            human.print(f"toolchain: {', '.join(toolchains)}", markup=False, highlight=False)
     if any(r.get("verification_status") == "PENDING" for r in results):
         raise typer.Exit(int(ExitCode.ERROR))
