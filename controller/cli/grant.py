@@ -69,7 +69,7 @@ def parse_until(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2026-12-01T18:00Z)") from exc
+        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2030-12-01T18:00Z)") from exc
     return when.astimezone() if when.tzinfo is None else when
 
 
@@ -82,7 +82,7 @@ def create(
     device: Annotated[str, typer.Argument(help="SERIAL or BRIDGE~SERIAL.")],
     user: Annotated[str, typer.Argument(help="Who may use it.")],
     until: Annotated[
-        str | None, typer.Option("--until", help="ISO 8601 end, e.g. 2026-12-01T18:00Z.")
+        str | None, typer.Option("--until", help="ISO 8601 end, e.g. 2030-12-01T18:00Z.")
     ] = None,
     for_: Annotated[
         str | None, typer.Option("--for", help="How long from now: 30m, 2h, 1d, 1h30m.")
