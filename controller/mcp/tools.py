@@ -260,7 +260,7 @@ async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
 _SANDBOX_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
 _DEVICE_PROP = {
     "type": "string",
-    "description": "A device: SERIAL when unambiguous, else BRIDGE~SERIAL (see list_devices).",
+    "description": "A device: its id BRIDGE~SERIAL as list_devices shows it, or SERIAL while unambiguous.",
 }
 
 

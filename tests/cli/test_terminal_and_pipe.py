@@ -60,6 +60,17 @@ def test_run_in_ci_prints_one_line_per_step_as_it_goes(stack: Stack) -> None:
     assert summary and "StrictMode violations:" in summary[0] and "(strict_mode_violation)" in summary[0]
 
 
+@pytest.mark.parametrize("size", [NARROW, WIDE], ids=["narrow", "wide"])
+def test_run_on_a_terminal_shows_a_live_display_then_the_verdict(
+    stack: Stack, size: tuple[int, int]
+) -> None:
+    done = stack.cli("run", str(EXAMPLE), tty=size)
+    assert done.code == 0, done.out
+    assert "CONFIRMED" in done.out and "strict_mode_violation" in done.out
+    assert "\x1b[?25l" in done.out  # the live display took the terminal (cursor hidden) …
+    assert not re.search(r"^run [0-9a-f]{32}: ", done.out, re.MULTILINE)  # … not plain lines
+
+
 def test_fail_on_confirmed_exits_1(stack: Stack) -> None:
     done = stack.cli("run", str(EXAMPLE), "--fail-on", "CONFIRMED")
     assert done.code == 1, done.err
