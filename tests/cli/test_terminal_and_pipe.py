@@ -112,10 +112,17 @@ def test_pipe_tables_are_not_wrapped(stack: Stack, confirmed_run: str) -> None:
     assert runs.code == 0, runs.err
     row = next(line for line in runs.out.splitlines() if confirmed_run in line)
     assert "StrictMode violations:" in row and "Blocking time" in row  # the summary, whole
-    agent = stack.cli("runs", "list", "--kind", "agent", "--json", env=env)
-    assert agent.code == 0 and json.loads(agent.out) == {"runs": []}
+    state = stack.cli("device", "state", stack.serial, "--json", env=env)  # an agent trace
+    assert state.code == 0, state.err
+    trace = json.loads(state.out)["trace_id"]
+    agent = json.loads(stack.cli("runs", "list", "--kind", "agent", "--json", env=env).out)
+    assert [r["id"] for r in agent["runs"]] == [trace] and agent["runs"][0]["kind"] == "agent"
+    sandbox = json.loads(stack.cli("runs", "list", "--kind", "sandbox", "--json", env=env).out)
+    assert trace not in {r["id"] for r in sandbox["runs"]}
+    assert confirmed_run in {r["id"] for r in sandbox["runs"]}
+    assert {r["kind"] for r in sandbox["runs"]} == {"sandbox"}
     every = json.loads(stack.cli("runs", "list", "--json", env=env).out)["runs"]
-    assert {r["kind"] for r in every} == {"sandbox"}
+    assert {r["kind"] for r in every} == {"sandbox", "agent"}
 
 
 def test_exit_codes_follow_the_outcome(stack: Stack) -> None:
