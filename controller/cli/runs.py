@@ -15,6 +15,8 @@ not exist (or is not the caller's), 1 for a run already over when cancelled (409
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -188,14 +190,23 @@ def cancel(
         answer = client.post(f"/v1/runs/{run_id}/cancel")
         run: dict[str, Any] = {"id": run_id, "status": answer.get("status", "cancelling")}
         if wait:
-            end = time.monotonic() + CANCEL_WAIT_S
-            while True:
-                run = client.get(f"/v1/runs/{run_id}")
-                if run.get("status") in FINAL:
-                    break
-                if time.monotonic() > end:
-                    raise ApiError(0, "timeout", f"run {run_id} did not end within {CANCEL_WAIT_S:g} s")
-                time.sleep(POLL_S)
+            # Progress on stderr: a spinner on a terminal, else one line, so a CI log shows
+            # what the command waits for.
+            err = make_console(stderr=True)
+            waiting = f"run {run_id}: cancelling, waiting for its device to be cleaned up"
+            status = err.status(waiting) if err.is_terminal else contextlib.nullcontext()
+            if not err.is_terminal:
+                print(waiting, file=sys.stderr, flush=True)
+            with status:
+                end = time.monotonic() + CANCEL_WAIT_S
+                while True:
+                    run = client.get(f"/v1/runs/{run_id}")
+                    if run.get("status") in FINAL:
+                        break
+                    if time.monotonic() > end:
+                        raise ApiError(0, "timeout",
+                                       f"run {run_id} did not end within {CANCEL_WAIT_S:g} s")
+                    time.sleep(POLL_S)
     if json_out:
         print_json({"id": run.get("id"), "status": run.get("status"), "verdict": run.get("verdict"),
                     "result": run.get("result")})
