@@ -76,4 +76,4 @@ _register()
 
 
 def main() -> None:
-    app()
+    app(prog_name="droidwire")  # the same name in messages however it was started

@@ -78,3 +78,19 @@ def test_run_exit_codes_by_outcome(
 ) -> None:
     results = [{"verification_status": s, "reason_code": r} for s, r in statuses]
     assert outcome_code(results, fail_on) == code
+
+
+def test_a_usage_error_off_a_terminal_is_one_line(tmp_path: object) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from controller.cli import main; main()", "run", "no-such.kt"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"COLUMNS": "40", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: usage: Invalid value: cannot read no-such.kt: No such file or directory "
+        "(see droidwire run --help)"
+    ]
