@@ -138,7 +138,7 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
         table.add_row(
             str(n),
             escape(test_class),
-            escape(str(device.get("serial") or "-")),
+            escape(str(device.get("id") or device.get("serial") or "-")),  # as device list shows it
             f"[{colours.get(status, 'white')}]{status}[/]",
             f"{blocking} ms" if isinstance(blocking, int) and blocking >= 0 else "-",
             ", ".join(kinds) or ("-" if not r.get("strict_mode_violations") else "yes"),
