@@ -48,7 +48,7 @@ def controller(
         str | None,
         typer.Option(
             envvar=ENV_DB,
-            help="sqlite:///PATH or postgresql://USER@HOST/DB  [default: SQLite in the user's data dir]",
+            help="sqlite:///PATH or postgresql://USER@HOST/DB (default: SQLite in the user's data dir).",
         ),
     ] = None,
     redis: Annotated[
@@ -59,7 +59,8 @@ def controller(
         typer.Option(
             envvar=ENV_BOOTSTRAP_TOKEN,
             show_default=False,
-            help=f"An admin token accepted from the first start (prefer {ENV_BOOTSTRAP_TOKEN}).",
+            help=f"An admin token accepted from the first start; required while the database "
+            f"holds no admin (prefer {ENV_BOOTSTRAP_TOKEN}: command lines show in ps).",
         ),
     ] = None,
     agent_frame_traces: Annotated[

@@ -94,3 +94,25 @@ def test_a_usage_error_off_a_terminal_is_one_line(tmp_path: object) -> None:
         "error: usage: Invalid value: cannot read no-such.kt: No such file or directory "
         "(see droidwire run --help)"
     ]
+
+
+def test_no_help_text_holds_what_rich_would_take_as_markup() -> None:
+    """``[build]`` or ``[default: …]`` in a help text vanish from ``--help`` (rich markup)."""
+    import re
+
+    import typer.main
+
+    from controller.cli import app
+
+    def walk(command: object, path: list[str]) -> list[tuple[list[str], object]]:
+        out = [(path, command)]
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            out += walk(sub, [*path, name])
+        return out
+
+    found = []
+    for path, command in walk(typer.main.get_command(app), []):
+        texts = [getattr(command, "help", None) or ""]
+        texts += [getattr(p, "help", None) or "" for p in getattr(command, "params", [])]
+        found += [(path, t) for t in texts if re.search(r"(?<!\\)\[[a-zA-Z#/@]", t)]
+    assert not found
