@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from tests.adb_support import ADB_BINARY, free_port
 from tests.cli.stack import base_env
-from tests.conftest import TIME_SCALE
+from tests.conftest import TIME_SCALE, require_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX = ROOT / "docs" / "index.md"
@@ -63,6 +64,8 @@ def test_recipe_demo_runs_as_written(tmp_path: Path) -> None:
 @pytest.mark.adb
 @pytest.mark.timeout(900 * TIME_SCALE)  # some thirty commands, each a Python process
 def test_recipes_own_stack_lend_mcp_and_ci_run_as_written(tmp_path: Path) -> None:
+    for tool in ("curl", "openssl"):  # the recipes use them (tests/tools/system_deps.sh)
+        require_or_skip(shutil.which(tool) is not None, f"{tool} is not installed")
     work = tmp_path / "clone"
     work.mkdir()
     (work / ".venv").symlink_to(ROOT / ".venv")
