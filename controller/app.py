@@ -4,7 +4,7 @@ Start-up order (lifespan): open the store → migrate its schema under the migra
 install the bootstrap admin token → start the components (the bridge hub, …) → serve.
 Shutdown runs the same stack in reverse, so the hub closes its bridges before the store goes.
 
-Errors become HTTP problems here and nowhere else (STYLE.md §5): handlers raise
+Errors become HTTP problems here and nowhere else (errors are translated once, at each boundary): handlers raise
 :class:`protocol.errors.RpcError`, and the client sees ``{"error": {"code", "message",
 …data}}`` with the status of :data:`HTTP_STATUS`. Statuses chosen where the spec was open:
 

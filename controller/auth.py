@@ -1,6 +1,6 @@
 """Who is calling, and may they do this: tokens, principals and the one authorization check.
 
-Tokens (DESIGN.md §6) are random 256-bit secrets, ``secrets.token_urlsafe(32)`` behind a
+Tokens (docs/design.md §6) are random 256-bit secrets, ``secrets.token_urlsafe(32)`` behind a
 prefix that names their kind (``dw_b_`` bridge, ``dw_u_`` user, ``dw_a_`` admin) so a leaked
 one is recognisable by secret scanners and by eye. Only their SHA-256 is stored: a fast hash
 is right here because the secret has 256 bits of entropy; there is nothing to brute-force.
@@ -10,7 +10,7 @@ parameter is refused outright, so the mistake surfaces at once instead of leakin
 secret into access logs that happen to work.
 
 :func:`authorize` is THE authorization check: every device call, from REST, MCP, the web
-dashboard and the executor, goes through it. Its rules, in order (DESIGN.md §6):
+dashboard and the executor, goes through it. Its rules, in order (docs/design.md §6):
 
 1. A bridge token only connects a bridge: ``forbidden`` for anything else.
 2. Who may see the device at all: an admin, the owner of its bridge, or a user holding a

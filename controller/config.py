@@ -1,6 +1,6 @@
 """The controller's configuration: built by the CLI (or a test), read by ``create_app``.
 
-Thin CLI → settings object → runner (STYLE.md §10). Every default is defined once, here;
+Thin CLI → settings object → runner. Every default is defined once, here;
 ``droidwire controller --help`` and the docs read these constants. Timings and limits shared
 with the bridge live in :class:`protocol.settings.Settings`, carried as ``settings``.
 """

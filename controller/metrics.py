@@ -1,6 +1,6 @@
 """Prometheus metrics: one registry per app, names prefixed ``droidwire_``.
 
-Labels never carry serials, names or secrets (DESIGN.md §6): the HTTP route label is the
+Labels never carry serials, names or secrets (docs/design.md §6): the HTTP route label is the
 route's template (``/v1/tokens/{token_id}``), never the concrete path. Other components
 register their own metrics on ``Metrics.registry``: the hub (``droidwire_bridges_connected``,
 ``droidwire_bridge_connections_total``, ``droidwire_rpc_calls_total`` and

@@ -1,6 +1,6 @@
 """The bridge's build service: compile a test against a project, with the right toolchain.
 
-Toolchain choice (DESIGN.md §5, §8), per project:
+Toolchain choice (docs/design.md §5, §8), per project:
 
 * ``gradle`` — the host has a JDK (``JAVA_HOME/bin/java`` or ``java`` on PATH) and an
   Android SDK (``ANDROID_HOME`` or ``ANDROID_SDK_ROOT`` with at least one ``build-tools/<v>``)

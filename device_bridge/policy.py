@@ -1,6 +1,6 @@
 """The host owner's command policy: what the controller may do with each device on this host.
 
-DESIGN.md §6, "defence in depth on the host": whatever the controller asks, the bridge owner's
+docs/design.md §6, "defence in depth on the host": whatever the controller asks, the bridge owner's
 local config decides which devices are exposed, under which **profile**, and can pause sharing
 at once. A profile governs every RPC kind, not only shell:
 

@@ -15,7 +15,7 @@ task (:meth:`Dispatcher.immediate`). For every method, in this order:
 
 The dispatcher remembers which packages it installed on each device: ``am start|force-stop|
 instrument`` and ``pm clear`` are allowed for them (the policy's ``CommandContext``), and
-:meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (DESIGN.md §6).
+:meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (docs/design.md §6).
 
 Logcat subscriptions stream ``evt`` batches on a channel of their own (``d`` =
 :class:`protocol.methods.LogBatch`, ``seq`` in the envelope): at most ``logcat_batch_lines``
@@ -305,7 +305,7 @@ class Dispatcher:
         if spec.device_bound:
             serial = params.get("serial")
             if isinstance(serial, str):
-                # Exposure and the pause switch before anything else (DESIGN.md §6).
+                # Exposure and the pause switch before anything else (docs/design.md §6).
                 self.policy.check_exposed(serial)
 
     def _adb(self) -> AdbDevices:
@@ -392,7 +392,7 @@ class Dispatcher:
 
     async def _logcat_clear(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("device.logcat.clear", params, LogcatClearParams)
-        # Clearing reveals nothing, and a run starts with it (DESIGN.md §5), so every profile
+        # Clearing reveals nothing, and a run starts with it (docs/design.md §5), so every profile
         # may clear once the device is exposed and sharing is not paused.
         self.policy.check_exposed(p.serial)
         await self._adb().logcat_clear(p.serial, buffers=p.buffers)
@@ -566,7 +566,7 @@ class Dispatcher:
         p = _valid("device.install", params, InstallParams)
         self.policy.check_install(p.serial)
         if p.apk is None:
-            # Only APKs sent through droidwire are installed (DESIGN.md §6): a path would let
+            # Only APKs sent through droidwire are installed (docs/design.md §6): a path would let
             # the controller name any file on this host.
             raise RpcError(
                 ErrorCode.FORBIDDEN,
@@ -683,7 +683,7 @@ def _only(lines: list[str], pids: frozenset[int] | None) -> list[str]:
 
 
 def _open_index(root: Path) -> Any:
-    # The only fixer import the bridge allows (DESIGN.md §2): pure parsing of the sources.
+    # The only fixer import the bridge allows (docs/design.md §2): pure parsing of the sources.
     from fixer.source_index import SourceCodeIndex
 
     try:

@@ -1,4 +1,4 @@
-"""Gradle / kotlinc / javac output → structured compile errors (DESIGN.md §9, ``fixer errors``).
+"""Gradle / kotlinc / javac output → structured compile errors (docs/design.md §9, ``fixer errors``).
 
 Pure text in, data out: no I/O. The parser is line-oriented and forgiving, because what
 reaches it is often a paste: GitHub Actions timestamps, markdown quotes and backticks,

@@ -1,4 +1,4 @@
-"""Params and results of every RPC, and the registry that validates them (DESIGN.md §3).
+"""Params and results of every RPC, and the registry that validates them (docs/design.md §3).
 
 A first cut: later issues add methods with :func:`register` (or by listing a
 :class:`MethodSpec` in ``_SPECS``), and bump :data:`~protocol.envelope.PROTOCOL_VERSION`
@@ -217,7 +217,7 @@ class LogBatch:
     """One logcat ``evt``: ``lines`` in order, ``dropped`` lines lost to backpressure since the
     previous batch, ``eof`` when the stream ended (device gone, unsubscribed), with ``reason``.
 
-    ``seq`` is the envelope's (DESIGN.md §3 puts the stream sequence there, once): it is not
+    ``seq`` is the envelope's (docs/design.md §3 puts the stream sequence there, once): it is not
     part of :meth:`to_wire`; :meth:`from_event` fills it in. A gap in ``seq`` means batches
     were lost (e.g. across a reconnect).
     """

@@ -7,7 +7,7 @@ from the same key ends it. Unprefixed lines inherit the key of the entry above t
 ``lines``); a trace opened by a bare header adopts the key of the prefixed stack that follows it
 (a paste whose first line lost its prefix).
 
-Attribution (DESIGN.md §5): with a package, only the app's processes count. Its pids are learned
+Attribution (docs/design.md §5): with a package, only the app's processes count. Its pids are learned
 from the log (``Start proc`` — including a custom-named process started for one of the package's
 components —, ``Process:`` lines, ANR ``PID:`` lines, Studio process columns; see
 ``processes``) or passed by the caller. A violation from a pid nobody named counts when its stack
@@ -64,7 +64,7 @@ Key = tuple[int | None, int | None]
 
 @dataclass
 class AnalysisResult:
-    """Everything ``analyze`` found; ``to_json()`` is the DESIGN.md §9 shape plus extras."""
+    """Everything ``analyze`` found; ``to_json()`` is the docs/design.md §9 shape plus extras."""
 
     entries: int
     lines: int
@@ -90,7 +90,13 @@ class AnalysisResult:
 
     @property
     def strict_mode_violations(self) -> list[str]:
+        """The violations' raw log lines (the contract: every interface returns these)."""
         return [v.line for v in self.violations]
+
+    @property
+    def violation_kinds(self) -> list[str]:
+        """The violations' kinds (``DiskRead``, ``Network`` …), each once, in order found."""
+        return list(dict.fromkeys(v.kind for v in self.violations if v.kind))
 
     @property
     def has_violations(self) -> bool:
@@ -101,6 +107,7 @@ class AnalysisResult:
             "entries": self.entries,
             "violations": [v.to_json() for v in self.violations],
             "strict_mode_violations": self.strict_mode_violations,
+            "violation_kinds": self.violation_kinds,
             "has_violations": self.has_violations,
             "blocking_time_ms": self.blocking_time_ms,
             "anrs": [a.to_json() for a in self.anrs],

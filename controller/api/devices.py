@@ -1,4 +1,4 @@
-"""``/v1/devices``: list devices, run shell commands, read and stream logcat (DESIGN.md §9).
+"""``/v1/devices``: list devices, run shell commands, read and stream logcat (docs/design.md §9).
 
 ``{device}`` is ``BRIDGE~SERIAL`` (a device's ``id``) or its bare serial when unambiguous
 (see :mod:`controller.hub.devices`). Every call on a device goes through

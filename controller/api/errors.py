@@ -1,4 +1,4 @@
-"""Typed error bodies in the OpenAPI schema (DESIGN.md §9: ``/openapi.json``).
+"""Typed error bodies in the OpenAPI schema (docs/design.md §9: ``/openapi.json``).
 
 Every error the controller answers has one shape, built by :func:`error_body`::
 

@@ -1,4 +1,4 @@
-"""``/v1/grants``: lend a device to a user until a time, list loans, revoke them (DESIGN.md §6, §9).
+"""``/v1/grants``: lend a device to a user until a time, list loans, revoke them (docs/design.md §6, §9).
 
 A device belongs to its bridge's owner. The owner (or an admin) grants it to another user,
 optionally until a time; revoking ends the loan at once. Everything here goes through

@@ -20,7 +20,7 @@ when the compiler is set up), and work kept off the main thread (REFUTED). It pr
 (or ``{"results": [...]}`` with ``--json``) and exits 0; 1 if a run could not collect
 evidence (PENDING), so a broken setup does not look like a working one.
 
-This is the one place the controller package imports ``device_bridge`` (DESIGN.md §2): the
+This is the one place the controller package imports ``device_bridge`` (docs/design.md §2): the
 demo *is* a bridge host too.
 """
 
@@ -43,10 +43,12 @@ from typing import Annotated, Any
 
 import httpx
 import typer
+
 from rich.console import Console
 from rich.markup import escape
 
 from controller.cli.client import ExitCode, JsonOption, print_json
+from controller.cli.output import console
 from controller.cli.run import render_results
 
 __all__ = ["DEMO_TESTS", "DemoTest", "demo"]
@@ -315,7 +317,7 @@ def demo(
     ] = False,
 ) -> None:
     """Controller + bridge + simulated device + three sample runs; no phone needed."""
-    human = Console(stderr=json_out)
+    human = console(stderr=json_out)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     def say(text: str) -> None:
@@ -338,5 +340,8 @@ def demo(
     else:
         render_results(human, results)
         show_fix_rounds(human, results)
+        toolchains = sorted({str(r.get("toolchain")) for r in results if r.get("toolchain")})
+        if toolchains:  # what compiled the tests: "simulated" unless --real found an SDK
+            human.print(f"toolchain: {', '.join(toolchains)}", markup=False, highlight=False)
     if any(r.get("verification_status") == "PENDING" for r in results):
         raise typer.Exit(int(ExitCode.ERROR))

@@ -1,6 +1,6 @@
 """Cluster mode: several controller replicas sharing Redis (routing) and PostgreSQL (state).
 
-DESIGN.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
+docs/design.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
 ``hub.cluster`` (the hub calls the hooks of :class:`controller.hub.hub.ClusterHooks`).
 
 Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from

@@ -1,7 +1,7 @@
 """The controller's APK cache: one compile serves every device a test fans out to.
 
 Keyed by the SHA-256 of the project name, the submitted test code and the *build boundary*
-(DESIGN.md §5): the same draft for the same project is compiled — and fixed — once per
+(docs/design.md §5): the same draft for the same project is compiled — and fixed — once per
 boundary, and its APKs are shipped to any device's bridge afterwards, even a bridge that
 cannot build (a Raspberry Pi). The boundary is whom the APKs' builder belongs to: its owner
 (``owner:USER_ID``), or, for a bridge an admin marked shared, that bridge

@@ -1,4 +1,4 @@
-"""The sandbox executor: compile → fix → install → run → logcat → verdict (DESIGN.md §5).
+"""The sandbox executor: compile → fix → install → run → logcat → verdict (docs/design.md §5).
 
 One request may fan out to several devices: it is *planned* first (devices chosen among those
 the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
@@ -121,6 +121,8 @@ def reason_for(exc: RpcError, stage: str) -> str:
     if code is ErrorCode.FORBIDDEN and data.get("rule") == ACCESS_REVOKED:
         return "access_revoked"  # the caller's right lapsed: refused before the step ran
     reason = str(data.get("reason", ""))
+    if data.get("rule") == "paused":
+        return "device_paused"  # the owner paused sharing while the run went on
     if stage == "build":
         if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
             return "compile_failed"  # the test itself was refused (package, path)
@@ -247,6 +249,17 @@ _STOP_REASONS = {
     "unchanged_errors": "a fix left the same errors",
     "no_fix": "no fix found",
 }
+
+
+def compile_failed_detail(fixes: int, stop_reason: str) -> str:
+    """Why a compile failed for good, in words: how many fix rounds ran, and why it stopped."""
+    if fixes == 0:
+        detail = "the test does not compile and no fix was tried"
+    else:
+        detail = f"still failing after {fixes} fix round{'s' if fixes != 1 else ''}"
+    if stop_reason != "max_rounds":
+        detail += f" ({_STOP_REASONS.get(stop_reason, stop_reason)})"
+    return detail
 
 
 def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -591,6 +604,9 @@ class SandboxExecutor:
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")
+        if all(d.state == "paused" for d in named):
+            return _Abort("device_paused",
+                          f"{named[0].id} is paused: its owner has paused sharing on its bridge")
         if all(d.state == "disconnected" for d in named):
             return _Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
         return _Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")
@@ -697,9 +713,7 @@ class SandboxExecutor:
         if compiled.stop_reason == "compiled":
             detail = "the build succeeded but produced no APKs"
         else:
-            detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-            if compiled.stop_reason != "max_rounds":
-                detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
+            detail = compile_failed_detail(max(rounds - 1, 0), compiled.stop_reason)
         result = pending_result(run_id, device, "compile_failed", detail)
         result.update(
             toolchain=compiled.toolchain,
@@ -1408,7 +1422,7 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
     ) -> None:
-        """Clear the app's data and uninstall what this run installed (DESIGN.md §6).
+        """Clear the app's data and uninstall what this run installed (docs/design.md §6).
         ``app_package`` only when the run installed it new, ``installed`` only what the run
         put there: a package the device had before the run is never cleared nor removed."""
         limit = self.settings.cleanup_timeout_s

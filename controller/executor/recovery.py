@@ -12,7 +12,7 @@ uninstall are listed in the run's ``recovery`` step, and :func:`clean_up` uninst
 once the device's bridge is back (the bridge's policy lets it: it installed them).
 
 Resuming: the bridge keeps the result of an RPC in flight and re-sends it when the new
-controller's ``welcome`` lists its request id (DESIGN.md §3). The executor records, in a
+controller's ``welcome`` lists its request id (docs/design.md §3). The executor records, in a
 run's ``device.instrument`` step, the request id and the bridge session it went out on; a run
 cut during that step is handed to ``resume`` (``SandboxExecutor.resume``), which adopts the
 request before the bridge is back and finishes the run — logcat, cleanup, verdict — with the

@@ -1,4 +1,4 @@
-"""Device selectors (DESIGN.md §9, ``droidwire run --device SEL``).
+"""Device selectors (docs/design.md §9, ``droidwire run --device SEL``).
 
 A selector is one of:
 
@@ -14,7 +14,9 @@ A selector is one of:
 
 Several selectors are a union, in order, without duplicates. No selector at all picks one
 ready device. A selector that names nothing is not an error here: the executor reports
-``no_device``.
+``no_device``. A selector that holds a comparison (``< > = !``) but is not a property test
+— a misspelt key such as ``skd>=30`` — is ``bad_request`` naming the keys: no device id
+holds those characters, so it can only be a typo.
 
 Lending never changes what a borrower's selector picks: each selector is tried on the
 caller's own devices first (those they may use without a loan: their own, or every device
@@ -38,6 +40,8 @@ __all__ = ["MAX_COUNT", "parse_selector", "select_devices"]
 
 MAX_COUNT = 100
 MAX_SELECTOR_CHARS = 200
+_KEYS = ("sdk", "model", "release", "manufacturer", "abi", "bridge", "owner")
+_COMPARISON = re.compile(r"^\s*([^<>=!]*?)\s*(>=|<=|==|!=|=|>|<)")
 _PROPERTY = re.compile(r"^(sdk|model|release|manufacturer|abi|bridge|owner)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -107,6 +111,15 @@ def parse_selector(
             return out
 
         return by_property
+
+    typo = _COMPARISON.match(sel)
+    if typo:
+        raise RpcError(
+            ErrorCode.BAD_REQUEST,
+            f"unknown device property {typo.group(1)!r} in selector {sel!r}: "
+            f"use one of {', '.join(_KEYS)}",
+            {"selector": sel},
+        )
 
     def by_id(devices: Sequence[DeviceView]) -> list[DeviceView]:
         exact = [d for d in devices if d.id == sel]

@@ -2,7 +2,7 @@
 the live inventories of connected bridges; and ``{device}`` references resolved to one.
 
 ``state`` is adb's (``device``, ``offline``, ``unauthorized``, …) while the device's bridge is
-connected and reports it, else ``disconnected`` (DESIGN.md §9). A device's ``id`` is
+connected and reports it, else ``disconnected`` (docs/design.md §9). A device's ``id`` is
 ``BRIDGE~SERIAL``: unique and stable, accepted wherever ``{device}`` is. ``{device}`` may
 also be the bare serial when only one device the caller can see has it; when several do,
 the answer is ``conflict`` (HTTP 409) with the candidates' ids.

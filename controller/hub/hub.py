@@ -1,6 +1,6 @@
 """The bridge hub: one live WebSocket per bridge, the registry, and ``call()``.
 
-DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
+docs/design.md §3–4, docs/protocol.md. The delivery rules live in
 :class:`protocol.session.ControllerSession` (sans I/O); this module is the I/O around it:
 
 * one :class:`BridgeEntry` per bridge, created at its first connection and kept while the
@@ -102,7 +102,7 @@ log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
 _LIVENESS_TICKS = 4
-# Acks are batched (DESIGN.md §3 only needs them eventually: an unacked result is re-sent on
+# Acks are batched (docs/design.md §3 only needs them eventually: an unacked result is re-sent on
 # resume and dropped as no longer waited for): one ``ack`` frame per this delay, or at once
 # when ACK_BATCH ids wait, instead of one frame per result on the RPC hot path.
 ACK_DELAY_S = 0.02

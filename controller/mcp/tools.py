@@ -200,11 +200,11 @@ async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
 
 # --- the catalogue -----------------------------------------------------------------------
 
-# The seed's schema, from the one definition ``GET /v1/tools`` serves too.
+# The sandbox_executor schema, from the one definition ``GET /v1/tools`` serves too.
 _SANDBOX_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
 _DEVICE_PROP = {
     "type": "string",
-    "description": "A device: SERIAL when unambiguous, else BRIDGE~SERIAL (see list_devices).",
+    "description": "A device: its id BRIDGE~SERIAL as list_devices shows it, or SERIAL while unambiguous.",
 }
 
 

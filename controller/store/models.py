@@ -1,7 +1,7 @@
 """The controller's tables (SQLAlchemy 2 declarative, typed).
 
 Every id is a random UUID4 hex string, so rows written by several controller replicas never
-collide (DESIGN.md §7), except the audit log's, which only ever grows and is ordered by it.
+collide (docs/design.md §7), except the audit log's, which only ever grows and is ordered by it.
 Every timestamp is timezone-aware UTC (:class:`UTCDateTime`), on SQLite as on PostgreSQL.
 
 The schema itself is owned by the Alembic migrations in ``migrations/versions``; these

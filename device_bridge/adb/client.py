@@ -1,6 +1,6 @@
 """The bridge's device layer: async access to adb devices through the adb server (adbutils).
 
-adbutils is synchronous, so every call here runs off the event loop (DESIGN.md §4.8): short
+adbutils is synchronous, so every call here runs off the event loop (docs/design.md §4.8): short
 exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
 device tracker) each in a reader thread of their own, bounded by ``max_streams``. A blocking
 exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
@@ -58,7 +58,7 @@ log = logging.getLogger("droidwire.bridge.adb")
 
 T = TypeVar("T")
 
-#: Where the bridge stages APKs it installs (inside the borrower's folder, DESIGN.md §6).
+#: Where the bridge stages APKs it installs (inside the borrower's folder, docs/design.md §6).
 INSTALL_DIR = "/data/local/tmp/droidwire/.install"
 
 _SERIAL = re.compile(r"[!-~]{1,128}")
@@ -634,7 +634,7 @@ class AdbDevices:
 
     async def screenshot(self, serial: str, *, timeout_s: float | None = None) -> bytes:
         """``screencap -p``: PNG bytes, checked for the PNG signature."""
-        # A PNG must fit in one frame (DESIGN.md §3 limits), whatever the shell output cap is.
+        # A PNG must fit in one frame (docs/design.md §3 limits), whatever the shell output cap is.
         cap = DEFAULTS.max_frame_bytes - 64 * 1024
         png = await self.exec_out(serial, ["screencap", "-p"], timeout_s=timeout_s, max_bytes=cap)
         if not png.startswith(b"\x89PNG\r\n\x1a\n"):

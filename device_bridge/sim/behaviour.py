@@ -10,7 +10,7 @@ code's run-time behaviour that no parser can read off the source.
 Line numbers in the app frames of stack traces are the real lines of ``MainActivity.kt``:
 each effect names the token (``exists(``, ``commit(``, …) whose line the frame points at.
 
-The StrictMode text follows the modern (Android 9+) logcat shape, ADB_SIM_SPEC §8.2::
+The StrictMode text follows the modern (Android 9+) logcat shape::
 
     StrictMode policy violation; ~duration=847 ms: android.os.strictmode.DiskReadViolation
     \tat android.os.StrictMode$AndroidBlockGuardPolicy.onReadFromDisk(StrictMode.java:1666)
@@ -147,7 +147,7 @@ class Effect:
     worker_ms: float = 0.0
 
 
-# The effect table: behaviour at run time, keyed by method name (DESIGN.md §8, issue 7 item 1).
+# The effect table: behaviour at run time, keyed by method name (docs/design.md §8, issue 7 item 1).
 EFFECTS: dict[str, Effect] = {
     "loadSettingsFromDisk": Effect(850.0, 12.0, ("DiskRead",), trigger="file.exists()"),
     "saveDraftSync": Effect(46.0, 6.0, ("DiskWrite",), trigger=".commit()"),

@@ -1,7 +1,7 @@
 """Each benchmark module runs at a tiny size and returns well-formed figures.
 
 No assertion on any value or on time (benchmarks measure, tests check behaviour): only that
-each module gives the figures it promises (DESIGN.md §9 names), as JSON-ready numbers with
+each module gives the figures it promises (docs/design.md §9 names), as JSON-ready numbers with
 the ratio of value to baseline, and that ``python -m bench`` prints one JSON line per figure.
 """
 

@@ -1,4 +1,4 @@
-"""The host owner's command policy (DESIGN.md §6): table tests and a property test.
+"""The host owner's command policy (docs/design.md §6): table tests and a property test.
 
 Every refusal is checked for its rule name, because the rule is part of the REST error.
 """

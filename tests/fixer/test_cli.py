@@ -1,4 +1,4 @@
-"""``droidwire fixer errors FILE|- [--json]`` (DESIGN.md §9)."""
+"""``droidwire fixer errors FILE|- [--json]`` (docs/design.md §9)."""
 
 from __future__ import annotations
 
