@@ -43,7 +43,6 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-
 from rich.console import Console
 from rich.markup import escape
 

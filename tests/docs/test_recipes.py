@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from device_bridge.kotlinc.install import cache_dir
 from tests.adb_support import ADB_BINARY, free_port
 from tests.cli.stack import base_env
 from tests.conftest import TIME_SCALE, require_or_skip
@@ -52,11 +53,17 @@ def _env(root: Path) -> dict[str, str]:
 @pytest.mark.adb
 @pytest.mark.timeout(600 * TIME_SCALE)
 def test_recipe_demo_runs_as_written(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    # The pinned compiler `make setup` fetched for this clone, not a second download into the
+    # scratch HOME: the recipe's commands run as written, against the same cache.
+    env["DROIDWIRE_CACHE_DIR"] = str(cache_dir())
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", recipes()["demo"]], cwd=ROOT,
-                          env=_env(tmp_path), capture_output=True, text=True,
+                          env=env, capture_output=True, text=True,
                           timeout=600 * TIME_SCALE, stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "toolchain: simulated" in done.stdout
+    # Who judged the tests: kotlinc where `make setup` could set it up, else the simulated
+    # toolchain (README.md says both).
+    assert re.search(r"^toolchain: (kotlinc|simulated)$", done.stdout, re.MULTILINE), done.stdout
     assert done.stdout.count("CONFIRMED") >= 2 and "REFUTED" in done.stdout
     assert '"results": [' in done.stdout
 
