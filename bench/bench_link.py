@@ -1,4 +1,4 @@
-"""The reverse link's figures (DESIGN.md §9), each against a bare websockets baseline measured
+"""The reverse link's figures (docs/design.md §9), each against a bare websockets baseline measured
 in the same run on the same loopback:
 
 * ``rpc_rtt_p50`` / ``rpc_rtt_p99``: a ``ping`` RPC with a 200-byte payload from inside the

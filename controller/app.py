@@ -4,7 +4,7 @@ Start-up order (lifespan): open the store → migrate its schema under the migra
 install the bootstrap admin token → start the components (the bridge hub, …) → serve.
 Shutdown runs the same stack in reverse, so the hub closes its bridges before the store goes.
 
-Errors become HTTP problems here and nowhere else (STYLE.md §5): handlers raise
+Errors become HTTP problems here and nowhere else (errors are translated once, at each boundary): handlers raise
 :class:`protocol.errors.RpcError`, and the client sees ``{"error": {"code", "message",
 …data}}`` with the status of :data:`HTTP_STATUS`. Statuses chosen where the spec was open:
 
@@ -20,31 +20,31 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.websockets import WebSocket
 from sqlalchemy.exc import OperationalError
-from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from controller.access import AccessWatch
 from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens, users
-from controller.api.errors import ERROR_RESPONSES, install_openapi
+from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
+from controller.limits import BodyLimit
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
 from controller.web import SessionStore
 from controller.web import router as web_router
+from protocol import redact
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
 
@@ -93,14 +93,6 @@ _CLOSE_CODE: Mapping[ErrorCode, int] = {
 RevocationHook = Callable[[Token], Awaitable[None]]
 # Seconds a client told "store busy" (503) should wait before it retries.
 STORE_BUSY_RETRY_AFTER_S = "1"
-
-
-def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{"error": {"code", "message", …data}}``; data never overrides code or message."""
-    body: dict[str, Any] = {"code": code, "message": message}
-    for key, value in (data or {}).items():
-        body.setdefault(key, value)
-    return {"error": jsonable_encoder(body)}
 
 
 def error_response(exc: RpcError) -> JSONResponse:
@@ -209,7 +201,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 registry=app.state.metrics.registry,
             )
         )
+        hub.streams_per_user = config.streams_per_user
+        hub.borrower_streams_per_bridge = config.borrower_streams_per_bridge
         app.state.hub = hub
+        # Runs and live streams end when their caller's right lapses (controller.access).
+        access = app.state.access = await stack.enter_async_context(
+            AccessWatch(store, recheck_s=config.settings.stream_reauth_s)
+        )
+        app.state.revocation_hooks.append(access.on_token_revoked)
+        stack.callback(app.state.revocation_hooks.remove, access.on_token_revoked)
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
@@ -223,6 +223,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
             )
             hub.cluster = cluster
+            cluster.access = access
             stack.callback(setattr, hub, "cluster", None)
             app.state.revocation_hooks.append(cluster.revoked)
             stack.callback(app.state.revocation_hooks.remove, cluster.revoked)
@@ -237,13 +238,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("controller shutting down")
 
 
+def _route_path(scope: Scope) -> str:
+    """The request path below the app's mount point (``root_path``), as Starlette routes it."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
+
+
 class ControllerApp(FastAPI):
     """FastAPI, except that bridge WebSockets (``/v1/bridge``) go straight to their endpoint,
     past the middleware stack and the router: see :mod:`controller.hub.endpoint` for why
     and for what it does in their place."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and get_route_path(scope) == hub_endpoint.BRIDGE_PATH:
+        if scope["type"] == "websocket" and _route_path(scope) == hub_endpoint.BRIDGE_PATH:
             scope["app"] = self
             await hub_endpoint.bridge_endpoint(scope, receive, send)
             return
@@ -263,10 +273,15 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
         responses=ERROR_RESPONSES,  # every route declares the typed error body
     )
     install_access_log_redaction()  # a token wrongly put in a URL never reaches the log
+    redact.add_secret(config.bootstrap_token)  # the one token without a recognisable prefix
+    redact.install()  # no token in any record of any logger, at any level
     app.state.config = config
     app.state.metrics = Metrics()
     app.state.revocation_hooks = []  # list[RevocationHook]: called after a token is revoked
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    # Outermost: a body over its limit is refused before routing, authentication or a read.
+    app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes,
+                       max_upload_bytes=config.max_upload_bytes)
     # These two also serve WebSocket routes (see _problem), which Starlette's stubs don't model.
     app.add_exception_handler(RpcError, _rpc_error)  # type: ignore[arg-type]
     app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]

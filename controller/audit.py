@@ -1,4 +1,4 @@
-"""The audit log writer: who did what to which device, when, and how it ended (DESIGN.md §6).
+"""The audit log writer: who did what to which device, when, and how it ended (docs/design.md §6).
 
 Every device call and every change of credentials is recorded through :class:`AuditLog`.
 Entries are append-only rows in ``audit_log``; ``detail`` holds small structured facts (a

@@ -1,6 +1,6 @@
 """Who is calling, and may they do this: tokens, principals and the one authorization check.
 
-Tokens (DESIGN.md §6) are random 256-bit secrets, ``secrets.token_urlsafe(32)`` behind a
+Tokens (docs/design.md §6) are random 256-bit secrets, ``secrets.token_urlsafe(32)`` behind a
 prefix that names their kind (``dw_b_`` bridge, ``dw_u_`` user, ``dw_a_`` admin) so a leaked
 one is recognisable by secret scanners and by eye. Only their SHA-256 is stored: a fast hash
 is right here because the secret has 256 bits of entropy; there is nothing to brute-force.
@@ -10,7 +10,7 @@ parameter is refused outright, so the mistake surfaces at once instead of leakin
 secret into access logs that happen to work.
 
 :func:`authorize` is THE authorization check: every device call, from REST, MCP, the web
-dashboard and the executor, goes through it. Its rules, in order (DESIGN.md §6):
+dashboard and the executor, goes through it. Its rules, in order (docs/design.md §6):
 
 1. A bridge token only connects a bridge: ``forbidden`` for anything else.
 2. Who may see the device at all: an admin, the owner of its bridge, or a user holding a
@@ -53,12 +53,13 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends
 from fastapi.requests import HTTPConnection
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.store import Bridge, Device, Grant, Store, Token, TokenKind, User, utcnow
 from protocol.errors import ErrorCode, RpcError
+from protocol.redact import QUERY_TOKEN_PARAMS
 
 __all__ = [
     "ACTION_SCOPE",
@@ -116,7 +117,6 @@ TOKEN_PREFIXES = {
 }
 TOKEN_BYTES = 32  # 256 bits
 # Query parameters that look like someone put a secret in a URL.
-QUERY_TOKEN_PARAMS = frozenset({"token", "access_token", "api_key", "apikey", "auth"})
 # Names of users and bridges: no "~" (it separates BRIDGE~SERIAL), no spaces, no slashes.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -578,6 +578,22 @@ def _normalize_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+async def _check_bridge_quota(session: AsyncSession, user_id: str, limit: int) -> None:
+    """A user's bridges with a live token, against ``limit`` (docs/security.md)."""
+    owned = (await session.execute(
+        select(func.count(func.distinct(Bridge.id)))
+        .join(Token, Token.bridge_id == Bridge.id)
+        .where(Bridge.owner_id == user_id, Token.revoked_at.is_(None))
+    )).scalar_one()
+    if owned >= limit:
+        raise RpcError(
+            ErrorCode.CONFLICT,
+            f"a user may own at most {limit} bridges; revoke the tokens of one you no longer "
+            "use, or ask an admin to raise the limit",
+            {"rule": "bridge_quota", "limit": limit},
+        )
+
+
 async def create_token(
     store: Store,
     principal: Principal,
@@ -585,8 +601,12 @@ async def create_token(
     name: str,
     *,
     scopes: Sequence[str] | None = None,
+    max_bridges: int | None = None,
 ) -> IssuedToken:
     """Issue a ``user`` or ``bridge`` token named ``name`` on behalf of ``principal``.
+
+    ``max_bridges``: a non-admin may own at most this many bridges with a live token; a new
+    bridge beyond it is refused ``conflict`` (rule ``bridge_quota``).
 
     user: an admin may name anyone (a new name creates that user); a user may only add
     tokens for themselves. bridge: a new name creates a bridge owned by the caller; an
@@ -642,6 +662,8 @@ async def create_token(
                     await session.execute(select(Bridge).where(Bridge.name == name))
                 ).scalar_one_or_none()
                 if bridge is None:
+                    if max_bridges is not None and not principal.is_admin:
+                        await _check_bridge_quota(session, principal.user_id, max_bridges)
                     bridge = Bridge(name=name, owner_id=principal.user_id)
                     session.add(bridge)
                     await session.flush()
@@ -747,7 +769,17 @@ async def list_tokens(store: Store, principal: Principal) -> list[TokenRecord]:
     if not principal.is_admin:
         query = query.where(Token.owner_id == principal.user_id)
     async with store.session() as session:
-        rows = (await session.execute(query.order_by(Token.created_at, Token.id))).all()
+        rows: Sequence[Any] = (
+            await session.execute(query.order_by(Token.created_at, Token.id))
+        ).all()
+    if principal.allowed != ALL_SCOPES:
+        # A scoped token sees only the tokens it could rotate or revoke itself (no more
+        # powers than its own): a runs:read token never learns its user's other tokens.
+        rows = [
+            (t, owner) for t, owner in rows
+            if t.kind == TokenKind.USER.value
+            and effective_scopes(t.scopes or ()) <= principal.allowed
+        ]
     return [
         TokenRecord(
             id=t.id,
@@ -772,6 +804,13 @@ async def revoke_token(store: Store, principal: Principal, token_id: str) -> Tok
         token = await session.get(Token, token_id)
         if token is None or not (principal.is_admin or token.owner_id == principal.user_id):
             raise RpcError(ErrorCode.NOT_FOUND, f"no token {token_id!r}")
+        if token.kind == TokenKind.ADMIN.value and token.name == BOOTSTRAP_TOKEN_NAME:
+            # Revoked here, it would come back at the next start from the configuration.
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                "the bootstrap token comes from the controller's configuration: change it there",
+                {"rule": "bootstrap_token"},
+            )
         _no_escalation(
             principal, token.scopes or () if token.kind == TokenKind.USER.value else (), "revoke"
         )

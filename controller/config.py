@@ -1,6 +1,6 @@
 """The controller's configuration: built by the CLI (or a test), read by ``create_app``.
 
-Thin CLI → settings object → runner (STYLE.md §10). Every default is defined once, here;
+Thin CLI → settings object → runner. Every default is defined once, here;
 ``droidwire controller --help`` and the docs read these constants. Timings and limits shared
 with the bridge live in :class:`protocol.settings.Settings`, carried as ``settings``.
 """
@@ -18,8 +18,13 @@ from protocol.settings import DEFAULTS, Settings
 __all__ = [
     "DEFAULT_AGENT_FRAME_BYTES",
     "DEFAULT_AGENT_FRAME_TRACES",
+    "DEFAULT_BORROWER_STREAMS_PER_BRIDGE",
     "DEFAULT_HOST",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_BRIDGES_PER_USER",
+    "DEFAULT_MAX_UPLOAD_BYTES",
     "DEFAULT_PORT",
+    "DEFAULT_STREAMS_PER_USER",
     "ENV_BOOTSTRAP_TOKEN",
     "ENV_DB",
     "ENV_REDIS",
@@ -37,6 +42,16 @@ DEFAULT_GRACEFUL_SHUTDOWN_S = 10
 # at most this many traces and this many bytes of PNG (a real device's PNG is 1-3 MB).
 DEFAULT_AGENT_FRAME_TRACES = 64
 DEFAULT_AGENT_FRAME_BYTES = 256 * 1024 * 1024
+# Request bodies (controller.limits): every route, and the routes taking prebuilt APKs (two
+# APKs of at most a frame each, base64, plus the test).
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_UPLOAD_BYTES = 48 * 1024 * 1024
+# Tenancy quotas: bridges (bridge tokens) a user may hold; live logcat streams a user may hold
+# across devices; and how many of a bridge's stream slots borrowers may take together (the
+# rest is the owner's).
+DEFAULT_MAX_BRIDGES_PER_USER = 16
+DEFAULT_STREAMS_PER_USER = 16
+DEFAULT_BORROWER_STREAMS_PER_BRIDGE = 16
 # A bootstrap token is an admin password in all but name: refuse short ones.
 MIN_BOOTSTRAP_TOKEN_CHARS = 16
 
@@ -69,6 +84,12 @@ class ControllerConfig:
     # Agent evidence frames: retention bounds (the oldest traces' frames go first)
     agent_frame_traces: int = DEFAULT_AGENT_FRAME_TRACES
     agent_frame_bytes: int = DEFAULT_AGENT_FRAME_BYTES
+    # Resource bounds (docs/security.md, "Bounds and secrets")
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    max_bridges_per_user: int = DEFAULT_MAX_BRIDGES_PER_USER
+    streams_per_user: int = DEFAULT_STREAMS_PER_USER
+    borrower_streams_per_bridge: int = DEFAULT_BORROWER_STREAMS_PER_BRIDGE
     # Timings and limits shared with the bridge
     settings: Settings = DEFAULTS
 
@@ -88,6 +109,10 @@ class ControllerConfig:
                 )
         if self.agent_frame_traces < 1 or self.agent_frame_bytes < 1:
             raise ConfigError("the agent frame bounds must be at least 1 trace and 1 byte")
+        for name in ("max_body_bytes", "max_upload_bytes", "max_bridges_per_user",
+                     "streams_per_user", "borrower_streams_per_bridge"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range")
 

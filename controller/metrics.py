@@ -1,6 +1,6 @@
 """Prometheus metrics: one registry per app, names prefixed ``droidwire_``.
 
-Labels never carry serials, names or secrets (DESIGN.md §6): the HTTP route label is the
+Labels never carry serials, names or secrets (docs/design.md §6): the HTTP route label is the
 route's template (``/v1/tokens/{token_id}``), never the concrete path. Other components
 register their own metrics on ``Metrics.registry``: the hub (``droidwire_bridges_connected``,
 ``droidwire_bridge_connections_total``, ``droidwire_rpc_calls_total`` and
@@ -45,7 +45,7 @@ Cluster-wide, on the reporter only:
   (queued, waiting or running) — the depth placement compares.
 
 ``device`` is the device's opaque store id (``uid`` in ``GET /v1/devices``), never its serial
-or its bridge's name (DESIGN.md §6).
+or its bridge's name (docs/design.md §6).
 """
 
 from __future__ import annotations

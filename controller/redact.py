@@ -1,9 +1,13 @@
 """Keep secrets out of the logs, whatever a client sends.
 
-Tokens travel only in the ``Authorization`` header (DESIGN.md §6), and a request that carries
+Tokens travel only in the ``Authorization`` header (docs/design.md §6), and a request that carries
 one in the URL is refused with 400 (``token_in_url``). uvicorn's access log writes the request
 line *before* anyone refuses it, so a client's mistake would still put its token on disk. This
-filter rewrites the query values of the token-like parameters in ``uvicorn.access`` records.
+filter rewrites the query values of the token-like parameters in ``uvicorn.access`` records,
+keeping the rest of the URL as it was.
+
+Every other secret in every other record, on the controller and the bridge alike, is masked by
+:mod:`protocol.redact` (installed by ``create_app`` and the CLI), which also covers these.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The bridge runner: config → devices, policy, build, RPC handlers and the link, with a staged
-shutdown (STYLE.md §10: thin CLI → settings object → runner).
+shutdown (thin CLI → settings object → runner).
 
 In-process use (tests, ``droidwire demo``)::
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import ssl
 from collections.abc import Callable, Coroutine
@@ -38,6 +39,7 @@ from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
+from protocol import redact
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
 from protocol.errors import RpcError
 from protocol.settings import DEFAULTS, Settings
@@ -45,6 +47,11 @@ from protocol.settings import DEFAULTS, Settings
 __all__ = ["Bridge", "software_version", "ssl_context"]
 
 log = logging.getLogger("droidwire.bridge")
+
+# A device's state in the inventory while its owner has paused sharing (not adb's).
+PAUSED_STATE = "paused"
+# How often the pause switch (a file that may come and go) is looked at, in seconds.
+PAUSE_CHECK_S = 1.0
 
 _UNSET: Any = object()
 
@@ -101,6 +108,9 @@ class Bridge:
         self.software = software or software_version()
         self._token = token
         self._rng = rng
+        # Seconds a controller that was never reached is retried before giving up (None: the
+        # reconnect budget from the start); ``droidwire bridge --start-budget``.
+        self.start_budget_s: float | None = None
         self._own_devices = devices is _UNSET
         self.devices = self._make_devices() if devices is _UNSET else devices
         self._own_build = build is _UNSET
@@ -158,15 +168,44 @@ class Bridge:
     # -- inventory -----------------------------------------------------------------------------
 
     def inventory(self) -> list[DeviceInfo]:
-        """The devices the controller may see (the owner's exposure rules applied)."""
-        out = []
+        """The devices the controller may see (the owner's exposure rules applied, with the
+        labels and pool the owner's config gives them); while sharing is paused each says so
+        as its state, ``paused`` (docs/security.md)."""
+        exposed = []
         for serial, info in sorted(self._devices.items()):
             if self.policy.is_exposed(serial):
                 labels, pool = self.policy.config.labels_for(serial)
                 if labels or pool is not None:
                     info = info.model_copy(update={"labels": labels, "pool": pool})
-                out.append(info)
-        return out
+                exposed.append(info)
+        if self.policy.paused:
+            return [d.model_copy(update={"state": PAUSED_STATE}) for d in exposed]
+        return exposed
+
+    async def _watch_pause(self) -> None:
+        """Say in the log when sharing is paused or resumed (a pause file may come and go at
+        any time), and tell the controller: its devices show ``paused``."""
+        paused = self.policy.paused
+        if paused:
+            log.warning("sharing is paused: %s", self._pause_why())
+        while True:
+            await asyncio.sleep(PAUSE_CHECK_S)
+            now = self.policy.paused
+            if now == paused:
+                continue
+            paused = now
+            if now:
+                log.warning("sharing paused: %s", self._pause_why())
+            else:
+                log.info("sharing resumed: devices are served again")
+            await self._announce()
+
+    def _pause_why(self) -> str:
+        pause_file = self.policy.config.pause_file
+        if pause_file is not None and os.path.exists(pause_file):
+            return (f"the pause file {pause_file} exists (remove it to resume); every request "
+                    "for this host's devices is refused")
+        return "started with --paused; every request for this host's devices is refused"
 
     async def _describe(self) -> tuple[Capabilities, list[DeviceInfo]]:
         self._announced = self.inventory()
@@ -229,6 +268,8 @@ class Bridge:
         if not cfg.controller.urls:
             raise ConfigError("no controller URL: pass --controller or set controller.url")
         token = self._token or cfg.controller.resolve_token()
+        redact.add_secret(token)  # never in a log line, whatever logs it (docs/security.md)
+        redact.install()
         link = Link(
             cfg.controller.urls,
             token,
@@ -241,6 +282,7 @@ class Bridge:
             random=self._rng or random.SystemRandom().random,
             on_open=self._on_open,
             on_lost=self._on_lost,
+            start_budget_s=self.start_budget_s,
         )
         self.link = link
         self.dispatcher.sink = link
@@ -259,6 +301,7 @@ class Bridge:
 
                     keeper = NetworkKeeper(self.devices, cfg.adb.connect)
                     background.append(asyncio.create_task(keeper.run(), name="droidwire-keeper"))
+            background.append(asyncio.create_task(self._watch_pause(), name="droidwire-pause"))
             log.info(
                 "bridge %s dialling %s (%d device(s) exposed)",
                 self.software,

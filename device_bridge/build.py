@@ -1,6 +1,6 @@
 """The bridge's build service: compile a test against a project, with the right toolchain.
 
-Toolchain choice (DESIGN.md §5, §8), per project:
+Toolchain choice (docs/design.md §5, §8), per project:
 
 * ``gradle`` — the host has a JDK (``JAVA_HOME/bin/java`` or ``java`` on PATH) and an
   Android SDK (``ANDROID_HOME`` or ``ANDROID_SDK_ROOT`` with at least one ``build-tools/<v>``)
@@ -13,8 +13,17 @@ Toolchain choice (DESIGN.md §5, §8), per project:
 * any other project on a host without an SDK is refused: ``unavailable``, with what is
   missing.
 
-``prefer`` forces a side: ``"simulated"`` (the demo without ``--real``, tests) or
-``"gradle"`` (never fall back). Blocking work — copying, tar, reading APKs, the simulated
+The ``kotlinc`` check (:mod:`device_bridge.kotlinc`) comes first for the demo project when
+the pinned Kotlin compiler is set up (``make setup``) and a JDK is present: one warm compiler
+JVM type-checks the test against the app's classes and the test libraries. A test it rejects
+never reaches Gradle or the simulated toolchain: the outcome carries the real compiler's
+messages (``checked_by="kotlinc"``). Without an SDK it gates the simulated toolchain; with
+one, Gradle runs once, on a test that already compiles. Without a JDK or the compiler the
+bridge says so once in its log and builds without the check.
+
+``prefer`` forces a side: ``"simulated"`` (the simulated toolchain alone, no check),
+``"kotlinc"`` (the check, then the simulated toolchain; refused when the compiler is not set
+up) or ``"gradle"`` (never fall back). Blocking work — copying, tar, reading APKs, the simulated
 compiler — runs in threads; Gradle runs as an asyncio subprocess in its own process group,
 killed as a group on timeout or cancellation.
 """
@@ -52,18 +61,21 @@ from .workspace.fsutil import is_within
 __all__ = [
     "DEFAULT_COMPILE_TIMEOUT_S",
     "GRADLE_TASKS",
+    "PREFER_CHOICES",
     "BuildService",
     "CompileOutcome",
     "HostToolchain",
     "Toolchain",
     "detect_host",
     "from_config",
+    "kotlinc_ready",
 ]
 
 log = logging.getLogger("droidwire.bridge.build")
 
 Toolchain = Literal["gradle", "simulated"]
-Prefer = Literal["auto", "gradle", "simulated"]
+Prefer = Literal["auto", "gradle", "simulated", "kotlinc"]
+PREFER_CHOICES: tuple[str, ...] = ("auto", "gradle", "simulated", "kotlinc")
 
 GRADLE_TASKS = ("assembleDebug", "assembleDebugAndroidTest")
 DEFAULT_COMPILE_TIMEOUT_S = 900.0
@@ -90,6 +102,8 @@ class CompileOutcome:
     workspace: str | None = None  # the start branch the working copy took
     duration_ms: int = 0
     cached: bool = False  # served from the bridge's APK cache, no compile ran
+    checked_by: Literal["kotlinc"] | None = None  # the real compiler checked the test first
+    check: dict[str, Any] | None = None  # the check's summary (kotlinc.CheckResult.summary)
 
     def to_result(self) -> CompileResult:
         """The ``workspace.compile`` RPC result (protocol.methods)."""
@@ -99,7 +113,10 @@ class CompileOutcome:
                 Apk.from_bytes("app", "app-debug.apk", self.app_apk),
                 Apk.from_bytes("test", "app-debug-androidTest.apk", self.test_apk),
             ]
-        return CompileResult(ok=self.ok, output=self.output, toolchain=self.toolchain, apks=apks)
+        return CompileResult(
+            ok=self.ok, output=self.output, toolchain=self.toolchain, apks=apks,
+            checked_by=self.checked_by, check=self.check,
+        )
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,41 @@ class SimulatedCompiler(Protocol):
         returns an object with ``ok``, ``output``, ``app_apk``, ``test_apk``."""
 
 
+class Checker(Protocol):
+    """What the build service needs of ``device_bridge.kotlinc.KotlincChecker``."""
+
+    def check(
+        self, project_dir: Path, test_path: Path, *, module: str = "app",
+        app_dir: Path | None = None, timeout_s: float | None = None,
+    ) -> Any:
+        """Type-check the test at ``test_path``; an object with ``ok``, ``output``,
+        ``summary()``."""
+
+    def close(self) -> None: ...
+
+
+def kotlinc_ready(env: Mapping[str, str] | None = None) -> str | None:
+    """None when the kotlinc check can run here, else what is missing (cheap: no build)."""
+    try:
+        from device_bridge.kotlinc.install import cache_dir, compiler_ok, find_java
+    except ImportError as exc:  # pragma: no cover - part of this package
+        return f"device_bridge.kotlinc is not importable: {exc}"
+    env_d = dict(os.environ if env is None else env)
+    if find_java(env_d) is None:
+        return "no JDK (java and javac; Debian: openjdk-17-jdk-headless)"
+    if not compiler_ok(cache_dir(env_d)):
+        return "the pinned Kotlin compiler is not in the cache (run `make setup`)"
+    return None
+
+
+def _load_kotlinc(env: Mapping[str, str]) -> Checker:
+    """Build (or find) the class path and a checker with its warm compiler. Raises
+    ``device_bridge.kotlinc.SetupError`` with what is missing."""
+    from device_bridge.kotlinc import KotlincChecker, ensure_layout
+
+    return KotlincChecker(ensure_layout(fetch=False, env=dict(env)), env=env)
+
+
 def _load_simulated() -> SimulatedCompiler | None:
     try:
         from device_bridge.sim.toolchain import SimulatedToolchain
@@ -202,6 +254,7 @@ class BuildService:
         # Limits
         max_output_bytes: int = MAX_OUTPUT_BYTES,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        checker: Checker | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.prefer: Prefer = prefer
@@ -209,6 +262,21 @@ class BuildService:
         self.host = host if host is not None else detect_host(self._env)
         self._simulated = simulated
         self._simulated_loaded = simulated is not None
+        # The kotlinc check: given, or loaded on the first compile that wants it.
+        self._checker = checker
+        self._owns_checker = checker is None  # a given checker is closed by whoever gave it
+        self._checker_missing: str | None = None
+        if checker is None and prefer != "simulated":
+            self._checker_missing = kotlinc_ready(self._env)
+            if self._checker_missing is not None:
+                if prefer == "kotlinc":
+                    log.warning("kotlinc toolchain unavailable: %s", self._checker_missing)
+                else:
+                    log.warning(
+                        "the kotlinc check is off: %s; builds go without it (the demo project"
+                        " with the simulated toolchain alone)", self._checker_missing,
+                    )
+        self._checker_lock = asyncio.Lock()
         self.max_output_bytes = max_output_bytes
         self._cache = _ApkCache(cache_bytes) if cache_bytes else None
 
@@ -227,9 +295,47 @@ class BuildService:
             return [str(self.host.gradle)]
         return None
 
+    @property
+    def checks_with_kotlinc(self) -> bool:
+        """Whether compiles of the demo project are checked with kotlinc first."""
+        return self.prefer != "simulated" and (
+            self._checker is not None or self._checker_missing is None
+        )
+
+    def checker_for(self, project: Project) -> bool:
+        """Whether ``project``'s tests get the kotlinc check (the demo project only: its class
+        path is known; any other project's dependencies are Gradle's business)."""
+        return project.demo and self.checks_with_kotlinc
+
+    async def _get_checker(self) -> Checker | None:
+        if self._checker is not None or self._checker_missing is not None:
+            return self._checker
+        async with self._checker_lock:
+            if self._checker is None and self._checker_missing is None:
+                try:
+                    self._checker = await asyncio.to_thread(_load_kotlinc, self._env)
+                except Exception as exc:  # SetupError, OSError: say it once, go without
+                    self._checker_missing = str(exc)
+                    log.warning("the kotlinc check is off: %s", exc)
+        return self._checker
+
     def toolchain_for(self, project: Project) -> Toolchain:
         """The toolchain ``project`` builds with here; ``unavailable`` if none can."""
-        if self.prefer != "simulated" and self.host.can_build:
+        if self.prefer == "kotlinc":
+            if not project.demo:
+                raise RpcError(
+                    ErrorCode.UNAVAILABLE,
+                    f"cannot build project {project.name}: this bridge is set to the kotlinc"
+                    " toolchain, which checks and builds only the demo project",
+                    {"reason": "simulated_only", "project": project.name},
+                )
+            if not self.checks_with_kotlinc:
+                raise RpcError(
+                    ErrorCode.UNAVAILABLE,
+                    f"the kotlinc toolchain is not available here: {self._checker_missing}",
+                    {"reason": "no_kotlinc", "project": project.name},
+                )
+        if self.prefer not in ("simulated", "kotlinc") and self.host.can_build:
             if self._launcher(project) is not None:
                 return "gradle"
             if self.prefer == "gradle" or not project.demo:
@@ -290,13 +396,17 @@ class BuildService:
         return {
             "build": any(t is not None for t in per_project.values()),
             "toolchain": toolchain,
+            "checker": "kotlinc" if self.checks_with_kotlinc else None,
             "projects": [name for name, t in per_project.items() if t is not None],
             "default_project": default,
         }
 
     async def stop(self) -> None:
-        """Staged shutdown: refuse new compiles, let running ones finish, snapshot."""
+        """Staged shutdown: refuse new compiles, let running ones finish, snapshot; then the
+        warm compiler's JVM goes."""
         await self.workspaces.stop()
+        if self._checker is not None and self._owns_checker:
+            await asyncio.to_thread(self._checker.close)
 
     # -- compiling ---------------------------------------------------------------------
     async def compile(
@@ -316,13 +426,23 @@ class BuildService:
             raise RpcError(ErrorCode.BAD_REQUEST, "timeout_s must be positive")
         proj = self.workspaces.projects.get(project)
         toolchain = self.toolchain_for(proj)
+        checker = await self._get_checker() if self.checker_for(proj) else None
+        if checker is None and self.prefer == "kotlinc":
+            raise RpcError(
+                ErrorCode.UNAVAILABLE,
+                f"the kotlinc toolchain is not available here: {self._checker_missing}",
+                {"reason": "no_kotlinc", "project": proj.name},
+            )
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + timeout_s
         key = None
         if self._cache is not None:
             fingerprint = await asyncio.to_thread(source_fingerprint, proj.path)
-            key = _cache_key(toolchain, proj, fingerprint, test_code)
+            key = _cache_key(
+                f"{toolchain}+kotlinc" if checker is not None else toolchain,
+                proj, fingerprint, test_code,
+            )
             hit = self._cache.get(key)
             if hit is not None:
                 log.info("compile of %s served from the APK cache", hit.test_class)
@@ -338,10 +458,27 @@ class BuildService:
                         toolchain,
                         lease.branch.value,
                     )
-                    if toolchain == "gradle":
+                    check = None
+                    if checker is not None:
+                        check = await self._check(checker, lease, deadline - loop.time())
+                        if not check.ok:
+                            outcome = self._outcome(
+                                lease, False, str(check.output), toolchain, None, None
+                            )
+                            outcome = replace(
+                                outcome, checked_by="kotlinc", check=check.summary()
+                            )
+                    if check is not None and not check.ok:
+                        pass  # the real compiler refused it: no build runs
+                    elif toolchain == "gradle":
                         outcome = await self._gradle(lease, test_code, deadline)
                     else:
                         outcome = await self._simulate(lease, test_code)
+                    if check is not None and check.ok:
+                        outcome = replace(
+                            outcome, checked_by="kotlinc", check=check.summary(),
+                            output=f"{check.output}{outcome.output}",
+                        )
         except TimeoutError:
             raise RpcError(
                 ErrorCode.TIMEOUT,
@@ -351,6 +488,34 @@ class BuildService:
         if key is not None and self._cache is not None and outcome.ok:
             self._cache.put(key, outcome)
         return replace(outcome, duration_ms=int((loop.time() - started) * 1000))
+
+    async def _check(self, checker: Checker, lease: Lease, budget_s: float) -> Any:
+        """The kotlinc check of the test in ``lease`` (in a thread; the slot is held until it
+        is really done, even when the caller is cancelled)."""
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
+                checker.check, lease.project_dir, lease.test_file,
+                module=lease.project.module, app_dir=lease.project.path, timeout_s=budget_s,
+            )
+        )
+        lease.hold(work)
+        try:
+            return await asyncio.shield(work)
+        except RpcError:
+            raise
+        except Exception as exc:
+            from device_bridge.kotlinc import CompilerBusy, CompilerError, SetupError
+
+            if isinstance(exc, CompilerBusy):
+                raise RpcError(ErrorCode.BUSY, f"kotlinc: {exc}") from exc
+            if isinstance(exc, CompilerError | SetupError):
+                raise RpcError(
+                    ErrorCode.UNAVAILABLE, f"kotlinc: {exc}", {"reason": "kotlinc"}
+                ) from exc
+            log.exception("the kotlinc check failed on %s", lease.test_class)
+            raise RpcError(
+                ErrorCode.INTERNAL, f"the kotlinc check failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def _simulate(self, lease: Lease, test_code: str) -> CompileOutcome:
         compiler = self.simulated
@@ -553,8 +718,8 @@ def from_config(
     if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 64:
         raise bad("slots_per_project", "an integer from 1 to 64")
     prefer = section.get("toolchain", "auto")
-    if prefer not in ("auto", "gradle", "simulated"):
-        raise bad("toolchain", '"auto", "gradle" or "simulated"')
+    if prefer not in PREFER_CHOICES:
+        raise bad("toolchain", '"auto", "gradle", "simulated" or "kotlinc"')
     state_dir = section.get("state_dir")
     if state_dir is not None and not isinstance(state_dir, str):
         raise bad("state_dir", "a path")

@@ -1,6 +1,6 @@
 """The bridge host owner's config file (TOML), read with :mod:`tomllib`.
 
-Only the owner edits it; nothing the controller sends can change it (DESIGN.md §6). Every key
+Only the owner edits it; nothing the controller sends can change it (docs/design.md §6). Every key
 is also a flag or an environment variable of ``droidwire bridge`` (flag > env > file >
 default; the CLI hands them over as ``overrides`` keyed ``"table.key"``)::
 
@@ -17,7 +17,7 @@ default; the CLI hands them over as ``overrides`` keyed ``"table.key"``)::
     connect = ["192.168.1.20:5555"]     # --adb-connect (repeatable), DROIDWIRE_ADB_CONNECT
     start_server = true                 # start the adb server if none runs on that port
 
-    [link]                              # DESIGN.md §4; defaults: protocol.settings.DEFAULTS
+    [link]                              # docs/design.md §4; defaults: protocol.settings.DEFAULTS
     concurrency = 16                    # --concurrency: RPC handlers at once
     reconnect_budget_s = 1800           # --reconnect-budget
     backoff_first_max_s = 0.5           # --backoff-first-max
@@ -214,8 +214,9 @@ class ControllerConfig:
                 return token
             raise ConfigError(f"{self.token_file}: the bridge token file is empty")
         raise ConfigError(
-            "no bridge token: pass --token, set DROIDWIRE_BRIDGE_TOKEN, or set "
-            "controller.token_file in the config"
+            "no bridge token: pass --token-file FILE (make one with `droidwire token create "
+            "--kind bridge NAME > FILE`), or set DROIDWIRE_BRIDGE_TOKEN "
+            "(or controller.token_file in the --config file)"
         )
 
 

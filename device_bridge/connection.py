@@ -1,6 +1,6 @@
 """The bridge's dial-out link to the controller: one WebSocket at a time, resumed forever.
 
-DESIGN.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); this
+docs/design.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); this
 module is the I/O around :class:`protocol.session.BridgeSession`:
 
 * dial ``URL/v1/bridge`` with subprotocol ``droidwire.v1``, the token in an ``Authorization:
@@ -17,7 +17,7 @@ module is the I/O around :class:`protocol.session.BridgeSession`:
   waits only when the socket pushes back), then a task carries it on — so a result usually
   leaves in the step that produced it (the controller's hub does the same, the "eager
   writer");
-* reconnect as a loop with two swappable pieces (STYLE.md §6): :func:`classify_failure`
+* reconnect as a loop with two swappable pieces: :func:`classify_failure`
   (terminal or retryable) and :func:`protocol.settings.backoff` (full jitter, a cap). One
   generator per *outage*: it is created when a session that reached ``welcome`` drops (quick
   first retry) and kept while attempts fail — including attempts accepted then closed before
@@ -44,6 +44,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import json
 import logging
 import random as _random
 import ssl as _ssl
@@ -148,6 +149,7 @@ class Failure:
     terminal: bool = False
     close_code: int | None = None
     http_status: int | None = None
+    unreached: bool = False  # no answer at all: refused, unknown host, timed out
 
     def error(self) -> LinkRefused:
         return LinkRefused(self.message, close_code=self.close_code, http_status=self.http_status)
@@ -166,10 +168,24 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, InvalidStatus):
         status = exc.response.status_code
         reason = exc.response.reason_phrase or ""
+        answer = _error_message(bytes(exc.response.body or b""))
+        if answer is None and status in (403, 404):
+            # Not droidwire's answer (every refusal of ours has a JSON error body): nothing
+            # serves the bridge endpoint at that URL, e.g. a path after the host:port.
+            return Failure(
+                f"no droidwire bridge endpoint at that URL (HTTP {status} {reason}): "
+                "--controller takes the controller's base URL, e.g. http://HOST:8700, with "
+                "a path only where a proxy serves the controller under one",
+                terminal=True,
+                http_status=status,
+            )
         if status in TERMINAL_HTTP:
             what = "unauthorized" if status == 401 else "forbidden"
             return Failure(
-                f"the controller refused the bridge token: HTTP {status} {what}",
+                f"the controller refused the bridge token: HTTP {status} {what}"
+                + (f" ({answer})" if answer else "")
+                + ": check --token-file / DROIDWIRE_BRIDGE_TOKEN (a bridge token, from "
+                "`droidwire token create --kind bridge NAME`)",
                 terminal=True,
                 http_status=status,
             )
@@ -189,12 +205,21 @@ def classify_failure(exc: BaseException) -> Failure:
             terminal=True,
         )
     if isinstance(exc, TimeoutError):
-        return Failure("timed out connecting to the controller")
+        return Failure("timed out connecting to the controller", unreached=True)
     if isinstance(exc, InvalidHandshake):
         return Failure(f"WebSocket handshake failed: {exc}")
     if isinstance(exc, OSError):
-        return Failure(f"network error: {exc.strerror or exc}")
+        return Failure(f"network error: {exc.strerror or exc}", unreached=True)
     return Failure(f"connection failed: {type(exc).__name__}: {exc}")
+
+
+def _error_message(body: bytes) -> str | None:
+    """The message of a droidwire JSON error body, or None when the body is not one."""
+    try:
+        error = json.loads(body)["error"]
+        return str(error["message"])[:200]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def bridge_url(url: str) -> str:
@@ -206,7 +231,7 @@ def bridge_url(url: str) -> str:
     if scheme not in ("ws", "wss"):
         raise ValueError(f"controller URL {url!r}: scheme must be ws, wss, http or https")
     if "?" in rest or "#" in rest or "@" in rest.split("/", 1)[0]:
-        # Credentials travel in the Authorization header only, never in a URL (DESIGN.md §6).
+        # Credentials travel in the Authorization header only, never in a URL (docs/design.md §6).
         raise ValueError(f"controller URL {url!r} must not carry a query, fragment or user info")
     rest = rest.rstrip("/")
     if not rest.endswith(BRIDGE_PATH):
@@ -215,7 +240,7 @@ def bridge_url(url: str) -> str:
 
 
 class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Every line of a link names its bridge (once welcomed) and its session (STYLE.md §15)."""
+    """Every line of a link names its bridge (once welcomed) and its session (namespaced, with ids)."""
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         extra: Any = self.extra
@@ -250,6 +275,7 @@ class Link:
         on_open: Callable[[Link], Any] | None = None,
         on_lost: Callable[[Link], Any] | None = None,
         drain_s: float | None = None,
+        start_budget_s: float | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one controller URL is needed")
@@ -272,6 +298,10 @@ class Link:
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
         self.log = _LinkLog(log, {"link": self})
         self.budget = ReconnectBudget.from_settings(settings)
+        # Until the first ``welcome``, a controller that cannot even be reached (refused,
+        # unknown host, no answer) gives up after this many seconds: a wrong URL or port
+        # fails fast. None: the reconnect budget applies from the start.
+        self.start_budget_s = start_budget_s
         self._sem = asyncio.Semaphore(settings.handler_concurrency)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -307,7 +337,7 @@ class Link:
         return self.session.bridge_id
 
     def drop(self, failure: Failure | str) -> bool:
-        """Report that the current connection is broken: THE guard of DESIGN.md §4.4.
+        """Report that the current connection is broken: THE guard of docs/design.md §4.4.
 
         The first report per connection wins and wakes the loop; later ones (the close that
         follows an error, the writer's error after the reader's …) are ignored. Returns
@@ -364,6 +394,19 @@ class Link:
                     raise failure.error()
                 now = self._clock()
                 self.budget.failed(now)
+                if (
+                    self.welcomes == 0
+                    and self.start_budget_s is not None
+                    and failure.unreached
+                    and self.budget.elapsed(now) >= self.start_budget_s
+                ):
+                    raise BudgetExhausted(
+                        f"cannot reach the controller at {', '.join(self.urls)}: "
+                        f"{failure.message}, for {self.start_budget_s:g} s since the start. "
+                        "Check --controller (its host and port; `droidwire controller` "
+                        "listens on 8700 unless --port says otherwise) and that it runs; "
+                        "--start-budget SECONDS waits longer for a controller still starting"
+                    )
                 if self.budget.exhausted(now):
                     raise BudgetExhausted(
                         f"the controller stayed unreachable for {self.budget.budget_s:g} s "
@@ -374,14 +417,22 @@ class Link:
                 if not welcomed:
                     index += 1  # fail over to the next controller URL
                 delay = min(next(delays), self.budget.remaining(now))
+                if self.welcomes == 0 and self.start_budget_s is not None and failure.unreached:
+                    delay = min(delay, max(0.0, self.start_budget_s - self.budget.elapsed(now)))
                 self.delays.append(delay)
-                self.log.info(
-                    "link to %s lost (%s); retrying in %.2f s (budget left %.0f s)",
-                    url,
-                    failure.message,
-                    delay,
-                    self.budget.remaining(now),
-                )
+                if self.welcomes == 0:
+                    # Never connected: not a lost link, and worth a warning.
+                    self.log.warning(
+                        "cannot connect to %s (%s); retrying in %.2f s", url, failure.message, delay
+                    )
+                else:
+                    self.log.info(
+                        "link to %s lost (%s); retrying in %.2f s (budget left %.0f s)",
+                        url,
+                        failure.message,
+                        delay,
+                        self.budget.remaining(now),
+                    )
                 with contextlib.suppress(TimeoutError):  # not wait_for: it can eat a cancel
                     async with asyncio.timeout(delay):
                         await stop.wait()

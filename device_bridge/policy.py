@@ -1,6 +1,6 @@
 """The host owner's command policy: what the controller may do with each device on this host.
 
-DESIGN.md §6, "defence in depth on the host": whatever the controller asks, the bridge owner's
+docs/design.md §6, "defence in depth on the host": whatever the controller asks, the bridge owner's
 local config decides which devices are exposed, under which **profile**, and can pause sharing
 at once. A profile governs every RPC kind, not only shell:
 
@@ -113,6 +113,9 @@ class Rule(StrEnum):
     COMMAND_WRAPPER = "command_wrapper"
     RM_ROOT = "rm_root"
     ENV_ASSIGNMENT = "env_assignment"
+    LOCK_SCREEN = "lock_screen"
+    ADB_OFF = "adb_off"
+    SIGNAL_INIT = "signal_init"
     # Profiles.
     SHELL_NOT_ALLOWED = "shell_not_allowed"
     NOT_ALLOWLISTED = "not_allowlisted"
@@ -124,6 +127,7 @@ class Rule(StrEnum):
     SWIPE_DURATION = "swipe_duration"
     TEXT_TOO_LONG = "text_too_long"
     PACKAGE_SCOPE = "package_scope"
+    PACKAGE_PREEXISTING = "package_preexisting"
     PATH_OUTSIDE_WORKSPACE = "path_outside_workspace"
     PATH_INVALID = "path_invalid"
     LOGCAT_SCOPE = "logcat_scope"
@@ -148,12 +152,15 @@ class CommandContext:
     """What the bridge knows about the run a command belongs to.
 
     ``installed_packages`` are the packages this bridge installed through droidwire (still
-    installed). ``screen`` is the device's screen size (width, height), for ``input`` bounds.
+    installed); ``preexisting`` those of them that were on the device before (droidwire
+    updated them): they may be started and instrumented, never cleared or uninstalled.
+    ``screen`` is the device's screen size (width, height), for ``input`` bounds.
     """
 
     app_package: str | None = None
     test_package: str | None = None
     installed_packages: frozenset[str] = frozenset()
+    preexisting: frozenset[str] = frozenset()
     screen: tuple[int, int] | None = None
 
     @property
@@ -353,30 +360,74 @@ def parse_command(command: str | Sequence[str]) -> list[str]:
 # Layer 2: deny list, every profile
 
 _SHELLS = frozenset({"sh", "bash", "mksh", "ash", "dash", "zsh", "ksh", "csh", "tcsh", "fish"})
+# Programs whose job is to run another program (or arbitrary code): refused in every profile,
+# whatever they would run — their effect cannot be judged from their name. Judged by effect,
+# assuming a rooted or userdebug build: the dynamic linker (`linker64 /system/bin/reboot`),
+# the runtime (`app_process64`, `dalvikvm64` run any class), scheduling and logging shims
+# (`chrt`, `nice`, `logwrapper`, `timeout`, `nohup`), debuggers and profilers that launch
+# (`gdbserver`, `simpleperf record -- …`), root managers (`magisk su`).
 _WRAPPERS = frozenset(
     {
-        "env", "exec", "nohup", "nice", "ionice", "timeout", "xargs", "toybox", "busybox",
-        "time", "command", "run-as", "chroot", "strace", "setsid", "taskset", "watch",
-        "eval", "source", "builtin", "cmd", "app_process", "script", "find", "dalvikvm",
-        "unshare", "nsenter", "stdbuf", "flock", "parallel",
+        "env", "exec", "nohup", "nice", "ionice", "timeout", "xargs", "time", "command",
+        "run-as", "chroot", "strace", "ltrace", "setsid", "taskset", "watch", "eval", "source",
+        ".", "builtin", "cmd", "script", "find", "unshare", "nsenter", "stdbuf", "flock",
+        "parallel", "chrt", "runcon", "logwrapper", "linker", "linker64", "linker_asan",
+        "linker_asan64", "app_process", "app_process32", "app_process64", "dalvikvm",
+        "dalvikvm32", "dalvikvm64", "simpleperf", "perf", "gdbserver", "gdbserver64",
+        "lldb-server", "valgrind", "magisk", "ksud", "apd", "start-stop-daemon", "daemonize",
+        "unbuffer", "capsh", "setpriv", "prlimit", "sg", "newgrp", "busybox-static",
     }
 )  # fmt: skip
-# `cmd SERVICE …` reaches every system service (`cmd power reboot`), `find -exec` and
-# `app_process`/`dalvikvm` run arbitrary code: all count as wrappers.
+# Multi-call binaries: `toybox APPLET …` is judged as `APPLET …` (an applet that runs another
+# program is then refused like any wrapper; a bare multi-call name is refused).
+_MULTICALL = frozenset({"toybox", "toolbox", "busybox"})
+# `cmd SERVICE …` reaches every system service (`cmd power reboot`), `find -exec` runs
+# anything: both count as wrappers.
 _DENIED: dict[str, Rule] = {
     "su": Rule.SU,
     "sudo": Rule.SU,
+    "doas": Rule.SU,
     "reboot": Rule.REBOOT,
     "shutdown": Rule.REBOOT,
     "halt": Rule.REBOOT,
     "poweroff": Rule.REBOOT,
+    "recovery": Rule.REBOOT,
+    "uncrypt": Rule.REBOOT,
+    "vdc": Rule.REBOOT,  # vold: wipe, encrypt, unmount storage
+    "dpm": Rule.LOCK_SCREEN,  # device policy: device owner, force-lock, wipe
+    "locksettings": Rule.LOCK_SCREEN,
     "setprop": Rule.SETPROP,
+    "resetprop": Rule.SETPROP,
+    "mount": Rule.CHMOD,  # remounting /system writable is how a root shell plants binaries
+    "umount": Rule.CHMOD,
+    "remount": Rule.CHMOD,
+    "iptables": Rule.ADB_OFF,  # a firewall rule can cut the adb link
+    "ip6tables": Rule.ADB_OFF,
+    "ndc": Rule.ADB_OFF,
     "dd": Rule.DD,
     "chmod": Rule.CHMOD,
     "chown": Rule.CHMOD,
     "chgrp": Rule.CHMOD,
     "chcon": Rule.CHMOD,
 }
+# Processes whose death takes the device (or its adb link) away.
+_CRITICAL = frozenset(
+    {"init", "adbd", "zygote", "zygote64", "system_server", "servicemanager",
+     "hwservicemanager", "surfaceflinger", "vold", "lmkd", "netd", "ueventd", "logd"}
+)  # fmt: skip
+# Settings that turn adb off, and the lock screen's.
+_ADB_SETTINGS = frozenset(
+    {"adb_enabled", "adb_wifi_enabled", "development_settings_enabled", "usb_mass_storage_enabled"}
+)  # fmt: skip
+_LOCK_SETTING = re.compile(r"(?i)^(lockscreen|lock_screen|screen_lock|lock_pattern|lock_to_app)")
+# Intents that reboot, shut down or wipe the device.
+_POWER_INTENT = re.compile(r"(?i)(REBOOT|SHUTDOWN|MASTER_CLEAR|FACTORY_RESET|ACTION_REQUEST_SHUTDOWN)")
+# Where a program may be run from by path: the system's own binaries. Anything else (a file
+# pushed under /data/local/tmp, say) cannot be judged by its name.
+_SYSTEM_BIN = re.compile(
+    r"^/(system/bin|system/xbin|system_ext/bin|vendor/bin|product/bin|odm/bin"
+    r"|apex/[A-Za-z0-9_.@\-]+/bin)/[A-Za-z0-9_.\-]+$"
+)
 # Paths a recursive rm must never name, even under `full`.
 _SYSTEM_ROOTS = frozenset(
     {"/", "/data", "/system", "/vendor", "/product", "/sdcard", "/storage", "/mnt", "/apex",
@@ -397,9 +448,19 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def _check_denied(argv: Sequence[str]) -> None:
+    """Layer 2, every profile: refuse what takes the device away from its owner or runs
+    another program, judged by effect (see the tables above)."""
     if _ASSIGNMENT.match(argv[0]):
         _refuse(Rule.ENV_ASSIGNMENT, "a leading NAME=value (environment assignment) is not allowed")
+    if "/" in argv[0] and not _SYSTEM_BIN.match(posixpath.normpath(argv[0])):
+        _refuse(Rule.COMMAND_WRAPPER,
+                f"{argv[0]}: only the system's own programs may be run by path")
     name = _command_name(argv[0])
+    if name in _MULTICALL:
+        if len(argv) < 2 or argv[1].startswith("-"):
+            _refuse(Rule.COMMAND_WRAPPER, f"{name}: name the applet to run")
+        _check_denied(argv[1:])  # `toybox reboot` is `reboot`
+        return
     if name in _SHELLS:
         _refuse(Rule.SHELL_INTERPRETER, f"{name}: running a shell interpreter is not allowed")
     if name in _WRAPPERS:
@@ -407,19 +468,64 @@ def _check_denied(argv: Sequence[str]) -> None:
     rule = _DENIED.get(name)
     if rule is not None:
         _refuse(rule, f"{name} is not allowed on shared devices")
-    # `svc power reboot|shutdown`, `am reboot`-likes: the same effect under another name.
-    if name == "svc" and len(argv) > 2 and argv[1] == "power" and argv[2] in ("reboot", "shutdown"):
-        _refuse(Rule.REBOOT, "svc power reboot/shutdown is not allowed")
+    args = list(argv[1:])
+    _check_effects(name, args)
     if name == "rm":
-        flags = "".join(a[1:] for a in argv[1:] if a.startswith("-") and not a.startswith("--"))
-        recursive = "r" in flags or "R" in flags or "--recursive" in argv[1:]
+        flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+        recursive = "r" in flags or "R" in flags or "--recursive" in args
         if recursive:
-            for arg in argv[1:]:
+            for arg in args:
                 if (
                     not arg.startswith("-")
                     and posixpath.normpath("/" + arg.lstrip("/")) in _SYSTEM_ROOTS
                 ):
                     _refuse(Rule.RM_ROOT, f"rm -r of {arg!r} is not allowed")
+
+
+def _check_effects(name: str, args: list[str]) -> None:
+    """Commands that are fine in general but take the device away with some arguments."""
+    lower = [a.lower() for a in args]
+    if name in ("start", "stop", "restart"):
+        # init's service control: `stop adbd` turns adb off, `stop` alone the framework.
+        rule = Rule.ADB_OFF if "adbd" in args else Rule.REBOOT
+        _refuse(rule, f"{name}: controlling init's services is not allowed")
+    if name == "svc" and args:
+        # `svc power reboot|shutdown`; `svc usb …` (the adb link over USB), `svc wifi|data
+        # disable` (the link over the network).
+        if args[0] == "power" and any(a in ("reboot", "shutdown") for a in args[1:]):
+            _refuse(Rule.REBOOT, "svc power reboot/shutdown is not allowed")
+        if args[0] == "usb" or (args[0] in ("wifi", "data", "ethernet") and "disable" in args):
+            _refuse(Rule.ADB_OFF, f"svc {args[0]} may cut the adb link")
+        if args[0] == "system-server":
+            _refuse(Rule.REBOOT, "svc system-server is not allowed")
+    if name == "service" and args[:1] == ["call"]:
+        rule = Rule.REBOOT if args[1:2] == ["power"] else Rule.COMMAND_WRAPPER
+        _refuse(rule, "service call (raw binder transactions) is not allowed")
+    if name == "am" and any(_POWER_INTENT.search(a) for a in args):
+        _refuse(Rule.REBOOT, "intents that reboot, shut down or wipe the device are not allowed")
+    verb = next((i for i, a in enumerate(args) if a in ("put", "delete", "reset")), None)
+    if name == "settings" and verb is not None:
+        keys = [a for a in args[verb + 1:] if not a.startswith("-")][1:2]
+        if args[verb] == "reset" or any(k in _ADB_SETTINGS for k in keys):
+            _refuse(Rule.ADB_OFF, "changing the debugging settings may turn adb off")
+        if any(_LOCK_SETTING.match(k) for k in keys):
+            _refuse(Rule.LOCK_SCREEN, "the lock screen is the owner's")
+    if name == "kill":
+        # Targets, after the signal (`-9`, `-KILL`, `-s KILL`, `-n 9`) and `--`: init (1)
+        # or a negative pid (a process group; -1 is every process) are refused.
+        rest = list(args)
+        if rest[:1] in (["-s"], ["-n"]):
+            rest = rest[2:]
+        elif rest and rest[0].startswith("-") and rest[0] != "--" and len(rest) > 1:
+            rest = rest[1:]
+        if rest[:1] == ["--"]:
+            rest = rest[1:]
+        if any(t == "1" or (t.startswith("-") and t != "-l") for t in rest):
+            _refuse(Rule.SIGNAL_INIT, "signalling init or every process is not allowed")
+    if name in ("pkill", "killall") and any(a in _CRITICAL for a in args):
+        _refuse(Rule.SIGNAL_INIT, "killing the system's own daemons is not allowed")
+    if name in ("ip", "ifconfig") and "down" in lower:
+        _refuse(Rule.ADB_OFF, "taking an interface down may cut the adb link")
 
 
 # --------------------------------------------------------------------------------------------
@@ -656,9 +762,20 @@ def _am(argv: list[str], ctx: CommandContext) -> None:
         _bad_arg(argv, "only am start, force-stop and instrument")
 
 
+def _not_preexisting(pkg: str, ctx: CommandContext) -> None:
+    if pkg in ctx.preexisting:
+        _refuse(
+            Rule.PACKAGE_PREEXISTING,
+            f"package {pkg!r} was on the device before droidwire installed over it: "
+            "its data and its installation are the owner's",
+            package=pkg,
+        )
+
+
 def _pm(argv: list[str], ctx: CommandContext) -> None:
     if len(argv) == 3 and argv[1] == "clear":
         _own_package(argv[2], ctx)
+        _not_preexisting(argv[2], ctx)
         return
     if argv[1:3] == ["list", "packages"]:
         # The owner's other apps are not the borrower's business: name one of the run's packages.
@@ -737,19 +854,42 @@ class Policy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config or PolicyConfig()
         self._paused = self.config.paused
+        self._base: Policy | None = None  # set on a caller's view (for_caller)
+        self._cap_full = False
+
+    def for_caller(self, *, as_owner: bool) -> Policy:
+        """This policy as it applies to one caller: ``full`` is for the bridge owner's own
+        use, so for anyone else (a borrower, an admin, a caller the controller did not vouch
+        for) a ``full`` device answers as ``standard``. The view shares the owner's switches
+        (pause, exposure) with this policy."""
+        base = self._base or self
+        if as_owner:
+            return base
+        view = Policy.__new__(Policy)
+        view.config = base.config
+        view._paused = False
+        view._base = base
+        view._cap_full = True
+        return view
 
     # -- host owner's switches ---------------------------------------------------------------
 
     @property
     def paused(self) -> bool:
+        if self._base is not None:
+            return self._base.paused
         pause_file = self.config.pause_file
         return self._paused or (pause_file is not None and os.path.exists(pause_file))
 
     def pause(self) -> None:
+        if self._base is not None:
+            self._base.pause()
         self._paused = True
 
     def resume(self) -> None:
         """Lift the run-time pause (a ``pause_file`` that exists still pauses)."""
+        if self._base is not None:
+            self._base.resume()
         self._paused = False
 
     def is_exposed(self, serial: str) -> bool:
@@ -759,7 +899,10 @@ class Policy:
         return self.config.expose is None or serial in self.config.expose
 
     def profile_for(self, serial: str) -> Profile:
-        return self.config.devices.get(serial, self.config.profile)
+        profile = self.config.devices.get(serial, self.config.profile)
+        if profile is Profile.FULL and self._cap_full:
+            return Profile.STANDARD  # full is the owner's own (for_caller)
+        return profile
 
     def check_exposed(self, serial: str) -> Profile:
         """Every check starts here: paused → ``forbidden``; a hidden device → ``not_found``.
@@ -841,6 +984,7 @@ class Policy:
         profile = self.check_exposed(serial)
         if profile is not Profile.FULL:
             _own_package(package, context or CommandContext())
+            _not_preexisting(package, context or CommandContext())
 
     def check_instrument(
         self, serial: str, component: str, context: CommandContext | None = None

@@ -15,7 +15,7 @@ task (:meth:`Dispatcher.immediate`). For every method, in this order:
 
 The dispatcher remembers which packages it installed on each device: ``am start|force-stop|
 instrument`` and ``pm clear`` are allowed for them (the policy's ``CommandContext``), and
-:meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (DESIGN.md §6).
+:meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (docs/design.md §6).
 
 Logcat subscriptions stream ``evt`` batches on a channel of their own (``d`` =
 :class:`protocol.methods.LogBatch`, ``seq`` in the envelope): at most ``logcat_batch_lines``
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import re
 import uuid
@@ -94,6 +95,9 @@ DEVICE_METHODS = frozenset(
     }
 )
 MAX_SUBSCRIPTIONS = 32
+# Whether the request being served comes from the device's owner (``as_owner``, vouched for by
+# the controller): set per request, in the task that serves it.
+_AS_OWNER: contextvars.ContextVar[bool] = contextvars.ContextVar("as_owner", default=False)
 MAX_LOOKUP_RESULTS = 20
 MAX_SOURCE_TEXT = 8192
 
@@ -157,7 +161,7 @@ class Dispatcher:
         stream_max_lines: int | None = None,
         queue_batches: int = DEFAULTS.stream_queue_batches,
     ) -> None:
-        self.policy = policy
+        self._policy = policy
         self.devices = devices
         self.build = build
         self.inventory = inventory
@@ -168,6 +172,9 @@ class Dispatcher:
         self.stream_max_lines = stream_max_lines
         self.queue_batches = queue_batches
         self.installed: dict[str, set[str]] = {}  # serial -> packages installed through us
+        # serial -> packages that were on the device before we installed over them: usable by
+        # the run, never cleared or uninstalled by us (what the device told us, not the APK)
+        self.updated: dict[str, set[str]] = {}
         self._screens: dict[str, tuple[int, int] | None] = {}
         self._subs: dict[str, _Subscription] = {}
         self._indexes: dict[str, Any] = {}  # project name -> fixer SourceCodeIndex
@@ -196,6 +203,17 @@ class Dispatcher:
             "workspace.compile": self._compile,
             "source.lookup": self._source_lookup,
         }
+
+    @property
+    def policy(self) -> Policy:
+        """The owner's policy as it applies to the caller of the request being served: the
+        controller vouches for the device's owner with ``as_owner`` (``full`` is theirs
+        alone; anyone else gets at most ``standard``)."""
+        return self._policy.for_caller(as_owner=_AS_OWNER.get())
+
+    @policy.setter
+    def policy(self, value: Policy) -> None:
+        self._policy = value
 
     # -- what this bridge serves ---------------------------------------------------------------
 
@@ -233,6 +251,7 @@ class Dispatcher:
             build=bool(build.get("build", False)),
             devices=self.devices is not None,
             toolchain=build.get("toolchain"),
+            checker=build.get("checker"),
             projects=list(build.get("projects", [])),
             methods=self.methods(),
         )
@@ -247,8 +266,12 @@ class Dispatcher:
                 f"unknown method {method[:128]!r}",
                 {"reason": "unknown_method"},
             )
-        self._check(method, params)
-        return await handler(params)
+        token = _AS_OWNER.set(params.get("as_owner") is True)
+        try:
+            self._check(method, params)
+            return await handler(params)
+        finally:
+            _AS_OWNER.reset(token)
 
     def immediate(self, method: str) -> Immediate | None:
         """``method``'s handler as a plain function if it never waits (``ping``,
@@ -263,8 +286,12 @@ class Dispatcher:
 
     def _checked(self, method: str, handler: Immediate) -> Immediate:
         def run(params: dict[str, Any]) -> dict[str, Any]:
-            self._check(method, params)
-            return handler(params)
+            token = _AS_OWNER.set(params.get("as_owner") is True)
+            try:
+                self._check(method, params)
+                return handler(params)
+            finally:
+                _AS_OWNER.reset(token)
 
         return run
 
@@ -278,7 +305,7 @@ class Dispatcher:
         if spec.device_bound:
             serial = params.get("serial")
             if isinstance(serial, str):
-                # Exposure and the pause switch before anything else (DESIGN.md §6).
+                # Exposure and the pause switch before anything else (docs/design.md §6).
                 self.policy.check_exposed(serial)
 
     def _adb(self) -> AdbDevices:
@@ -287,8 +314,10 @@ class Dispatcher:
 
     def context(self, serial: str, *, screen: tuple[int, int] | None = None) -> CommandContext:
         """The policy's view of the run on ``serial``: the packages we installed there."""
+        updated = frozenset(self.updated.get(serial, ()))
         return CommandContext(
-            installed_packages=frozenset(self.installed.get(serial, ())), screen=screen
+            installed_packages=frozenset(self.installed.get(serial, ())) | updated,
+            preexisting=updated, screen=screen,
         )
 
     def forget(self, serial: str) -> None:
@@ -363,7 +392,7 @@ class Dispatcher:
 
     async def _logcat_clear(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("device.logcat.clear", params, LogcatClearParams)
-        # Clearing reveals nothing, and a run starts with it (DESIGN.md §5), so every profile
+        # Clearing reveals nothing, and a run starts with it (docs/design.md §5), so every profile
         # may clear once the device is exposed and sharing is not paused.
         self.policy.check_exposed(p.serial)
         await self._adb().logcat_clear(p.serial, buffers=p.buffers)
@@ -537,23 +566,27 @@ class Dispatcher:
         p = _valid("device.install", params, InstallParams)
         self.policy.check_install(p.serial)
         if p.apk is None:
-            # Only APKs sent through droidwire are installed (DESIGN.md §6): a path would let
+            # Only APKs sent through droidwire are installed (docs/design.md §6): a path would let
             # the controller name any file on this host.
             raise RpcError(
                 ErrorCode.FORBIDDEN,
                 "install takes APK bytes sent through droidwire, not a path on the bridge host",
                 {"rule": Rule.INSTALL_NOT_ALLOWED.value},
             )
-        package = await self._adb().install(
+        installed = await self._adb().install(
             p.serial,
             p.apk,
             replace=p.replace,
             allow_test=p.allow_test,
-            grant_permissions=p.grant_permissions,
+            grant_permissions=p.grant_permissions and p.as_owner,
         )
-        if package:
+        package = installed.package
+        if package and installed.existed:
+            # An update of what was there before: the run may use it, never remove it.
+            self.updated.setdefault(p.serial, set()).add(package)
+        elif package:
             self.installed.setdefault(p.serial, set()).add(package)
-        return {"package": package}
+        return {"package": package, "existed": installed.existed}
 
     async def _uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("device.uninstall", params, UninstallParams)
@@ -650,7 +683,7 @@ def _only(lines: list[str], pids: frozenset[int] | None) -> list[str]:
 
 
 def _open_index(root: Path) -> Any:
-    # The only fixer import the bridge allows (DESIGN.md §2): pure parsing of the sources.
+    # The only fixer import the bridge allows (docs/design.md §2): pure parsing of the sources.
     from fixer.source_index import SourceCodeIndex
 
     try:

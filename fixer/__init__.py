@@ -2,7 +2,7 @@
 
 Public surface::
 
-    fix(test_code, error_output, index, llm_client) -> str          # the seed's signature
+    fix(test_code, error_output, index, llm_client) -> str          # the base signature
     fix_detailed(...) -> FixResult                                 # code, fixer, diff, errors
     compile_fix_loop(test_code, compile_fn, index, llm_client, max_rounds=3) -> LoopResult
     compile_fix_loop_async(...)                                    # for an async compile_fn
@@ -10,7 +10,7 @@ Public surface::
     SourceCodeIndex(root).lookup(name) -> list[MethodRecord]
     LlmClient.from_env() -> LlmClient | None                       # OPENAI_BASE_URL, …
 
-No sockets, no devices (DESIGN.md §2); the LLM is reached through the ``openai`` client only.
+No sockets, no devices (docs/design.md §2); the LLM is reached through the ``openai`` client only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Gradle / kotlinc / javac output → structured compile errors (DESIGN.md §9, ``fixer errors``).
+"""Gradle / kotlinc / javac output → structured compile errors (docs/design.md §9, ``fixer errors``).
 
 Pure text in, data out: no I/O. The parser is line-oriented and forgiving, because what
 reaches it is often a paste: GitHub Actions timestamps, markdown quotes and backticks,
@@ -11,6 +11,9 @@ Shapes recognised (see the corpus' VARIATIONS.md §6):
 * kotlinc 2 (K2)  ``e: file:///abs/Foo.kt:12:5 Unresolved reference 'bar'.``
 * kotlinc CLI     ``Foo.kt:12:5: error: unresolved reference 'bar'.``
 * a location with the message on the next line, or a message wrapped over several lines
+* kotlinc 2's multi-line messages: ``None of the following candidates is applicable:`` with
+  one candidate a line (kept whole, one a line), and a quoted signature broken by a contract
+  dump (joined up to its closing quote)
 * ``w:`` / ``warning:`` lines → severity ``warning``
 * javac           ``Foo.java:12: error: cannot find symbol`` + source line + caret line
                   (the caret gives the column) + ``symbol:`` / ``location:`` lines
@@ -25,6 +28,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 __all__ = [
     "CompileError",
@@ -60,6 +64,9 @@ class CompileError:
     kind: ErrorKind
     symbol: str | None = None
     location: str | None = None  # javac's ``location:`` line ("class DetoxTest"), if any
+    # The lines that belong to this diagnostic after its first one and are not its message:
+    # kapt/Dagger's ``is injected at`` chain, ``where T is a type-variable``, … (bounded).
+    detail: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +78,7 @@ class CompileError:
             "kind": self.kind,
             "symbol": self.symbol,
             "location": self.location,
+            "detail": list(self.detail),
         }
 
     def signature(self) -> tuple[str, str, str, str]:
@@ -143,9 +151,14 @@ _K_CLI = re.compile(
     rf"^(?P<path>\S.*?\.{_SRC_EXT}):(?P<line>\d+):(?P<col>\d+):?"
     r"(?:\s+(?:(?P<sev>error|warning|info):\s*)?(?P<msg>.*))?$"
 )
+# javac's severity word, in English and in the locales the JDK ships messages for
+# (Japanese, Simplified Chinese, German): a javac run on a developer's machine speaks its locale.
+_JAVAC_ERROR_WORDS = ("error", "エラー", "错误", "錯誤", "Fehler")
+_JAVAC_WARNING_WORDS = ("warning", "警告", "Warnung")
+_JAVAC_SEV = "|".join(_JAVAC_ERROR_WORDS + _JAVAC_WARNING_WORDS)
 # javac (and kapt): ``path.java:L: error: msg``.
 _JAVAC = re.compile(
-    r"^(?P<path>\S.*?\.java):(?P<line>\d+):\s*(?P<sev>error|warning):\s*(?P<msg>.*)$"
+    rf"^(?P<path>\S.*?\.java):(?P<line>\d+):\s*(?P<sev>{_JAVAC_SEV})\s*[:：]\s*(?P<msg>.*)$"
 )
 # Android Studio 2.x/3.x "Messages" window: the file on one line, then
 # ``Error:(12, 5) Unresolved reference: bar`` (javac: ``Error:(12, 5) error: cannot find symbol``).
@@ -160,8 +173,9 @@ _SEVERITY_PREFIX = re.compile(
 )
 
 _CARET = re.compile(r"^(?P<pad>\s*)\^\s*$")
-_JAVAC_SYMBOL = re.compile(r"^\s*symbol\s*:\s*(?P<sym>.+?)\s*$")
-_JAVAC_LOCATION = re.compile(r"^\s*location\s*:\s*(?P<loc>.+?)\s*$")
+# javac's follow-up labels, also in the JDK's Simplified Chinese, Japanese and German messages.
+_JAVAC_SYMBOL = re.compile(r"^\s*(?:symbol|符号|シンボル|Symbol)\s*[:：]\s*(?P<sym>.+?)\s*$")
+_JAVAC_LOCATION = re.compile(r"^\s*(?:location|位置|場所|Ort)\s*[:：]\s*(?P<loc>.+?)\s*$")
 
 _FAILED_TASK = re.compile(r"(?:^|\s)(?:>\s*)?(?:Task\s+)?(?P<task>:[\w.\-:]*[\w\-])\s+FAILED\b")
 _EXEC_FAILED = re.compile(r"Execution failed for task '(?P<task>:[^']+)'")
@@ -210,6 +224,8 @@ _BUILD_CONFIG = re.compile(
             r"Manifest merger failed",
             r"invalid (?:source|target) release",
             r"compiled with an incompatible version of Kotlin|Incompatible classes were found in dependencies",
+            r"jvm target compatibility should be set|Inconsistent JVM-target compatibility",
+            r"No providers found in processor classpath",
         )
     ),
     re.IGNORECASE,
@@ -223,6 +239,11 @@ _NOT_CONTINUATION = re.compile(
     r"|Launching |Error: Gradle|Exception:|Warning:|Caused by:|Compilation |Daemon |\[)",
 )
 _MAX_CONTINUATION = 4
+# kotlinc 2's overload diagnostics end with a colon and list one candidate a line:
+# ``None of the following candidates is applicable:`` / ``Overload resolution ambiguity
+# between candidates:``. Those lists are kept whole (bounded), one candidate a line.
+_CANDIDATE_LIST = re.compile(r"(?:candidates|following)[^:]*:$", re.IGNORECASE)
+_MAX_CANDIDATES = 40
 
 
 # --------------------------------------------------------------------------------------
@@ -235,7 +256,9 @@ _KIND_RULES: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         "unresolved_reference",
         re.compile(
             r"Unresolved reference|cannot find symbol|package \S+ does not exist"
-            r"|cannot resolve symbol|Unresolved (?:class|type)",
+            r"|cannot resolve symbol|Unresolved (?:class|type)"
+            r"|找不到符号|程序包\s*\S+\s*不存在|シンボルを見つけられません|パッケージ\S+は存在しません"
+            r"|Symbol nicht gefunden|Package \S+ ist nicht vorhanden",
             re.IGNORECASE,
         ),
     ),
@@ -327,10 +350,9 @@ def _javac_symbol(text: str) -> str:
 
 def _normalise_path(raw: str) -> str:
     path = raw.strip()
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith("file:"):
-        path = path[len("file:") :]
+    if path.startswith("file:"):
+        # kotlinc prints a URI: percent-escapes (``Adil%20Ashfaq``) stand for the path's bytes.
+        path = unquote(path[len("file://") :] if path.startswith("file://") else path[5:])
     # ``file:///C:/Users/…`` → ``C:/Users/…``: the drive letter is the real start.
     if re.match(r"^/[A-Za-z]:[/\\]", path):
         path = path[1:]
@@ -350,6 +372,8 @@ def _clean(line: str) -> _Line:
     text = line.strip()
     # Decorations only matter when what follows them is something we recognise.
     undecorated = _DECORATION.sub("", text).rstrip("`").strip()
+    if undecorated in (">", "-", "*"):  # a quoted or bulleted empty line is an empty line
+        undecorated = ""
     return _Line(raw=line.rstrip(), text=undecorated)
 
 
@@ -363,6 +387,25 @@ class _Pending:
     severity: Severity
     parts: list[str]
     continuations: int = 0
+    prefix: str | None = None  # the severity prefix its first line carried (``e``, ``w``)
+    detail: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Javac:
+    """A javac (or javac-through-kapt) error being completed by its follow-up lines."""
+
+    file: str
+    line: int
+    severity: Severity
+    message: str
+    indent: int
+    prefix: str | None
+    column: int | None = None
+    symbol: str | None = None
+    location: str | None = None
+    source_lines: int = 0
+    detail: list[str] = field(default_factory=list)
 
 
 def _match_location(text: str) -> tuple[re.Match[str], bool] | None:
@@ -377,8 +420,32 @@ def _match_location(text: str) -> tuple[re.Match[str], bool] | None:
     return None
 
 
+_MAX_DETAIL = 40  # detail lines kept per diagnostic
+_MAX_DETAIL_CHARS = 400
+# The end of a task's output: nothing after it continues a diagnostic.
+_TASK_END = re.compile(
+    r"^(?:>\s*Task\s|Task\s+:|FAILURE:|BUILD (?:FAILED|SUCCESSFUL)|\*\s*What went wrong"
+    r"|\d+ (?:errors?|warnings?)\b|Execution failed for task)"
+)
+# An unlocated line that starts a diagnostic of its own even under a prefix (``e: error: …``).
+_FRESH = re.compile(rf"^(?:{_JAVAC_SEV}|info)\s*[:：]", re.IGNORECASE)
+_PREFIX_ON_RAW = re.compile(r"^(?P<p>e|w):(?: |$)")
+
+
+def _add_detail(detail: list[str], text: str) -> None:
+    text = text.strip()
+    if text and len(detail) < _MAX_DETAIL:
+        detail.append(text[:_MAX_DETAIL_CHARS])
+
+
 def parse_errors(output: str | Iterable[str]) -> CompileReport:
-    """Parse a build's combined output. Never raises on any text."""
+    """Parse a build's combined output. Never raises on any text.
+
+    A diagnostic is a *located* first line (file and line) plus every line that belongs to it,
+    up to the next located diagnostic or the end of the task's output. kapt repeats the severity
+    prefix on each of those lines (``e:  ^``, ``e:       X is injected at``): they are the
+    diagnostic's continuation, never diagnostics of their own.
+    """
     lines = output.splitlines() if isinstance(output, str) else [str(x) for x in output]
     cleaned = [_clean(x) for x in lines]
     last_nonblank = max((i for i, c in enumerate(cleaned) if c.text), default=-1)
@@ -386,7 +453,8 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
     report = CompileReport()
     errors: list[CompileError] = []
     pending: _Pending | None = None
-    javac: dict[str, Any] | None = None  # the javac error being completed
+    javac: _Javac | None = None  # the javac error being completed
+    held = False  # a blank line was seen inside a prefixed diagnostic: only prefixed lines go on
     saw_failed_marker = False
     saw_success = False
     saw_compile_failure_text = False
@@ -398,7 +466,11 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
         nonlocal pending
         if pending is None:
             return
-        message = " ".join(p for p in pending.parts if p).strip()
+        parts = [p for p in pending.parts if p]
+        if parts and _CANDIDATE_LIST.search(parts[0]):
+            message = "\n".join(parts).strip()
+        else:
+            message = " ".join(parts).strip()
         kind, symbol = classify_message(message)
         errors.append(
             CompileError(
@@ -409,6 +481,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
                 message=message,
                 kind=kind,
                 symbol=symbol,
+                detail=tuple(pending.detail),
             )
         )
         pending = None
@@ -417,57 +490,115 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
         nonlocal javac
         if javac is None:
             return
-        message = javac["message"]
+        message = javac.message
         kind, symbol = classify_message(message)
-        if javac.get("symbol"):
-            symbol = javac["symbol"]
+        if javac.symbol:
+            symbol = javac.symbol
             if kind == "other":
                 kind = "unresolved_reference"
         errors.append(
             CompileError(
-                file=javac["file"],
-                line=javac["line"],
-                column=javac.get("column"),
-                severity=javac["severity"],
+                file=javac.file,
+                line=javac.line,
+                column=javac.column,
+                severity=javac.severity,
                 message=message,
                 kind=kind,
                 symbol=symbol if kind == "unresolved_reference" else None,
-                location=javac.get("location"),
+                location=javac.location,
+                detail=tuple(javac.detail),
             )
         )
         javac = None
 
+    def close() -> None:
+        nonlocal held
+        flush()
+        flush_javac()
+        held = False
+
+    def javac_follow(raw: str, text: str, prefixed: bool) -> bool:
+        """Give a line to the open javac error; False when it does not belong to it."""
+        assert javac is not None
+        caret = _CARET.match(raw)
+        if caret and javac.column is None:
+            pad = len(caret.group("pad")) - javac.indent
+            javac.column = max(pad, 0) + 1
+            return True
+        sym = _JAVAC_SYMBOL.match(text)
+        if sym:
+            javac.symbol = _javac_symbol(sym.group("sym"))
+            return True
+        loc = _JAVAC_LOCATION.match(text)
+        if loc:
+            javac.location = loc.group("loc")
+            return True
+        if javac.source_lines == 0 and _match_location(text) is None:
+            javac.source_lines = 1  # the offending source line, echoed
+            return True
+        # Past the echo: indented lines (Dagger's chain, ``where T is a type-variable``) and,
+        # under kapt's prefix, every line belong to this error.
+        indent = len(raw) - len(raw.lstrip())
+        if prefixed or indent > javac.indent:
+            _add_detail(javac.detail, text)
+            return True
+        return False
+
+    def open_prefix() -> str | None:
+        if javac is not None:
+            return javac.prefix
+        if pending is not None and pending.file is not None:
+            return pending.prefix
+        return None
+
     for index, cur in enumerate(cleaned):
         text = cur.text
+        prefix_m = _PREFIX_ON_RAW.match(text)  # on the undecorated line, inner spacing kept
 
-        # --- javac follow-up lines: source line, caret, symbol:, location:
+        # --- a line under the open located diagnostic's own severity prefix, with no location
+        # of its own: it belongs to that diagnostic (kapt/Dagger print one error this way).
+        owner = open_prefix()
+        if owner is not None and prefix_m is not None and prefix_m.group("p") == owner:
+            inner_raw = text[prefix_m.end():]
+            body = inner_raw.strip()
+            # javac-shaped errors (what kapt reports) own every such line; a Kotlin one only
+            # lines indented under the prefix: kotlinc's own unlocated messages (``w: Runtime
+            # JAR files …``) start right after it and are diagnostics of their own.
+            belongs = javac is not None or inner_raw[:2].isspace()
+            if belongs and _match_location(body) is None and not _FRESH.match(body):
+                held = False
+                if not body:
+                    continue
+                if javac is not None:
+                    javac_follow(inner_raw, body, True)
+                elif pending is not None:
+                    _add_detail(pending.detail, body)
+                continue
+        if javac is not None and _SEVERITY_PREFIX.match(text):
+            close()  # a diagnostic of its own: it ends the javac error being completed
+        if held:
+            if not text:
+                continue
+            close()  # a blank line, then something that is not this diagnostic's
+
+        # --- javac follow-up lines: source line, caret, symbol:, location:, indented detail
         if javac is not None:
             if not text:
+                if javac.prefix is not None:
+                    held = True
+                    continue
+                flush_javac()
+            elif _TASK_END.match(text) or not javac_follow(cur.raw, text, False):
                 flush_javac()
             else:
-                caret = _CARET.match(cur.raw)
-                sym = _JAVAC_SYMBOL.match(text)
-                loc = _JAVAC_LOCATION.match(text)
-                if caret and javac.get("column") is None:
-                    pad = len(caret.group("pad")) - javac["indent"]
-                    javac["column"] = max(pad, 0) + 1
-                    continue
-                if sym:
-                    javac["symbol"] = _javac_symbol(sym.group("sym"))
-                    continue
-                if loc:
-                    javac["location"] = loc.group("loc")
-                    continue
-                if javac["source_lines"] == 0 and _match_location(text) is None:
-                    javac["source_lines"] = 1  # the offending source line, echoed
-                    continue
-                flush_javac()
+                continue
 
         # --- Gradle structure (read on the undecorated line: ``*`` and ``>`` are Gradle's)
         plain = cur.raw.strip()
         if plain.startswith("* What went wrong"):
-            flush()
+            close()
             in_what_went_wrong = True
+            saw_failed_marker = True  # Gradle reports what went wrong only for a failed build
             continue
         if in_what_went_wrong:
             if plain.startswith("* ") or plain.startswith("BUILD "):
@@ -490,13 +621,16 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
             saw_compile_failure_text = True
 
         if not text:
+            if pending is not None and pending.prefix is not None and pending.file is not None:
+                held = True
+                continue
             flush()
             continue
 
         # --- compiler diagnostics
         studio = _STUDIO_MESSAGE.match(text)
         if studio:
-            flush()
+            close()
             previous = cleaned[index - 1].text if index > 0 else ""
             bare = _BARE_SOURCE_PATH.match(previous)
             pending = _Pending(
@@ -512,19 +646,22 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
         severity: Severity = "error"
         body = text
         explicit_severity = False
+        sev_prefix: str | None = None
         sev_match = _SEVERITY_PREFIX.match(text)
         if sev_match:
             explicit_severity = True
             sev_word = sev_match.group("sev").lower()
             if sev_word in ("i", "v", "info"):  # kotlinc's informational lines
-                flush()
+                close()
                 continue
             severity = "warning" if sev_word.startswith("w") else "error"
             body = sev_match.group("rest").strip()
+            if sev_word in ("e", "w"):
+                sev_prefix = sev_word
 
         located = _match_location(body)
         if located is not None:
-            flush()
+            close()
             m, is_javac = located
             path = _normalise_path(m.group("path"))
             sev_group = m.groupdict().get("sev")
@@ -532,18 +669,16 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
                 continue
             sev: Severity = severity
             if sev_group:
-                sev = "warning" if sev_group == "warning" else "error"
+                sev = "warning" if sev_group in _JAVAC_WARNING_WORDS else "error"
             if is_javac:
-                indent = len(cur.raw) - len(cur.raw.lstrip())
-                javac = {
-                    "file": path,
-                    "line": int(m.group("line")),
-                    "column": None,
-                    "severity": sev,
-                    "message": m.group("msg").strip(),
-                    "indent": indent,
-                    "source_lines": 0,
-                }
+                javac = _Javac(
+                    file=path,
+                    line=int(m.group("line")),
+                    severity=sev,
+                    message=m.group("msg").strip(),
+                    indent=0 if sev_prefix else len(cur.raw) - len(cur.raw.lstrip()),
+                    prefix=sev_prefix,
+                )
                 continue
             msg = (m.group("msg") or "").strip()
             pending = _Pending(
@@ -552,11 +687,12 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
                 column=int(m.group("col")),
                 severity=sev,
                 parts=[msg],
+                prefix=sev_prefix,
             )
             continue
 
         if explicit_severity:
-            flush()
+            close()
             file_only = _FILE_ONLY.match(body)
             if file_only:
                 pending = _Pending(
@@ -565,6 +701,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
                     None,
                     severity,
                     [file_only.group("msg")],
+                    prefix=sev_prefix,
                 )
                 continue
             # A truncated last line (``e: fi``, ``e: file:///…/features/``) is damage, not
@@ -578,8 +715,20 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
 
         # --- continuation of the message being read
         if pending is not None:
+            listing = bool(pending.parts) and bool(_CANDIDATE_LIST.search(pending.parts[0] or ""))
+            # A quote left open (kotlinc 2 prints a contract's description inside a quoted
+            # signature: ``'suspend fun <T> withContext(…): T`` / ``[R|Contract description]``
+            # / … / ``>' should be called only from a coroutine …``, each line indented)
+            # continues the message.
+            quoted = sum(p.count("'") for p in pending.parts) % 2 == 1
+            if quoted and cur.raw[:1] in (" ", "\t") and text and (
+                pending.continuations < _MAX_CANDIDATES
+            ):
+                pending.parts.append(text)
+                pending.continuations += 1
+                continue
             if (
-                pending.continuations < _MAX_CONTINUATION
+                pending.continuations < (_MAX_CANDIDATES if listing else _MAX_CONTINUATION)
                 and not _NOT_CONTINUATION.match(text)
                 and not _BARE_SOURCE_PATH.match(text)
                 and not _BUILD_CONFIG.search(text)
@@ -589,8 +738,7 @@ def parse_errors(output: str | Iterable[str]) -> CompileReport:
                 continue
             flush()
 
-    flush()
-    flush_javac()
+    close()
 
     report.errors = errors
     _conclude(report, saw_failed_marker, saw_success, saw_compile_failure_text, seen_tasks, lines)

@@ -1,6 +1,6 @@
 """Typed errors of the fixer.
 
-Exception tree (one root per package, STYLE.md §4)::
+Exception tree (one root per package)::
 
     FixerError                    the root: anything ``fixer`` raises
     ├── LlmError                  the LLM endpoint failed (``reason``: timeout, rate_limited,

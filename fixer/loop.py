@@ -1,4 +1,4 @@
-"""The compile → fix → compile loop the sandbox executor runs (DESIGN.md §5).
+"""The compile → fix → compile loop the sandbox executor runs (docs/design.md §5).
 
 At most ``max_rounds`` fix rounds, so at most ``max_rounds + 1`` compiles. The loop stops
 early when the build succeeds, when the failure is ``build_config`` (no edit of the test can

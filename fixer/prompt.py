@@ -31,6 +31,7 @@ __all__ = [
 # Limits: the prompt must fit a small local model's context window.
 MAX_BODIES_CHARS = 12_000
 MAX_RECORDS_PER_SYMBOL = 3
+MAX_DETAIL_IN_PROMPT = 8
 MAX_ERRORS_IN_PROMPT = 40
 
 SYSTEM_PROMPT = """\
@@ -174,6 +175,8 @@ def build_messages(
         )
         if e.line is not None and 1 <= e.line <= len(source):
             text += f"\n    at: {source[e.line - 1].strip()[:200]}"
+        for line in e.detail[:MAX_DETAIL_IN_PROMPT]:  # e.g. Dagger's "is injected at" chain
+            text += f"\n    | {line[:200]}"
         return text
 
     error_lines = "\n".join(describe(e) for e in shown)

@@ -103,7 +103,7 @@ def _as_completer(llm_client: Any) -> ChatCompleter | None:
     if llm_client is None:
         return None
     if isinstance(llm_client, openai.OpenAI):
-        # The seed passed a bare OpenAI client: give it our model, sampling and retries.
+        # A caller passed a bare OpenAI client: give it our model, sampling and retries.
         settings = LlmSettings.from_env() or LlmSettings()
         return LlmClient(settings, client=llm_client)
     if callable(getattr(llm_client, "complete", None)):
@@ -215,7 +215,7 @@ def fix(
     index: SourceCodeIndex | str | os.PathLike[str] | None,
     llm_client: ChatCompleter | openai.OpenAI | None,
 ) -> str:
-    """The seed's signature: the fixed test code (the input itself when nothing could be done)."""
+    """The base signature: the fixed test code (the input itself when nothing could be done)."""
     return fix_detailed(test_code, error_output, index, llm_client).code
 
 

@@ -1,6 +1,6 @@
 """An index of a project's Kotlin and Java sources: packages, imports, classes, methods.
 
-Standalone on purpose: this module imports nothing else from ``fixer`` (DESIGN.md §2), so the
+Standalone on purpose: this module imports nothing else from ``fixer`` (docs/design.md §2), so the
 bridge can use it for ``source.lookup`` — method bodies are looked up where the project lives
 and only the bodies asked for travel — and the simulated toolchain uses it to read the demo
 app's symbols.

@@ -1,4 +1,4 @@
-"""droidwire's wire protocol, sans I/O (DESIGN.md §3, STYLE.md §1).
+"""droidwire's wire protocol, sans I/O (docs/design.md §3: bytes in, bytes or events out).
 
 Bytes or models in, bytes, models and outcomes out: no sockets, no asyncio, no clock reads.
 Importing this package pulls in pydantic and msgpack only — never websockets, fastapi or

@@ -64,7 +64,7 @@ __all__ = [
     "UiScreenshotParams",
 ]
 
-#: Longest text ``ui.text`` types (the shell allow-list's bound, DESIGN.md §6).
+#: Longest text ``ui.text`` types (the shell allow-list's bound, docs/design.md §6).
 MAX_TEXT = 500
 #: Longest swipe.
 MAX_SWIPE_MS = 10_000

@@ -1,6 +1,6 @@
 """Named WebSocket close codes and the one function that says terminal or retryable.
 
-Rule (DESIGN.md §3, §4.3), decided once here:
+Rule (docs/design.md §3, §4.3), decided once here:
 
 * **Terminal**: the whole 4400–4499 range. Ours mirror HTTP 4xx ("the client is wrong":
   bad request, unauthorized, forbidden, replaced by a newer session, incompatible protocol);

@@ -1,4 +1,4 @@
-"""The envelope: one msgpack map per binary WebSocket frame (DESIGN.md §3, a contract).
+"""The envelope: one msgpack map per binary WebSocket frame (docs/design.md §3, a contract).
 
 Keys are short on the wire: ``t`` kind, ``id`` request id, ``m`` method, ``p`` params,
 ``r`` result, ``e`` error ``{code, message, data?}``, ``ch`` channel, ``d`` data, ``seq`` stream
@@ -219,7 +219,7 @@ class _Model(BaseModel):
 
 
 class Profile(StrEnum):
-    """What a device's owner lets droidwire do with it (DESIGN.md §6)."""
+    """What a device's owner lets droidwire do with it (docs/design.md §6)."""
 
     STANDARD = "standard"
     INSTRUMENT_ONLY = "instrument-only"
@@ -250,6 +250,7 @@ class Capabilities(_Model):
     build: bool = False
     devices: bool = False
     toolchain: Literal["gradle", "simulated"] | None = None
+    checker: Literal["kotlinc"] | None = None  # the real compiler checks tests first
     projects: list[_Name] = Field(default_factory=list, max_length=1000)
     methods: list[_Name] = Field(default_factory=list, max_length=1000)
 
@@ -259,7 +260,7 @@ class Capabilities(_Model):
 
 
 class SharedSettings(_Model):
-    """The controller's settings a bridge adopts, so both ends agree (STYLE.md §7)."""
+    """The controller's settings a bridge adopts, so both ends agree."""
 
     ping_interval_s: float | None = Field(default=None, gt=0)
     ping_timeout_s: float | None = Field(default=None, gt=0)

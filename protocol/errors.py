@@ -1,6 +1,6 @@
 """Typed errors of the wire protocol.
 
-Exception tree (one root per package, STYLE.md §4)::
+Exception tree (one root per package)::
 
     ProtocolError                 the root: anything this package raises
     ├── RpcError                  an error that travels in a ``res`` frame's ``e`` field
@@ -17,7 +17,7 @@ Exception tree (one root per package, STYLE.md §4)::
     └── InvalidState              a send or transition not allowed in the session's state
                                   (we broke the protocol)
 
-Error codes are the contract of DESIGN.md §3; they are strings on the wire.
+Error codes are the contract of docs/design.md §3; they are strings on the wire.
 """
 
 from __future__ import annotations

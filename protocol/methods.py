@@ -1,4 +1,4 @@
-"""Params and results of every RPC, and the registry that validates them (DESIGN.md §3).
+"""Params and results of every RPC, and the registry that validates them (docs/design.md §3).
 
 A first cut: later issues add methods with :func:`register` (or by listing a
 :class:`MethodSpec` in ``_SPECS``), and bump :data:`~protocol.envelope.PROTOCOL_VERSION`
@@ -118,6 +118,10 @@ class Empty(Params):
 
 class DeviceParams(Params):
     serial: Serial
+    # The controller vouches that the caller is the device's owner: the bridge's ``full``
+    # profile is theirs alone (anyone else gets at most ``standard``), and so are ``-g``
+    # installs. Absent or false for a borrower, an admin, or the controller's own work.
+    as_owner: bool = False
 
 
 # --- ping, bridge.info, devices.list ---------------------------------------------------------
@@ -213,7 +217,7 @@ class LogBatch:
     """One logcat ``evt``: ``lines`` in order, ``dropped`` lines lost to backpressure since the
     previous batch, ``eof`` when the stream ended (device gone, unsubscribed), with ``reason``.
 
-    ``seq`` is the envelope's (DESIGN.md §3 puts the stream sequence there, once): it is not
+    ``seq`` is the envelope's (docs/design.md §3 puts the stream sequence there, once): it is not
     part of :meth:`to_wire`; :meth:`from_event` fills it in. A gap in ``seq`` means batches
     were lost (e.g. across a reconnect).
     """
@@ -289,7 +293,9 @@ class InstallParams(DeviceParams):
     apk: bytes | None = None
     path: _Text | None = None
     replace: bool = True
-    grant_permissions: bool = True
+    # ``-g``: every runtime permission granted at install. Honoured only with ``as_owner``:
+    # a borrower's APK never gets permissions the owner did not give it.
+    grant_permissions: bool = False
     allow_test: bool = True  # ``-t``: test-only APKs (androidTest)
 
     @model_validator(mode="after")
@@ -300,7 +306,13 @@ class InstallParams(DeviceParams):
 
 
 class InstallResult(Result):
+    """What the device installed, as the device tells it (its package list before and after,
+    never the APK's own manifest): ``package`` ("" if it cannot be told), and ``existed``:
+    the package was on the device before (this install updated it), so no cleanup may clear
+    or uninstall it."""
+
     package: str
+    existed: bool = False
 
 
 class UninstallParams(DeviceParams):
@@ -357,6 +369,11 @@ class CompileResult(Result):
     output: str = ""
     toolchain: Literal["gradle", "simulated"]
     apks: list[Apk] = Field(default_factory=list)
+    # Added in place (an older peer ignores them): "kotlinc" when the real Kotlin compiler
+    # checked the test before the toolchain ran (or refused it, ``ok`` False), and the check's
+    # summary: compiler, api_level, api_source, unchecked, warm, duration_ms.
+    checked_by: Literal["kotlinc"] | None = None
+    check: dict[str, Any] | None = None
 
 
 class SourceLookupParams(Params):

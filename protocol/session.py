@@ -4,7 +4,7 @@ No sockets, no asyncio, no clock reads: every method that depends on time takes 
 (seconds on the caller's monotonic clock). The I/O layer (the bridge's connection, the
 controller's hub) decodes a frame, hands it to :meth:`receive` (or the per-kind method),
 acts on the returned outcome, then sends whatever :meth:`frames_to_send` drains — the shape of
-websockets' ``receive_data()`` / ``data_to_send()`` (STYLE.md §1).
+websockets' ``receive_data()`` / ``data_to_send()``.
 
 A session outlives its connections: it is created once per bridge process (bridge side) or per
 bridge (controller side), and each WebSocket connection runs it through::
@@ -14,7 +14,7 @@ bridge (controller side), and each WebSocket connection runs it through::
          └──────────connection_lost──────┴──────────────────────────┘
     any state ──close()──▶ CLOSED (final)
 
-Delivery theory (DESIGN.md §3): the controller keeps every request *pending* until its result
+Delivery theory (docs/design.md §3): the controller keeps every request *pending* until its result
 arrives; the bridge keeps every result in an *outbox* until it is acked, and remembers
 *finished* ids for a while. On reconnect the bridge's ``hello`` lists the ids it holds
 (running or in the outbox); the controller re-sends the pending requests that are not among
@@ -445,7 +445,7 @@ class ControllerSession(_Session):
         self._expect(pong, State.OPEN)
         self._touch(now)
 
-    # -- liveness (DESIGN.md §4.6)
+    # -- liveness (docs/design.md §4.6)
 
     def _touch(self, now: float) -> None:
         self._last_rx = now

@@ -1,4 +1,4 @@
-"""Every timing and limit of droidwire, in one frozen object (DESIGN.md §4.9, STYLE.md §9).
+"""Every timing and limit of droidwire, in one frozen object (docs/design.md §4.9; each default is defined once).
 
 Each default is defined exactly once, here; code and docs read it from :data:`DEFAULTS` or
 from a :class:`Settings` handed down by the CLI. ``None`` means "off" where a field allows it.
@@ -8,7 +8,7 @@ every timing, never a limit, so a test can run the whole system ten or a hundred
 
     fast = DEFAULTS.scaled(0.01)          # 10 s ping interval -> 0.1 s; frame cap unchanged
 
-The module also holds the two pure pieces of the reconnect policy (DESIGN.md §4.2, §4.5) that
+The module also holds the two pure pieces of the reconnect policy (docs/design.md §4.2, §4.5) that
 the bridge's connection loop uses: :func:`backoff` (a delay generator with full jitter and a
 cap, taking its random source) and :class:`ReconnectBudget` (time passed in, no clock reads).
 """
@@ -132,7 +132,7 @@ def backoff(
     Use one generator per outage: create it when a session that reached ``welcome`` drops,
     and keep drawing from it while attempts fail, *including* connections that opened and
     closed before ``welcome``, so a server that accepts-then-closes is not hammered (the trap
-    of resetting on every opened connection, STYLE.md §6).
+    of resetting on every opened connection).
     """
     if quick_first:
         yield random() * settings.backoff_first_max_s

@@ -32,6 +32,8 @@ from typing import Any
 import adbutils
 import pytest
 
+from tests.scale import TIME_SCALE
+
 __all__ = [
     "ADB_BINARY",
     "AdbServer",
@@ -44,8 +46,6 @@ __all__ = [
     "wait_for_state",
 ]
 
-# Same knob as tests/conftest.py (read here too: conftest loads this plugin).
-TIME_SCALE = float(os.environ.get("DROIDWIRE_TEST_TIME_SCALE", "1.0"))
 ADB_BINARY = str(Path(adbutils.__file__).parent / "binaries" / "adb")
 CONNECT_TIMEOUT = 15.0 * TIME_SCALE
 

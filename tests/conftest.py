@@ -12,10 +12,11 @@ import os
 
 import pytest
 
+from tests.scale import TIME_SCALE as TIME_SCALE  # re-exported: tests import it from here
+
 pytest_plugins = ["tests.adb_support"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TIME_SCALE = float(os.environ.get("DROIDWIRE_TEST_TIME_SCALE", "1.0"))
 
 
 def require_service(env_var: str) -> str:
@@ -35,3 +36,21 @@ def require_or_skip(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"prerequisite missing in CI: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def kotlinc_checker():  # type: ignore[no-untyped-def]
+    """One warm compiler for the whole session (a cold JVM costs seconds; see tests/kotlinc).
+    Needs ``make setup`` (the pinned compiler) and a JDK: skipped without them, failing in CI."""
+    from device_bridge.kotlinc import KotlincChecker, SetupError, ensure_layout
+
+    try:
+        layout = ensure_layout(fetch=False)
+    except SetupError as exc:
+        require_or_skip(False, f"kotlinc is not set up: {exc}")
+        raise  # unreachable: require_or_skip skipped or failed
+    checker = KotlincChecker(layout)
+    try:
+        yield checker
+    finally:
+        checker.close()

@@ -6,7 +6,7 @@ Pure functions, no I/O (the CLI and the executor read the bytes). Entry points:
   :class:`AnalysisResult`, whose ``to_json()`` is the ``logcat analyze --json`` shape.
 * :func:`parse_instrumentation` — ``am instrument -r`` output → :class:`InstrumentationResult`
   (``instrumentation parse --json``).
-* :func:`decide` / :func:`pending` / :func:`seed_summary` — the verdict rules of DESIGN.md §5.
+* :func:`decide` / :func:`pending` / :func:`summary_line` — the verdict rules of docs/design.md §5.
 * :func:`decode` — log file bytes to text (UTF-8, or the UTF-16 Windows shells write).
 
 The sandbox executor's call::
@@ -40,7 +40,7 @@ from controller.analysis.models import (
     Timing,
     Violation,
 )
-from controller.analysis.verdict import Status, Verdict, decide, pending, seed_summary
+from controller.analysis.verdict import Status, Verdict, decide, pending, summary_line
 
 __all__ = [
     "AnalysisResult",
@@ -62,5 +62,5 @@ __all__ = [
     "decode",
     "parse_instrumentation",
     "pending",
-    "seed_summary",
+    "summary_line",
 ]

@@ -7,7 +7,7 @@ from the same key ends it. Unprefixed lines inherit the key of the entry above t
 ``lines``); a trace opened by a bare header adopts the key of the prefixed stack that follows it
 (a paste whose first line lost its prefix).
 
-Attribution (DESIGN.md §5): with a package, only the app's processes count. Its pids are learned
+Attribution (docs/design.md §5): with a package, only the app's processes count. Its pids are learned
 from the log (``Start proc`` — including a custom-named process started for one of the package's
 components —, ``Process:`` lines, ANR ``PID:`` lines, Studio process columns; see
 ``processes``) or passed by the caller. A violation from a pid nobody named counts when its stack
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controller.analysis import anr as anr_mod
-from controller.analysis import strictmode
+import controller.analysis.anr as anr_mod
+import controller.analysis.strictmode as strictmode
 from controller.analysis.displayed import parse_displayed
 from controller.analysis.instrumentation import InstrumentationResult
 from controller.analysis.lines import LogLine, ParsedLog, iter_lines
@@ -57,13 +57,14 @@ _IDE_SUFFIXES = (" (Fix with AI)", " (Ask Gemini)", " (Ask Studio Bot)")
 
 _STALE = 1000         # lines after which an open trace or ANR block is closed
 _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
+_TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
 Key = tuple[int | None, int | None]
 
 
 @dataclass
 class AnalysisResult:
-    """Everything ``analyze`` found; ``to_json()`` is the DESIGN.md §9 shape plus extras."""
+    """Everything ``analyze`` found; ``to_json()`` is the docs/design.md §9 shape plus extras."""
 
     entries: int
     lines: int
@@ -89,7 +90,13 @@ class AnalysisResult:
 
     @property
     def strict_mode_violations(self) -> list[str]:
+        """The violations' raw log lines (the contract: every interface returns these)."""
         return [v.line for v in self.violations]
+
+    @property
+    def violation_kinds(self) -> list[str]:
+        """The violations' kinds (``DiskRead``, ``Network`` …), each once, in order found."""
+        return list(dict.fromkeys(v.kind for v in self.violations if v.kind))
 
     @property
     def has_violations(self) -> bool:
@@ -100,6 +107,7 @@ class AnalysisResult:
             "entries": self.entries,
             "violations": [v.to_json() for v in self.violations],
             "strict_mode_violations": self.strict_mode_violations,
+            "violation_kinds": self.violation_kinds,
             "has_violations": self.has_violations,
             "blocking_time_ms": self.blocking_time_ms,
             "anrs": [a.to_json() for a in self.anrs],
@@ -284,7 +292,7 @@ class _State:
                 or "FATAL EXCEPTION" in msg or "ANR in" in msg or "Displayed" in msg
                 or "elapsed" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
                 or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg
-                or "DroidUnblocker" in msg):
+                or "DroidUnblocker" in msg or "executing service" in msg):
             return True   # substring tests inlined: this runs on every line
         if self.traces or self.anr_open:
             if (None, None) in self.traces:
@@ -345,8 +353,19 @@ class _State:
             h2 = anr_mod.parse_header(msg, tag)
             if h2 is not None:
                 a = Anr(h2[0], h2[1], None, None, ln.index + 1, source=tag or "ActivityManager")
+                # The full report supersedes the service timeout that announced it.
+                self.anrs = [x for x in self.anrs
+                             if not (x.source == _TIMEOUT_SOURCE and x.package == h2[0])]
                 self.anrs.append(a)
                 self.anr_open[key] = [a, anr_mod.FIELD_WINDOW]
+                return
+        if "executing service" in msg:
+            to = anr_mod.parse_service_timeout(msg, tag)
+            if to is not None:
+                if not any(x.package == to[0] and x.line_no > ln.index - _STALE
+                           for x in self.anrs):
+                    self.anrs.append(Anr(to[0], to[1], None, to[2], ln.index + 1,
+                                         source=_TIMEOUT_SOURCE))
                 return
         if "Displayed" in msg:
             d = parse_displayed(msg)
@@ -373,7 +392,11 @@ class _State:
                 r = anr_mod.parse_am_anr(msg)
                 if r is not None:
                     self.procs[r[0]] = r[1]
-                    if not any(a.pid == r[0] and a.package == r[1] for a in self.anrs):
+                    pending = next((a for a in self.anrs if a.source == _TIMEOUT_SOURCE
+                                    and a.package == r[1] and a.pid is None), None)
+                    if pending is not None:
+                        pending.pid = r[0]
+                    elif not any(a.pid == r[0] and a.package == r[1] for a in self.anrs):
                         self.anrs.append(Anr(r[1], None, r[0], r[2] or None, ln.index + 1,
                                              source="am_anr"))
                 return
@@ -394,7 +417,8 @@ class _State:
                         self.procs.setdefault(dt[0], dt[1])
                     else:
                         self.procs[dt[0]] = dt[1]
-                self.deaths.append(Death(dt[0], dt[1], dt[2], ln.index + 1))
+                name = dt[1] or (ln.process if dt[0] == ln.pid else None)
+                self.deaths.append(Death(dt[0], name, dt[2], ln.index + 1))
                 if dt[2] == "StrictMode VmPolicy penaltyDeath":
                     self.vm_deaths.append(ln)
 
@@ -449,6 +473,12 @@ class _State:
             t.status = "assumption_failure"
 
     def _open(self, ln: LogLine, is_crash: bool, header: Any) -> None:
+        if ln.continued and ln.tag != ("AndroidRuntime" if is_crash else "StrictMode"):
+            # A header on a line with no prefix of its own, under an entry of another (or no)
+            # tag: a piece of some other entry that a console wrap or a paste cut from its
+            # prefix. Who logged it is unknown — not the entry above (attribution then goes by
+            # its stack).
+            ln = replace(ln, pid=None, tid=None, tag=None, process=None)
         key: Key = (ln.pid, ln.tid)
         old = self.traces.pop(key, None)
         if old is not None:
@@ -609,8 +639,9 @@ class _State:
         else:
             # A native crash of the app (libc "Fatal signal", a tombstone) ends the test too.
             native = [d for d in self.deaths if d.reason.startswith(("signal", "native crash"))
-                      and d.pid is not None and (package is None or d.pid in app_pids
-                                                 or belongs_to(d.process, package))]
+                      and (d.pid is not None or d.process is not None)
+                      and (package is None or d.pid in app_pids
+                           or belongs_to(d.process, package))]
             if native:
                 crash_text, crash_line = native[0].reason, native[0].line_no
         if instrumentation is not None:

@@ -8,11 +8,15 @@ Formats (``logcat -v …`` per AOSP ``liblog/logprint.cpp``; Android Studio's vi
 * ``brief``        ``L/Tag( PID): msg``; ``tag``: ``L/Tag: msg``
 * ``long``         ``[ MM-DD HH:MM:SS.mmm PID:TID L/Tag ]`` then the message lines, then a blank
 * ``studio_legacy`` ``YYYY-MM-DD HH:MM:SS.mmm PID-TID/process L/Tag: msg`` (also without the pid,
-  or without time and pid); continuation lines are indented to the message column
+  or without time and pid, or as ``com.pkg L/Tag: msg`` with only the process shown; Studio 1.x
+  wrote ``L/Tag﹕ msg`` with U+FE55 SMALL COLON); continuation lines are indented to the message
+  column
 * ``studio``       Android Studio 2022+: ``YYYY-MM-DD HH:MM:SS.mmm PID-TID Tag process L msg``;
   ``studio_compact``: ``HH:MM:SS.mmm L msg``
 * ``studio_4x``    ``Tag  L  msg``, continuation lines repeat only the level (``D      at …``)
 * ``level_tag``    ``L Tag: msg``; ``tag_only`` ``StrictMode: msg`` (for a few well-known tags)
+* ``forwarded``    ``[Tag] msg``: a line re-emitted by another runtime's logger (.NET MAUI/Xamarin),
+  recognised by its shape — any tag-like word in brackets —, stack frames prefixed the same way
 
 Wrappers removed before matching: markdown quoting and backticks, list dashes, a leading ``,``
 (log-concatenating CI tools), CI timestamps (GitHub Actions ISO, Taskcluster ``[task …]``), a
@@ -45,10 +49,12 @@ _THREADTIME = re.compile(
 _THREADTIME_FAST = re.compile(
     rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})\s+(\S[^:]*?|)\s*:(?: |$)(.*)$"
 )
+# A threadtime line cut inside its tag (no ": " yet): pid, tid, level, what is left of the tag.
+_THREADTIME_CUT = re.compile(rf"{_DATE}{_TIME}\s+(\d+)\s+(\d+)\s+({_L})(?:\s+(\S*))?\s*$")
 _THREADTIME_NODATE = re.compile(rf"(\d+)\s+(\d+)\s+({_L})\s+(\S.*?)\s*:(?: |$)(.*)$")
 # pid, tid, process, level, tag, msg
 _STUDIO_LEGACY = re.compile(
-    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)/(\S*)\s+({_L})/(.*?):(?: |$)(.*)$"
+    rf"{_DATE}{_TIME}\s+(\d+)-(\d+)/(\S*)\s+({_L})/(.*?)(?::(?: |$)|\ufe55 ?)(.*)$"
 )
 # level, tag, pid, msg  (time format, DDMS export, Studio without pid)
 _TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
@@ -56,7 +62,7 @@ _TIME_FMT = re.compile(rf"{_DATE}{_TIME}:?\s+({_L})/(.*?)(?:\(\s*(\d+)\))?:(?: |
 _BRIEF = re.compile(rf"({_L})/([^\s(][^(]*?|[^\s(:]+)(?:\(\s*(\d+)\))?:(?: |$)(.*)$")
 # pid, tid, tag, process, level, msg (Studio 2022+; tag and process columns can be hidden)
 _STUDIO = re.compile(
-    rf"{_DATE}{_TIME}\s+(?:(\d+)-(\d+)\s+)?(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})\s+(.*)$"
+    rf"{_DATE}{_TIME}\s+(?:(\d+)-(\d+)\s+)?(?:(\S+)\s+)??(?:(\S+)\s+)??({_L})(?:\s+(.*))?$"
 )
 # Studio 2022+ with the time and pid columns hidden: tag, process, level, msg.
 _STUDIO_NOTIME = re.compile(rf"([\w.$:/-]+)\s{{2,}}(\S+)\s{{2,}}({_L})\s{{2,}}(.*)$")
@@ -65,6 +71,12 @@ _STUDIO_COMPACT = re.compile(rf"{_TIME}\s+({_L})\s\s+(.*)$")
 _LONG = re.compile(
     rf"\[\s*{_DATE}{_TIME}\s+(?:\w+\s*:\s*)??(\d+)\s*:\s*(0x[0-9a-fA-F]+|\d+)\s+({_L})/(.*?)\s*\]$"
 )
+# A tag forwarded by another runtime's logger (.NET MAUI/Xamarin's debug output, IDE consoles):
+# ``[StrictMode] msg``, ``[ContextImpl] \tat …`` — any tag-shaped word in brackets, then a space.
+_FORWARDED = re.compile(r"\[([A-Za-z][\w.$:/-]{0,63})\](?: |\t|$)(.*)$")
+# Android Studio 2.x/3.x with time and pid hidden, the process shown: ``com.pkg L/Tag: msg``.
+_PROCESS_BRIEF = re.compile(
+    rf"([A-Za-z][\w]*(?:\.[\w]+)+(?::[\w.]+)?)\s+({_L})/([^\s(:][^(:]*?):(?: |$)(.*)$")
 _STUDIO_4X = re.compile(rf"([\w.$:/-]+)\s{{2,}}({_L})\s{{2,}}(.*)$")
 _LEVEL_ONLY = re.compile(rf"({_L})\s{{2,}}(.*)$")
 _LEVEL_TAG = re.compile(rf"({_L})\s+([^\s:]\S*?)\s*:(?: |$)(.*)$")
@@ -77,6 +89,8 @@ _SEPARATOR = re.compile(r"-{5,} ?(?:beginning of|switch to|PROCESS (?:STARTED|EN
 _WRAPPER = re.compile(
     r"(?:[\s>`,\ufeff\u200b]+"                       # indentation, quote, backticks, ',', BOM
     r"|\d{1,6} ?\| "                                  # a code viewer's line-number gutter
+    r"|\d{1,7}\t"                                     # cat -n (the number right-aligned)
+    r"|\d{1,7}:(?: |(?=\d\d-\d\d\s))"                  # an editor's "12: ", grep -n's "12:"
     r"|- (?=\S)"                                      # markdown list item
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"  # GitHub Actions / ISO timestamp
     r"|\[task [^\]]*\]\s"                             # Taskcluster
@@ -86,8 +100,19 @@ _WRAPPER = re.compile(
     r")+"
 )
 # What a prefix looks like when the rest of it was cut off or mangled.
-_DAMAGED = re.compile(r"(?:\d{4}-)?\d\d-\d?\d?(?:\s|$)|\d\d:\d\d(?::|\s|$)|\d+-\d+/|\d+\s+\d+\s*$|\d+\s*$")
+_DAMAGED = re.compile(r"(?:\d{4}-)?\d\d-\d?\d?(?:\s|$)|\d\d:\d\d(?::|\s|$)|\d+-\d+/|\d+\s+\d+\s*$|\d+\s*$"
+                      rf"|{_L}/[^\s(:]+\(\s*\d*\s*$")
 
+
+# A damaged line that begins with a date and an hour, a time with its fraction, or a brief prefix
+# cut before its ")": the start of an entry, never the continuation of the one above it.
+_ENTRY_START = re.compile(
+    rf"(?:\d{{4}}-)?\d\d-\d\d\s+\d\d|\d\d:\d\d:\d\d\.\d|{_L}/[^\s(:]+\(\s*\d*\s*$")
+
+# The pid of a damaged entry start, where its prefix shows it whole (followed by a space or "-").
+_PARTIAL_PID = re.compile(rf"{_DATE}{_TIME}\s+(\d+)(?=\s|-)")
+
+_DATED = re.compile(r"(?:\d{4}-)?\d\d-\d\d\s+\d\d:\d\d:\d\d")
 
 _HEAD = 2048  # prefixes are matched on at most this many characters
 
@@ -176,6 +201,9 @@ def _match(s: str) -> _Match | None:
         m = _STUDIO_COMPACT.match(s)
         if m:
             return ("studio_compact", None, None, m[1], None, None, m[2])
+        m = _THREADTIME_CUT.match(s)
+        if m:  # not Studio's "tag process" columns: those are never two bare numbers
+            return ("threadtime", int(m[1]), int(m[2]), m[3], None, None, m[4] or "")
         m = _STUDIO.match(s)
         if m:
             tag, proc = m[3], m[4]
@@ -185,7 +213,7 @@ def _match(s: str) -> _Match | None:
                 tag, proc = (None if proc.startswith("pid-") else proc), None
             if proc is not None and proc.startswith("pid-"):
                 proc = None
-            return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6])
+            return ("studio", _int(m[1]), _int(m[2]), m[5], tag, proc, m[6] or "")
         m = _THREADTIME_NODATE.match(s)
         if m:
             return ("threadtime", int(m[1]), int(m[2]), m[3], m[4], None, m[5])
@@ -194,11 +222,17 @@ def _match(s: str) -> _Match | None:
         m = _LONG.match(s)
         if m:
             return ("long", int(m[1]), _int(m[2]), m[3], m[4], None, "")
+        m = _FORWARDED.match(s)
+        if m:
+            return ("forwarded", None, None, None, m[1], None, m[2])
         return None
     if len(s) > 2 and s[1] == "/":
         m = _BRIEF.match(s)
         if m:
             return ("brief", _int(m[3]), None, m[1], m[2], None, m[4])
+    m = _PROCESS_BRIEF.match(s)
+    if m:
+        return ("studio_legacy", None, None, m[2], m[3], m[1], m[4])
     m = _STUDIO_NOTIME.match(s)
     if m and not s.startswith("at "):
         proc = None if m[2].startswith("pid-") else m[2]
@@ -288,11 +322,25 @@ def iter_lines(
                 prev = long_ctx = None
                 yield LogLine(idx, raw, s, fmt="separator")
                 continue
+            if (long_ctx is not None and s[:1].isdigit() and _DATED.match(s)
+                    and _match(s[:_HEAD]) is not None):
+                # A whole dated log line of another format: a paste that mixes formats (Studio
+                # shows a line it could not parse as a -v long record) — the record is over.
+                long_ctx = None
             if long_ctx is not None and not s.startswith("["):
                 # Inside a -v long record every line is message, whatever it looks like.
                 yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
                               long_ctx.level, long_ctx.tag, None, "long", False, True)
                 continue
+            if prev is not None and prev.fmt == "studio_4x":
+                m4 = _LEVEL_ONLY.match(s)
+                if m4 and not _STUDIO_4X.match(s):
+                    # "E  Process: x" repeats only the level: it is not "L Tag: msg".
+                    stats.entries += 1
+                    formats["studio_4x"] += 1
+                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
+                                  "studio_4x", True)
+                    continue
             r = _match(s) if len(s) <= _HEAD else _match_long(s)
             if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
                 # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
@@ -316,17 +364,19 @@ def iter_lines(
                 prev = ln
                 yield ln
                 continue
-            if prev is not None and prev.fmt == "studio_4x":
-                m4 = _LEVEL_ONLY.match(s)
-                if m4:
-                    stats.entries += 1
-                    formats["studio_4x"] += 1
-                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
-                                  "studio_4x", True)
-                    continue
             bad = bool(_DAMAGED.match(s))
             if bad:
                 stats.damaged += 1
+                if _ENTRY_START.match(s):
+                    # The start of an entry whose prefix could not be read (a console wrap cut
+                    # it): it is nobody's continuation, and what follows it is not the earlier
+                    # entry's either — another process's line must not become this one's.
+                    pm = _PARTIAL_PID.match(s)
+                    ln = LogLine(idx, raw, s, int(pm[1]) if pm else None, fmt="bare",
+                                 damaged=True)
+                    prev = ln
+                    yield ln
+                    continue
             if prev is not None:
                 yield LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
                               "continuation", False, True, bad)

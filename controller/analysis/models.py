@@ -1,4 +1,4 @@
-"""Typed results of the analysis, with the JSON shapes of DESIGN.md §9 (a contract).
+"""Typed results of the analysis, with the JSON shapes of docs/design.md §9 (a contract).
 
 Every ``to_json()`` keeps the §9 keys; extra keys are allowed by the contract and are added
 after them (``line_no`` is the 1-based line of the item's first line in the input).
@@ -24,7 +24,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """Verdict thresholds (DESIGN.md §5). A reading at or below the noise floor is no blocking."""
+    """Verdict thresholds (docs/design.md §5). A reading at or below the noise floor is no blocking."""
 
     blocking_ms: int = 300
     noise_floor_ms: int = 16

@@ -22,6 +22,9 @@ _STUDIO_SEP = re.compile(r"PROCESS (STARTED|ENDED) \((\d+)\) for package (\S+)")
 _KILLING = re.compile(r"Killing (\d+):([^\s/]+)\S*\s*(?:\(adj -?\d+\))?:?\s*(.*)$")
 _DIED = re.compile(r"Process (\S+) \(pid (\d+)\) has died(.*)$")
 _SIGNAL = re.compile(r"Fatal signal (\d+) \((\w+)\).*?pid (\d+) \(([^)]*)\)")
+# Android ≤ 7 names only the thread (``… in tid 2363 (com.hlw.movie)``): libc logs it from the
+# dying process itself, so the line's own pid is the process's.
+_SIGNAL_OLD = re.compile(r"Fatal signal (\d+) \((\w+)\)")
 _TOMBSTONE = re.compile(r"pid: (\d+), tid: \d+, name: .*?>>> (\S+) <<<")
 _VM_DEATH = "StrictMode VmPolicy violation with POLICY_DEATH"
 
@@ -62,6 +65,9 @@ def parse_death(msg: str, pid: int | None) -> tuple[int | None, str | None, str]
         m = _SIGNAL.search(msg)
         if m:
             return int(m[3]), m[4], f"signal {m[1]} ({m[2]})"
+        m = _SIGNAL_OLD.search(msg)
+        if m:
+            return pid, None, f"signal {m[1]} ({m[2]})"
     if ">>> " in msg:
         m = _TOMBSTONE.search(msg)
         if m:

@@ -3,7 +3,7 @@
 A frame is written ``pkg.Class.method(File.kt:12)`` (without ``at ``). Method names may hold
 ``-``/``--`` (Compose), ``<init>``/``<clinit>``, ``$``; the location may be ``Native Method``,
 ``Unknown Source:6``, ``PG:1``, ``D8$$SyntheticClass:0`` or a file with no line number.
-The app frame rule is DESIGN.md §9: the first frame whose class is outside the platform and
+The app frame rule is docs/design.md §9: the first frame whose class is outside the platform and
 language runtimes; with a package, the first frame in that package if there is one.
 """
 

@@ -57,7 +57,7 @@ KNOWN_KINDS = (
     "ServiceConnectionLeaked", "LeakedRegistrationObjects", "UntaggedSocket", "NonSdkApiUsed",
     "ContentUriWithoutPermission", "CleartextNetwork", "FileUriExposed",
     "CredentialProtectedWhileLocked", "ImplicitDirectBoot", "UnsafeIntentLaunch",
-    "IncorrectContext", "WebViewMethodCalledOnWrongThread", "Explicit",
+    "IncorrectContextUse", "WebViewMethodCalledOnWrongThread", "Explicit",
 )
 # The StrictMode frame that detected a thread violation names its kind (a header cut short).
 _DETECTORS = {"onReadFromDisk": "DiskRead", "onWriteToDisk": "DiskWrite",

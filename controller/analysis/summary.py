@@ -51,7 +51,7 @@ SUGGESTIONS: dict[str, str] = {
     "ImplicitDirectBoot": "Declare direct-boot awareness explicitly on the component.",
     "FileUriExposed": "Share files with FileProvider content:// URIs, not file:// URIs.",
     "UnsafeIntentLaunch": "Validate intents taken from extras before launching them.",
-    "IncorrectContext": "Use a visual (Activity) context for UI work.",
+    "IncorrectContextUse": "Use a visual (Activity) context for UI work.",
 }
 _MAIN_THREAD = frozenset({"DiskRead", "DiskWrite", "Network", "Custom", "ResourceMismatch",
                           "UnbufferedIo"})

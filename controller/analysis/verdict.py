@@ -1,4 +1,4 @@
-"""The verdict of DESIGN.md §5 and the seed's one-line summary.
+"""The verdict of docs/design.md §5 and the one-line summary.
 
 * CONFIRMED  a StrictMode violation, ``blocking_time_ms`` over the threshold (300 ms), or an
   ANR of the app. ``reason_code``: ``strict_mode_violation`` | ``anr`` | ``main_thread_blocked``.
@@ -9,7 +9,8 @@
   timing was taken; summary ``Inconclusive: <exception>``), ``incomplete`` (the caller says the
   run did not finish and nothing was found), ``no_log`` (not one log entry in the input: an
   empty or foreign text refutes nothing), and the executor's own ``skipped``,
-  ``compile_failed``, ``no_device``, ``adb_unavailable``, ``bridge_unavailable``, ``timeout``
+  ``compile_failed``, ``no_device``, ``adb_unavailable``, ``bridge_unavailable``, ``device_paused``,
+  ``timeout``
   through :func:`pending`.
 
 Summary: ``StrictMode violations: DiskRead, Network | Blocking time: 847ms``; ``none`` when there
@@ -23,7 +24,7 @@ from enum import StrEnum
 
 from controller.analysis.models import Thresholds
 
-__all__ = ["Status", "Verdict", "decide", "pending", "seed_summary"]
+__all__ = ["Status", "Verdict", "decide", "pending", "summary_line"]
 
 
 class Status(StrEnum):
@@ -41,10 +42,10 @@ class Verdict:
 
 
 _UNAVAILABLE = frozenset({"compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-                          "timeout"})
+                          "device_paused", "timeout", "access_revoked"})
 
 
-def seed_summary(kinds: list[str], blocking_time_ms: int) -> str:
+def summary_line(kinds: list[str], blocking_time_ms: int) -> str:
     unique = list(dict.fromkeys(kinds))
     v = ", ".join(unique) if unique else "none"
     b = f"{blocking_time_ms}ms" if blocking_time_ms >= 0 else "n/a"
@@ -64,7 +65,7 @@ def decide(
 ) -> Verdict:
     """Decide from the app's own evidence. ``crash`` is the first own crash's exception text;
     ``empty`` says the input held no log entry at all (nothing to refute with)."""
-    base = seed_summary(kinds, blocking_time_ms)
+    base = summary_line(kinds, blocking_time_ms)
     if kinds:
         return Verdict(Status.CONFIRMED, "strict_mode_violation", base)
     if anrs:

@@ -1,4 +1,4 @@
-"""The agent toolkit over REST (DESIGN.md §9, issue 11).
+"""The agent toolkit over REST (docs/design.md §9, issue 11).
 
 * ``GET /v1/devices/{device}/state`` — ``{"package", "activity", "recent_activities",
   "keyboard", "screen": {"width", "height"}, "text", …}``
@@ -39,7 +39,7 @@ from controller.agent import (
     Trace,
     TraceStore,
 )
-from controller.auth import Principal, UserPrincipal
+from controller.auth import Principal, Scope, UserPrincipal
 from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
@@ -317,7 +317,18 @@ async def post_act(
 async def get_frame(
     trace_id: str, name: str, principal: UserPrincipal, request: Request
 ) -> Response:
-    """An evidence frame of a trace (kept in the store for the newest traces only)."""
+    """An evidence frame of a trace (kept in the store for the newest traces only).
+
+    A frame is a screenshot of a device: the token needs ``devices:use`` (what taking one
+    needs) on top of ``runs:read`` (reading the trace); ``runs:read`` or ``devices:read``
+    alone is refused ``missing_scope``."""
+    for scope in (Scope.RUNS_READ, Scope.DEVICES_USE):
+        if not principal.allows(scope):
+            raise RpcError(
+                ErrorCode.FORBIDDEN,
+                f"this token lacks the {scope.value!r} scope",
+                {"rule": "missing_scope", "scope": scope.value},
+            )
     found = await _traces(request).frames.get(trace_id, name)
     # Someone else's frame is as absent as a dropped one: its existence is not disclosed.
     if found is None or not (principal.is_admin or found.user_id == principal.user_id):

@@ -1,5 +1,14 @@
 """``/v1/bridges``: the bridges the caller owns (all of them for an admin), with their state.
 
+``PATCH /v1/bridges/{bridge}`` (admins only; the bridge by id or name) with
+``{"shared": true|false}`` marks a build bridge shared: it may then compile for every
+user's runs. Any other build bridge compiles only for its owner's runs and for runs on its
+owner's devices (docs/security.md, "Threat model"); the executor reads the flag at each run.
+
+``DELETE /v1/bridges/{bridge}`` (its owner or an admin) forgets a bridge that is gone for
+good, with its devices, their grants and its tokens (409 while it is connected or
+reconnecting).
+
 ``state``: ``connected``, ``reconnecting`` (dropped less than the grace period ago: calls
 wait for it), or ``disconnected``. In cluster mode (docs/cluster.md) a bridge connected to
 another replica is listed ``connected`` with that ``replica`` and its live device count (its
@@ -12,16 +21,17 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel
-from sqlalchemy import select
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from sqlalchemy import or_, select
 
 from controller.api.refusals import audited_refusal
-from controller.auth import UserPrincipal
+from controller.auth import Admin, UserPrincipal
 from controller.hub import BridgeState, Hub
 from controller.hub.retire import forget_bridge
 from controller.store import Bridge, User
+from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["BridgeOut", "router"]
+__all__ = ["BridgeOut", "BridgePatch", "router"]
 
 router = APIRouter(prefix="/v1/bridges", tags=["bridges"])
 
@@ -31,6 +41,7 @@ class BridgeOut(BaseModel):
     name: str
     owner: str
     state: str
+    shared: bool = False
     software: str | None = None
     toolchain: str | None = None
     build: bool = False
@@ -65,6 +76,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
                 "devices": remote.devices,
                 "last_seen_at": bridge.last_seen_at,
                 "replica": remote.replica,
+                "shared": bridge.shared,
                 # As its hello announced them (published with its inventory).
                 "toolchain": toolchain if isinstance(toolchain, str) else None,
                 "build": remote.caps.get("build") is True,
@@ -76,6 +88,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
             "owner": owner,
             "state": BridgeState.DISCONNECTED.value,
             "last_seen_at": bridge.last_seen_at,
+            "shared": bridge.shared,
         }
         if entry is not None:
             item.update(
@@ -102,3 +115,33 @@ async def delete_bridge(bridge: str, principal: UserPrincipal, request: Request)
         forgotten = await forget_bridge(state.hub, principal, bridge)
     await state.audit.record(principal, "bridge.forget", detail={"bridge": forgotten})
     return Response(status_code=204)
+
+
+class BridgePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    shared: StrictBool = Field(description="may build for every user's runs")
+
+
+@router.patch("/{bridge}", response_model=BridgeOut)
+async def patch_bridge(
+    bridge: str, body: BridgePatch, principal: Admin, request: Request
+) -> dict[str, Any]:
+    """Mark a build bridge shared, or not (admins only): the bridge's id or name."""
+    hub: Hub = request.app.state.hub
+    state = request.app.state
+    if not bridge or len(bridge) > 64 or not bridge.isprintable():
+        raise RpcError(ErrorCode.NOT_FOUND, "no such bridge")
+    async with audited_refusal(state.audit, principal, "bridge.share", bridge=bridge):
+        async with hub.store.session() as session, session.begin():
+            row = (await session.execute(
+                select(Bridge).where(or_(Bridge.id == bridge, Bridge.name == bridge))
+            )).scalar_one_or_none()
+            if row is None:
+                raise RpcError(ErrorCode.NOT_FOUND, f"no bridge {bridge!r}")
+            row.shared = body.shared
+            bridge_id = row.id
+    await state.audit.record(
+        principal, "bridge.share", detail={"bridge_id": bridge_id, "shared": body.shared}
+    )
+    return next(b for b in await get_bridges(principal, request) if b["id"] == bridge_id)

@@ -1,4 +1,4 @@
-"""``/v1/devices``: list devices, run shell commands, read and stream logcat (DESIGN.md §9).
+"""``/v1/devices``: list devices, run shell commands, read and stream logcat (docs/design.md §9).
 
 ``{device}`` is ``BRIDGE~SERIAL`` (a device's ``id``) or its bare serial when unambiguous
 (see :mod:`controller.hub.devices`). Every call on a device goes through
@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
+from controller.access import AccessWatch, check_access, lapse_reason
 from controller.api.refusals import audited_refusal
-from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
+from controller.auth import DeviceRef, Principal, UserPrincipal
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.retire import forget_device
 from controller.hub.streams import LogChunk
@@ -205,7 +206,9 @@ async def logcat_stream(
         await websocket.accept()
         # The client sends nothing; its close (or vanishing) ends the stream.
         closed = asyncio.create_task(_until_closed(websocket))
-        revoked = asyncio.create_task(_until_unauthorized(hub, principal, record.ref))
+        revoked = asyncio.create_task(
+            _until_unauthorized(websocket.app.state, hub, principal, record.ref)
+        )
         try:
             while True:
                 getter = asyncio.ensure_future(stream.get())
@@ -238,20 +241,34 @@ async def logcat_stream(
         await hub.unsubscribe(stream)
 
 
-async def _until_unauthorized(hub: Hub, principal: Principal, device: DeviceRef) -> str:
-    """Re-check ``principal``'s right to use ``device`` every ``stream_reauth_s``; return the
-    refusal (``"forbidden: …"``) once it no longer holds. Owners and admins hold no loan that
-    could end, so for them this only sleeps."""
-    if principal.is_admin or principal.user_id == device.owner_id:
-        await asyncio.Event().wait()
+async def _until_unauthorized(
+    state: Any, hub: Hub, principal: Principal, device: DeviceRef
+) -> str:
+    """Return the refusal (``"forbidden: …"``) once ``principal`` may no longer use
+    ``device``: its token revoked (owners and admins too), its loan revoked or expired. The
+    app's :class:`controller.access.AccessWatch` tells at once (a revocation anywhere in the
+    cluster, a loan's end); without one, re-checked every ``stream_reauth_s``."""
+    access: AccessWatch | None = getattr(state, "access", None)
+    if access is not None:
+        lapsed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def lapse(reason: str) -> None:
+            if not lapsed.done():
+                lapsed.set_result(reason)
+
+        unwatch = access.watch(principal, device, lapse)
+        try:
+            return await lapsed
+        finally:
+            unwatch()
     while True:
         await asyncio.sleep(hub.settings.stream_reauth_s)
         try:
-            await authorize(principal, device, Action.USE, store=hub.store)
+            await check_access(hub.store, principal, device)
         except RpcError as exc:
             log.info("logcat stream of %s for %s ends: %s", device.serial, principal.actor, exc)
             # Not exc.message: a lapsed loan answers not_found, which would name the device.
-            return f"forbidden: access to this device ended ({exc.code.value})"
+            return lapse_reason(exc)
 
 
 async def _until_closed(websocket: WebSocket) -> None:

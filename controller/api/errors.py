@@ -1,6 +1,6 @@
-"""Typed error bodies in the OpenAPI schema (DESIGN.md §9: ``/openapi.json``).
+"""Typed error bodies in the OpenAPI schema (docs/design.md §9: ``/openapi.json``).
 
-Every error the controller answers has one shape, built by :func:`controller.app.error_body`::
+Every error the controller answers has one shape, built by :func:`error_body`::
 
     {"error": {"code": "forbidden", "message": "…", "rule": "…", …}}
 
@@ -17,15 +17,16 @@ carries it; :func:`install_openapi` then tidies the generated schema:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocol.errors import ErrorCode
 
-__all__ = ["ERROR_RESPONSES", "ErrorBody", "ErrorDetail", "install_openapi"]
+__all__ = ["ERROR_RESPONSES", "ErrorBody", "ErrorDetail", "error_body", "install_openapi"]
 
 
 class ValidationProblem(BaseModel):
@@ -126,3 +127,11 @@ def _tidy(schema: dict[str, Any]) -> dict[str, Any]:
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     return schema
+
+
+def error_body(code: str, message: str, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"error": {"code", "message", …data}}``; data never overrides code or message."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    for key, value in (data or {}).items():
+        body.setdefault(key, value)
+    return {"error": jsonable_encoder(body)}

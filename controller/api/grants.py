@@ -1,4 +1,4 @@
-"""``/v1/grants``: lend a device to a user until a time, list loans, revoke them (DESIGN.md §6, §9).
+"""``/v1/grants``: lend a device to a user until a time, list loans, revoke them (docs/design.md §6, §9).
 
 A device belongs to its bridge's owner. The owner (or an admin) grants it to another user,
 optionally until a time; revoking ends the loan at once. Everything here goes through
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
@@ -147,6 +147,9 @@ async def resolve_seen_device(store: Store, principal: Principal, text: str) -> 
         rows = (await session.execute(query.order_by(Bridge.name))).all()
     seen = [SeenDevice(*row) for row in rows]
     candidates = await visible_devices(principal, seen, store=store, ref=lambda d: d.ref)
+    if len(candidates) > 1 and not principal.is_admin:
+        # The caller's own device wins over one lent to them (a lent one: BRIDGE~SERIAL).
+        candidates = [d for d in candidates if d.owner_id == principal.user_id] or candidates
     if not candidates:
         raise RpcError(ErrorCode.NOT_FOUND, f"no device {text[:200]!r}")
     if len(candidates) > 1:
@@ -157,6 +160,11 @@ async def resolve_seen_device(store: Store, principal: Principal, text: str) -> 
             {"candidates": ids},
         )
     return candidates[0]
+
+
+def _no_device_or_user() -> RpcError:
+    """A non-admin's refused grant when its device or its user is unknown (not which)."""
+    return RpcError(ErrorCode.NOT_FOUND, "no such device, or no such user, to lend to")
 
 
 def _status(grant: Grant, at: datetime) -> GrantStatus:
@@ -172,7 +180,12 @@ async def create_grant(
 ) -> GrantOut:
     """Lend ``body.device`` to ``body.user``; the caller must be allowed to ``lend`` it."""
     at = at or now()
-    device = await resolve_seen_device(store, principal, body.device)
+    try:
+        device = await resolve_seen_device(store, principal, body.device)
+    except RpcError as exc:
+        if exc.code is ErrorCode.NOT_FOUND and not principal.is_admin:
+            raise _no_device_or_user() from None
+        raise
     await authorize(principal, device.ref, Action.LEND, store=store, at=at)
     if body.until is not None and body.until <= at:
         raise RpcError(ErrorCode.BAD_REQUEST, "'until' is in the past", {"field": "until"})
@@ -181,6 +194,10 @@ async def create_grant(
             await session.execute(select(User).where(User.name == body.user))
         ).scalar_one_or_none()
         if user is None:
+            if not principal.is_admin:
+                # The same answer as an unknown device: a lender cannot tell which was wrong,
+                # so refusals never reveal whether a user name exists.
+                raise _no_device_or_user()
             raise RpcError(ErrorCode.NOT_FOUND, f"no user {body.user!r}", {"field": "user"})
         if user.id == device.owner_id:
             raise RpcError(
@@ -272,12 +289,20 @@ def _out(row: Any, at: datetime) -> GrantOut:
 
 
 async def list_grants(
-    store: Store, principal: Principal, *, include_ended: bool = False, at: datetime | None = None
+    store: Store,
+    principal: Principal,
+    *,
+    include_ended: bool = False,
+    at: datetime | None = None,
+    to_me: bool = False,
 ) -> list[GrantOut]:
-    """Grants on the caller's devices and grants they hold (every grant for an admin)."""
+    """Grants on the caller's devices and grants they hold (every grant for an admin);
+    ``to_me``: only the loans made to the caller (what they were lent, in one place)."""
     at = at or now()
     query = _grant_query()
-    if not principal.is_admin:
+    if to_me:
+        query = query.where(Grant.user_id == principal.user_id, Grant.owner_id == Bridge.owner_id)
+    elif not principal.is_admin:
         query = query.where(
             or_(Bridge.owner_id == principal.user_id, Grant.user_id == principal.user_id)
         )
@@ -367,9 +392,16 @@ async def get_grants(
     include_ended: Annotated[
         bool, Query(alias="all", description="include expired and revoked grants")
     ] = False,
+    to: Annotated[
+        Literal["me"] | None,
+        Query(description="'me': only the devices lent to you (each reached as BRIDGE~SERIAL)"),
+    ] = None,
 ) -> list[GrantOut]:
-    """Live grants on your devices and those you hold (every grant for an admin)."""
-    return await list_grants(request.app.state.store, principal, include_ended=include_ended)
+    """Live grants on your devices and those you hold (every grant for an admin);
+    ``?to=me``: the loans made to you."""
+    return await list_grants(
+        request.app.state.store, principal, include_ended=include_ended, to_me=to == "me"
+    )
 
 
 @router.delete("/{grant_id}", status_code=204)
@@ -386,4 +418,23 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         device=grant.device,
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
+    await _loan_ended(request, grant)
     return Response(status_code=204)
+
+
+async def _loan_ended(request: Request, grant: GrantOut) -> None:
+    """The borrower's runs and streams on the device are re-checked now — here and, in
+    cluster mode, on every replica — so they stop within moments (controller.access)."""
+    state = request.app.state
+    async with state.store.session() as session:
+        user_id = (
+            await session.execute(select(User.id).where(User.name == grant.user))
+        ).scalar_one_or_none()
+    if user_id is None:
+        return
+    access = getattr(state, "access", None)
+    if access is not None:
+        access.user_changed(user_id)
+    cluster = getattr(getattr(state, "hub", None), "cluster", None)
+    if cluster is not None:
+        await cluster.grant_revoked(user_id)

@@ -1,4 +1,4 @@
-"""Unauthenticated operations endpoints: ``/healthz`` and ``/metrics`` (DESIGN.md §6).
+"""Unauthenticated operations endpoints: ``/healthz`` and ``/metrics`` (docs/design.md §6).
 
 Neither reveals a secret or a serial.
 """

@@ -2,7 +2,7 @@
 
 ``grant.*`` and ``token.*`` changes are written to the audit log when they succeed (the route
 records what changed) and when they are refused: then the entry's outcome is the refusal's
-error code, and its detail what the caller asked for (DESIGN.md §6).
+error code, and its detail what the caller asked for (docs/design.md §6).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""The sandbox executor's REST surface (DESIGN.md §9): execute, runs, tools.
+"""The sandbox executor's REST surface (docs/design.md §9): execute, runs, tools.
 
 * ``POST /v1/sandbox/execute`` — body :class:`~controller.executor.ExecuteRequest`. Waits for
-  the verdict and answers with the result (the seed's fields plus ours); when the selector
+  the verdict and answers with the result (the base fields plus droidwire's, docs/sandbox.md#output); when the selector
   picks several devices, ``{"results": [result, …]}``, one per device. ``?wait=false``
   answers at once, 202 ``{"run_id", "run_ids", "status": "queued"}``: follow the runs with
   ``GET /v1/runs/{id}``.
 * ``GET /v1/runs`` — the caller's runs, newest first (an admin sees everyone's);
-  ``?limit=N`` (≤ 200), ``?status=queued|running|finished|cancelled``.
+  ``?limit=N`` (≤ 200), ``?status=queued|running|finished|cancelled``, ``?kind=sandbox|agent``
+  (sandbox runs, or the agent toolkit's traces; each run says its ``kind``).
 * ``GET /v1/runs/{id}`` — one run: status, verdict, request, result, and its step log.
 * ``POST /v1/runs/{id}/cancel`` — cancel a queued or running run (its owner or an admin):
   202 ``{"id", "status": "cancelling"}``; the run ends ``cancelled`` once its device is
@@ -20,7 +21,7 @@ At start-up (this router's lifespan, inside the app's: the store is open), runs 
 ``queued``/``running`` by a controller process that is gone are ended PENDING
 ``controller_restarted`` (:mod:`controller.executor.recovery`); what they installed is
 uninstalled in the background once their devices' bridges are back.
-* ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the seed's
+* ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the
   ``sandbox_executor``.
 
 The executor is built on first use from the app's hub and store (the LLM client from the
@@ -36,12 +37,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from controller.auth import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
@@ -179,6 +180,8 @@ def _executor(app: Any) -> SandboxExecutor:
             instance=instance_of(app),
             # Cluster mode: a device serves one run at a time across every replica.
             shared_turn=cluster.device_turn if cluster is not None else None,
+            # A run ends when its caller's token or loan does (controller.access).
+            access=getattr(state, "access", None),
         )
         state.executor = executor
     return executor
@@ -285,6 +288,7 @@ def _summary(run: Run) -> dict[str, Any]:
         "id": run.id,
         "status": run.status,
         "verdict": run.verdict,
+        "kind": _kind(run),
         "device": (run.request or {}).get("device_id"),
         "summary": result.get("summary"),
         "reason_code": result.get("reason_code"),
@@ -293,18 +297,31 @@ def _summary(run: Run) -> dict[str, Any]:
     }
 
 
+def _kind(run: Run) -> str:
+    return "agent" if (run.request or {}).get("kind") == "agent" else "sandbox"
+
+
 @router.get("/runs")
 async def list_runs(
     request: Request,
     principal: RunReader,
     limit: Annotated[int, Query(ge=1, le=MAX_RUNS)] = 50,
     status: Annotated[RunStatus | None, Query()] = None,
+    kind: Annotated[Literal["sandbox", "agent"] | None, Query()] = None,
 ) -> dict[str, Any]:
     query = select(Run).order_by(Run.created_at.desc()).limit(limit)
     if not principal.is_admin:
         query = query.where(Run.user_id == principal.user_id)
     if status is not None:
         query = query.where(Run.status == status.value)
+    if kind is not None:
+        # Agent traces are runs whose request says ``"kind": "agent"``; every other is a
+        # sandbox run (their requests carry no kind).
+        request_kind = Run.request["kind"].as_string()
+        if kind == "agent":
+            query = query.where(request_kind == "agent")
+        else:
+            query = query.where(or_(request_kind.is_(None), request_kind != "agent"))
     async with request.app.state.store.session() as session:
         runs = (await session.execute(query)).scalars().all()
     return {"runs": [_summary(r) for r in runs]}
@@ -356,7 +373,8 @@ async def get_run(run_id: str, request: Request, principal: RunReader) -> dict[s
             )
         ).scalars().all()
     out = _summary(run)
-    out["request"] = run.request
+    # The submitting token's id stays in the store (a replica continuing the run acts as it).
+    out["request"] = {k: v for k, v in (run.request or {}).items() if k != "token_id"}
     out["result"] = run.result
     out["steps"] = [
         {

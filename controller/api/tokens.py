@@ -1,4 +1,4 @@
-"""``/v1/tokens``: issue, list, rotate and revoke tokens (DESIGN.md §9).
+"""``/v1/tokens``: issue, list, rotate and revoke tokens (docs/design.md §9).
 
 ``POST`` returns the secret once; nothing can show it again (only its hash is kept).
 Revoking a token runs the app's revocation hooks, so the hub can drop a bridge session that
@@ -85,6 +85,7 @@ async def create_token(
             TokenKind(body.kind),
             body.name,
             scopes=None if body.scopes is None else [s.value for s in body.scopes],
+            max_bridges=state.config.max_bridges_per_user,
         )
     await state.audit.record(
         principal,

@@ -12,7 +12,11 @@ import importlib
 
 import typer
 
+from controller.cli.help import install as _install_help
+
 __all__ = ["app", "main"]
+
+_install_help()
 
 app = typer.Typer(
     name="droidwire",
@@ -72,4 +76,4 @@ _register()
 
 
 def main() -> None:
-    app()
+    app(prog_name="droidwire")  # the same name in messages however it was started

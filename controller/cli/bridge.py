@@ -1,13 +1,15 @@
 """``droidwire bridge``: run a device bridge that dials out to the controller.
 
-Thin CLI → config → runner (STYLE.md §10): flags and environment variables become overrides
+Thin CLI → config → runner: flags and environment variables become overrides
 of the TOML config (flag > env > file > default), :class:`device_bridge.bridge.Bridge` runs.
 ``device_bridge`` is imported inside the command only, so the controller package never
 depends on it.
 
 Exit codes: 0 stopped (Ctrl-C / SIGTERM), 1 bad configuration, 2 refused by the controller
-(unauthorized, forbidden, replaced by a newer session, incompatible), 3 the controller stayed
-unreachable for the whole reconnect budget.
+(unauthorized, forbidden, no bridge endpoint at the URL, replaced by a newer session,
+incompatible), 3 the controller stayed unreachable: never reached within ``--start-budget``
+(default 10 s: a wrong host or port fails fast), or lost for the whole reconnect budget after
+a first connection.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from typing import Annotated
 
 import typer
 
+from protocol import redact
 from protocol.settings import DEFAULTS as _D
 
 __all__ = ["bridge"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# A controller never reached since the start is given up after this many seconds (exit 3): a
+# wrong host or port fails fast. A service started before its controller sets more.
+DEFAULT_START_BUDGET_S = 10.0
 
 
 def _secs(default: float | None, *, off: bool = False) -> str:
@@ -48,7 +54,7 @@ def bridge(
         typer.Option(
             envvar="DROIDWIRE_BRIDGE_TOKEN",
             show_default=False,
-            help="Bridge token (prefer DROIDWIRE_BRIDGE_TOKEN or controller.token_file).",
+            help="Bridge token (prefer --token-file or DROIDWIRE_BRIDGE_TOKEN: a command line shows in ps).",
         ),
     ] = None,
     token_file: Annotated[
@@ -119,7 +125,7 @@ def bridge(
         str | None,
         typer.Option(
             envvar="DROIDWIRE_BUILD_TOOLCHAIN",
-            help="Serve builds: auto, gradle or simulated (default: no builds unless [build]).",
+            help="Serve builds: auto, gradle, kotlinc or simulated (default: no builds, unless the config file has a build section).",
         ),
     ] = None,
     concurrency: Annotated[
@@ -136,6 +142,15 @@ def bridge(
             help=f"Seconds to keep retrying after the first failure (default {_D.reconnect_budget_s:g}).",
         ),
     ] = None,
+    start_budget: Annotated[
+        float,
+        typer.Option(
+            envvar="DROIDWIRE_START_BUDGET",
+            min=0,
+            help="Seconds to keep trying a controller never reached since the start, then "
+            "exit 3 (0: the reconnect budget from the start) (default 10).",
+        ),
+    ] = DEFAULT_START_BUDGET_S,
     backoff_first_max: Annotated[
         float | None, typer.Option(help=_secs(_D.backoff_first_max_s))
     ] = None,
@@ -174,6 +189,8 @@ def bridge(
     from device_bridge.connection import LinkError
 
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    redact.add_secret(token)
+    redact.install()  # no token in any log line, at any level (docs/security.md)
     overrides = {
         "controller.url": _split(controller),
         "controller.token": token,
@@ -208,6 +225,7 @@ def bridge(
             raise ConfigError("--device-profile takes SERIAL=PROFILE")
         host_config = load_host_config(config, overrides)
         runner = Bridge(host_config)
+        runner.start_budget_s = start_budget or None
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

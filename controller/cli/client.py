@@ -1,18 +1,22 @@
 """The HTTP client every CLI noun shares: base URL, bearer header, typed errors, exit codes.
 
-Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (DESIGN.md §9),
+Client commands read ``DROIDWIRE_CONTROLLER`` (URL) and ``DROIDWIRE_TOKEN`` (docs/design.md §9),
 or the ``--controller`` / ``--token`` options (prefer the variable for the token: a command
 line is visible to every user of the machine in ``ps``). Several replicas' URLs may be given,
 comma-separated (``url1,url2``): a call that cannot reach one goes to the next, which the
 client then keeps using — a run is followed across replicas. A ``POST`` moves on only when
 its connection failed (it never reached the controller), so nothing is submitted twice.
 
-Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart::
+Exit codes (:class:`ExitCode`), the same for every noun, so CI can tell failures apart
+(docs/cli.md#exit-codes)::
 
-    0  ok                  3  unauthorized or forbidden (401, 403)
-    1  any other error     4  not found (404)
-    2  usage error         5  controller or device unavailable (no connection, 409 device
-                              offline, 429, 503, 504)
+    0  ok                                  4  not found (404; a run that found no device)
+    1  any other error; ``--fail-on``      5  controller or device unavailable (no
+       matched a result                       connection, device offline or paused, 429,
+    2  usage error (a bad flag or value,      503, 504; a run whose device was unavailable)
+       also one the controller refuses     6  a run ended PENDING for another reason
+       as a bad request, 400)
+    3  unauthorized or forbidden (401, 403)
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class ExitCode(IntEnum):
     AUTH = 3
     NOT_FOUND = 4
     UNAVAILABLE = 5
+    PENDING = 6
 
 
 ControllerOption = Annotated[
@@ -90,7 +95,7 @@ class ApiError(Exception):
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.code == "usage":
+        if self.code in ("usage", "bad_request") or self.status in (400, 422):
             return ExitCode.USAGE
         if self.status == 0 or self.status in (429, 503, 504) or self.code == "device_offline":
             return ExitCode.UNAVAILABLE
@@ -172,6 +177,15 @@ class Client:
                 continue
             self.base_url = url
             break
+        if response.status_code == 404 and _router_404(response):
+            # No route at all (not "no such run"): the URL is not the controller's base URL.
+            raise ApiError(
+                0, "usage",
+                f"nothing serves {path} at {self.base_url}: the controller URL "
+                f"({ENV_CONTROLLER} or --controller) is its base URL, e.g. http://HOST:8700"
+                + (f", without the path {urlsplit(self.base_url).path!r}"
+                   if urlsplit(self.base_url).path not in ("", "/") else ""),
+            )
         if response.is_success:
             if not response.content:
                 return None
@@ -191,6 +205,20 @@ class Client:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def _router_404(response: httpx.Response) -> bool:
+    """A 404 from the router (no such path), not from a handler (no such run, device …)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return True  # not the controller's JSON at all
+    if not isinstance(body, dict):
+        return True
+    error = body.get("error")
+    if isinstance(error, dict):
+        return error.get("message") == "Not Found"
+    return body.get("detail") == "Not Found"
 
 
 def _error_from(response: httpx.Response) -> ApiError:

@@ -8,16 +8,19 @@ What it starts, all on loopback, all stopped at exit:
 2. a simulated device (:mod:`device_bridge.sim`) that this adb server connects to, like a
    phone over Wi-Fi;
 3. an embedded controller: SQLite in a temporary directory, uvicorn on a free port;
-4. a bridge dialling it (capabilities ``build`` with the simulated toolchain — ``--real``:
-   Gradle and the Android SDK — and ``devices``);
+4. a bridge dialling it (capabilities ``build`` — the real Kotlin compiler (``make setup``)
+   checking each test in front of the simulated toolchain, the simulated toolchain alone
+   where the compiler is not set up, said once; ``--real``: Gradle and the Android SDK — and
+   ``devices``);
 
 then runs three generated tests through ``POST /v1/sandbox/execute``, like an agent would:
 a disk read on the main thread (CONFIRMED), a draft missing an import (fixed in one round,
-CONFIRMED by blocking time), and work kept off the main thread (REFUTED). It prints a table
+CONFIRMED by blocking time; the fix round is driven by kotlinc's ``Unresolved reference 'Log'.``
+when the compiler is set up), and work kept off the main thread (REFUTED). It prints a table
 (or ``{"results": [...]}`` with ``--json``) and exits 0; 1 if a run could not collect
 evidence (PENDING), so a broken setup does not look like a working one.
 
-This is the one place the controller package imports ``device_bridge`` (DESIGN.md §2): the
+This is the one place the controller package imports ``device_bridge`` (docs/design.md §2): the
 demo *is* a bridge host too.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -40,8 +44,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from controller.cli.client import ExitCode, JsonOption, print_json
+from controller.cli.output import console
 from controller.cli.run import render_results
 
 __all__ = ["DEMO_TESTS", "DemoTest", "demo"]
@@ -246,13 +252,23 @@ async def _demo(tmp: Path, *, real: bool, say: Any) -> list[dict[str, Any]]:
             if adb_port is not None and serial is not None:
                 # The bridge keeps the simulated device connected, like a phone on Wi-Fi.
                 adb = {"connect": [serial], "server_port": adb_port, "start_server": False}
+            toolchain = "gradle"
+            if not real:
+                # The simulated device even on a host with an SDK, unless --real; the real
+                # compiler judges the tests in front of it when it is set up.
+                from device_bridge.build import kotlinc_ready
+
+                missing = kotlinc_ready()
+                toolchain = "kotlinc" if missing is None else "simulated"
+                say("[dim]compiler: kotlinc (warm JVM) checks each test, then the simulated"
+                    " toolchain builds it[/]" if missing is None else
+                    f"[yellow]compiler: kotlinc unavailable ({missing}); the simulated"
+                    " toolchain alone judges the tests[/]")
             host = HostConfig.from_mapping(
                 {
                     "controller": {"url": [url.replace("http://", "ws://")]},
                     "adb": adb,
-                    # The simulated toolchain even on a host with an SDK, unless --real.
-                    "build": {"toolchain": "gradle" if real else "simulated",
-                              "state_dir": str(tmp / "workspaces")},
+                    "build": {"toolchain": toolchain, "state_dir": str(tmp / "workspaces")},
                 },
                 base=tmp,
             )
@@ -273,6 +289,25 @@ async def _demo(tmp: Path, *, real: bool, say: Any) -> list[dict[str, Any]]:
                 return results
 
 
+def show_fix_rounds(console: Console, results: list[dict[str, Any]]) -> None:
+    """Each fix round: what the compiler said, who fixed it, and the change."""
+    for n, r in enumerate(results, 1):
+        rounds = r.get("compile_rounds") or []
+        for before, after in itertools.pairwise(rounds):
+            check = before.get("check") or {}
+            judge = check.get("compiler") or r.get("toolchain") or "compiler"
+            console.print(f"{n}. fix round {before.get('round')}: {judge} said", highlight=False)
+            for e in (before.get("errors") or [])[:5]:
+                where = f"{e.get('file') or '?'}:{e.get('line') or '?'}:{e.get('column') or '?'}"
+                console.print(f"   [red]e:[/] {escape(where)} {escape(str(e.get('message')))}",
+                              highlight=False)
+            changes = [ln for ln in str(after.get("diff") or "").splitlines()
+                       if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+            console.print(f"   fixed by {after.get('fixer')}: {escape('; '.join(changes[:3]))}"
+                          f" → round {after.get('round')} {'ok' if after.get('ok') else 'failed'}",
+                          highlight=False)
+
+
 def demo(
     json_out: JsonOption = False,
     real: Annotated[
@@ -281,7 +316,7 @@ def demo(
     ] = False,
 ) -> None:
     """Controller + bridge + simulated device + three sample runs; no phone needed."""
-    human = Console(stderr=json_out)
+    human = console(stderr=json_out)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     def say(text: str) -> None:
@@ -303,5 +338,9 @@ def demo(
         print_json({"results": results})
     else:
         render_results(human, results)
+        show_fix_rounds(human, results)
+        toolchains = sorted({str(r.get("toolchain")) for r in results if r.get("toolchain")})
+        if toolchains:  # what compiled the tests: "simulated" unless --real found an SDK
+            human.print(f"toolchain: {', '.join(toolchains)}", markup=False, highlight=False)
     if any(r.get("verification_status") == "PENDING" for r in results):
         raise typer.Exit(int(ExitCode.ERROR))

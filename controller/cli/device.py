@@ -5,7 +5,9 @@
 the device's policy exits 3 and names the rule. Every command takes ``--json``: ``device
 logcat --json`` prints ``{"lines": [...]}``, and with ``-f`` one JSON object per stream chunk
 (``{"lines", "dropped"?, "eof"?, "reason"?}``, a line of its own each); ``device screenshot
---json`` prints ``{"path", "bytes"}``.
+--json`` prints ``{"path", "bytes"}``. ``logcat -f`` runs until Ctrl-C (exit 0); a stream the
+controller ends exits 3 when the caller's access ended (``forbidden: …``) and 5 for any
+other reason (``bridge_moved``, the bridge gone, sharing paused, a shutdown).
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from controller.cli.client import (
     DEFAULT_TIMEOUT_S,
@@ -30,6 +31,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
+from controller.cli.output import console, id_table
 
 __all__ = ["app"]
 
@@ -54,22 +56,26 @@ def list_(
     if json_out:
         print_json(devices)
         return
-    table = Table()
-    table.add_column("id", no_wrap=True)
-    for header in ("state", "model", "android", "sdk", "abi", "battery", "profile"):
-        table.add_column(header)
+    table = id_table(
+        ("state", "model", "android", "sdk", "abi", "battery", "profile"),
+        (str(d["id"]) for d in devices),
+    )
     for d in devices:
-        table.add_row(
-            d["id"],
-            d["state"],
-            d.get("model") or "-",
-            d.get("release") or "-",
-            _dash(d.get("sdk")),
-            d.get("abi") or "-",
-            "-" if d.get("battery") is None else f"{d['battery']}%",
-            d.get("profile") or "standard",
-        )
-    Console(width=200).print(table)
+        table.add_row(*(Text(str(cell)) for cell in _row(d)))
+    console().print(table)
+
+
+def _row(d: dict[str, Any]) -> tuple[object, ...]:
+    return (
+        d["id"],
+        d["state"],
+        d.get("model") or "-",
+        d.get("release") or "-",
+        _dash(d.get("sdk")),
+        d.get("abi") or "-",
+        "-" if d.get("battery") is None else f"{d['battery']}%",
+        d.get("profile") or "standard",
+    )
 
 
 @app.command()
@@ -233,7 +239,7 @@ def _follow(url: str, token: str, *, json_out: bool = False) -> None:
                     sys.stdout.write(json.dumps(chunk, sort_keys=True) + "\n")
                     sys.stdout.flush()
                     if chunk.get("eof"):
-                        return
+                        raise _stream_ended(str(chunk.get("reason") or "eof"))
                     continue
                 lost = chunk.get("dropped", 0)
                 if lost or chunk.get("lost_batches"):
@@ -244,8 +250,7 @@ def _follow(url: str, token: str, *, json_out: bool = False) -> None:
                     sys.stdout.write(line + "\n")
                 sys.stdout.flush()
                 if chunk.get("eof"):
-                    print(f"--- end of stream: {chunk.get('reason')} ---", file=sys.stderr)
-                    return
+                    raise _stream_ended(str(chunk.get("reason") or "eof"))
     except InvalidStatus as exc:
         raise _api_error(exc.response.status_code, bytes(exc.response.body or b"")) from exc
     except ConnectionClosed as exc:
@@ -254,6 +259,14 @@ def _follow(url: str, token: str, *, json_out: bool = False) -> None:
         raise ApiError(0, "unavailable", f"cannot reach the controller: {exc}") from exc
     except KeyboardInterrupt:
         return
+
+
+def _stream_ended(reason: str) -> ApiError:
+    """A followed log stream the controller ended: never a success, since ``-f`` is meant to
+    run until Ctrl-C. Access that ended is 403 (exit 3), anything else unavailable (exit 5)."""
+    if reason.startswith("forbidden"):
+        return ApiError(403, "forbidden", f"the log stream ended: {reason}")
+    return ApiError(0, "unavailable", f"the log stream ended: {reason}")
 
 
 def _ws_url(base: str) -> str:

@@ -1,6 +1,6 @@
 """``droidwire fixer errors FILE|- [--json]``: offline parse of Gradle / compiler output.
 
-Contract (DESIGN.md §9): exit 0 whenever the input could be read, whatever it contains;
+Contract (docs/design.md §9): exit 0 whenever the input could be read, whatever it contains;
 2 for a usage error or unreadable input. ``--json`` prints the §9 shape.
 """
 

@@ -1,9 +1,11 @@
-"""``droidwire grant create|list|revoke``: lend your devices (DESIGN.md §6, §9).
+"""``droidwire grant create|list|revoke``: lend your devices (docs/design.md §6, §9).
 
 ``create DEVICE USER`` lends DEVICE (``SERIAL`` or ``BRIDGE~SERIAL``) to USER, until revoked,
 ``--until`` a time or ``--for`` a while. ``--until`` takes ISO 8601; a time without a zone is
 this machine's local time. ``--for`` takes ``90s``, ``30m``, ``2h``, ``1d``, ``1w`` or sums
-like ``1h30m``, counted from now on this machine.
+like ``1h30m``, counted from now on this machine. Without either the loan lasts until revoked,
+and the command says so. A time already past (``--until`` yesterday, ``--for -5m``) is a usage
+error, exit 2, like any other bad value.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def parse_until(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2026-12-01T18:00Z)") from exc
+        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2030-12-01T18:00Z)") from exc
     return when.astimezone() if when.tzinfo is None else when
 
 
@@ -80,7 +82,7 @@ def create(
     device: Annotated[str, typer.Argument(help="SERIAL or BRIDGE~SERIAL.")],
     user: Annotated[str, typer.Argument(help="Who may use it.")],
     until: Annotated[
-        str | None, typer.Option("--until", help="ISO 8601 end, e.g. 2026-12-01T18:00Z.")
+        str | None, typer.Option("--until", help="ISO 8601 end, e.g. 2030-12-01T18:00Z.")
     ] = None,
     for_: Annotated[
         str | None, typer.Option("--for", help="How long from now: 30m, 2h, 1d, 1h30m.")
@@ -89,14 +91,18 @@ def create(
     controller: ControllerOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Lend DEVICE to USER (you must own it, or be an admin)."""
+    """Lend DEVICE to USER until revoked, or --until a time, or --for a while (you must own
+    it, or be an admin)."""
     body: dict[str, Any] = {"device": device, "user": user}
     with cli_errors():
         if until is not None and for_ is not None:
             raise _usage("give --until or --for, not both")
         try:
             if until is not None:
-                body["until"] = parse_until(until).isoformat()
+                ends = parse_until(until)
+                if ends <= datetime.now(UTC):
+                    raise ValueError(f"--until {until} is already past: give a future time")
+                body["until"] = ends.isoformat()
             elif for_ is not None:
                 body["until"] = (datetime.now(UTC) + parse_duration(for_)).isoformat()
         except ValueError as exc:
@@ -106,7 +112,10 @@ def create(
     if json_out:
         print_json(grant)
         return
-    end = f"until {_when(grant['until'])} UTC" if grant.get("until") else "until revoked"
+    end = (
+        f"until {_when(grant['until'])} UTC" if grant.get("until")
+        else f"until revoked (no --for/--until: end it with `droidwire grant revoke {grant['id']}`)"
+    )
     replaced = f" (replaces {', '.join(grant['replaces'])})" if grant.get("replaces") else ""
     print(f"lent {grant['device']} to {grant['user']} {end}{replaced}", file=sys.stderr)
     typer.echo(grant["id"])
@@ -117,13 +126,17 @@ def list_(
     all_: Annotated[
         bool, typer.Option("--all", help="Include expired and revoked grants.")
     ] = False,
+    to_me: Annotated[
+        bool, typer.Option("--to-me", help="Only the devices lent to you (use their full id).")
+    ] = False,
     json_out: JsonOption = False,
     controller: ControllerOption = None,
     token: TokenOption = None,
 ) -> None:
     """Loans on your devices and loans you hold (every loan for an admin)."""
+    params = {**({"all": "true"} if all_ else {}), **({"to": "me"} if to_me else {})}
     with cli_errors(), Client(controller, token) as client:
-        grants: list[dict[str, Any]] = client.get("/v1/grants", **({"all": "true"} if all_ else {}))
+        grants: list[dict[str, Any]] = client.get("/v1/grants", **params)
     if json_out:
         print_json(grants)
         return

@@ -1,6 +1,6 @@
 """``droidwire instrumentation parse FILE|- [--json]``: offline parse of ``am instrument -r``.
 
-Contract (DESIGN.md §9): exit 0 whenever the input could be read; 2 for a usage error or
+Contract (docs/design.md §9): exit 0 whenever the input could be read; 2 for a usage error or
 unreadable input.
 """
 
@@ -16,6 +16,7 @@ from rich.text import Text
 
 from controller.analysis import InstrumentationResult, parse_instrumentation
 from controller.cli.logcat import read_input
+from controller.cli.output import console
 
 __all__ = ["app"]
 
@@ -61,9 +62,9 @@ def parse_cmd(
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="output file, or - for stdin")],
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON shape")] = False,
 ) -> None:
-    """Parse ``am instrument -r`` output into per-test results."""
+    """Parse the output of am instrument -r into per-test results."""
     result = parse_instrumentation(read_input(source))
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
-    render(result, Console(highlight=False))
+    render(result, console())

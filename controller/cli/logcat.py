@@ -1,6 +1,6 @@
 """``droidwire logcat analyze FILE|- [--package PKG] [--json]``: offline analysis of a log.
 
-Contract (DESIGN.md §9): exit 0 whenever the input could be read, whatever was found; 2 for a
+Contract (docs/design.md §9): exit 0 whenever the input could be read, whatever was found; 2 for a
 usage error or unreadable input. ``--json`` prints the §9 shape; without it a rich report with
 the violations highlighted.
 """
@@ -18,6 +18,7 @@ from rich.text import Text
 from controller.analysis import AnalysisResult, Thresholds, analyze
 from controller.analysis.lines import decode
 from controller.cli.offline import read_source
+from controller.cli.output import console
 
 __all__ = ["app", "read_input"]
 
@@ -130,4 +131,4 @@ def analyze_cmd(
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
-    render(result, Console(highlight=False, soft_wrap=False))
+    render(result, console())

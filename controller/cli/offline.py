@@ -1,7 +1,7 @@
 """Input for the offline commands (``logcat analyze``, ``instrumentation parse``,
 ``fixer errors``): read FILE or ``-`` (stdin), bounded.
 
-Contract (DESIGN.md §9): exit 2 for unreadable input — a file that cannot be opened or read, or
+Contract (docs/design.md §9): exit 2 for unreadable input — a file that cannot be opened or read, or
 one larger than the command's limit. What the bytes contain is the command's business.
 """
 

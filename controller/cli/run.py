@@ -1,14 +1,17 @@
-"""``droidwire run TEST.kt``: the sandbox executor from the command line (DESIGN.md §9).
+"""``droidwire run TEST.kt``: the sandbox executor from the command line (docs/design.md §9).
 
 Submits the test (``POST /v1/sandbox/execute?wait=false``), follows each run's step log
-(``GET /v1/runs/{id}``) with a live view on stderr — compiling, fix round n/3, installing,
-running, collecting logcat — and prints a verdict table, or ``{"results": [...]}`` with
-``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device, each test case
+(``GET /v1/runs/{id}``) and shows its progress on stderr — compiling, fixing (round n),
+installing, running, collecting logcat: a live display on a terminal, else one plain line per
+step as it happens (``run ID: compiling (round 2)``), so CI logs show where a run is — then
+prints a verdict table, or ``{"results": [...]}`` with ``--json``. ``--junit FILE`` writes a JUnit XML report (one suite per device, each test case
 with its attempts and its logcat slice). ``--retries N`` runs the failed tests again, alone.
 ``--shard N`` splits the suite over N devices and follows the one run that merges them.
 Ctrl-C cancels the runs (their devices are still cleaned up). Exit codes are the client's
-(:class:`~controller.cli.client.ExitCode`); findings never fail the command unless
-``--fail-on`` names their status (exit 1).
+(:class:`~controller.cli.client.ExitCode`), by outcome (:func:`outcome_code`): findings never
+fail the command unless ``--fail-on`` names their status (exit 1); a PENDING result (no
+verdict) exits 4 when no device matched, 5 when its device or bridge was unavailable, 6
+otherwise.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from controller.cli.client import (
@@ -36,13 +39,23 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
+from controller.cli.output import console as make_console
 
-__all__ = ["STATUSES", "render_results", "run", "stage_of", "write_junit"]
+__all__ = ["STATUSES", "outcome_code", "render_results", "run", "stage_of", "stages",
+           "write_junit"]
 
 STATUSES = ("CONFIRMED", "PARTIAL", "REFUTED", "PENDING")
 POLL_S = 0.25  # between two looks at a run's progress (a human is watching)
 MAX_FIX_ROUNDS = 3
 MAX_TEST_BYTES = 1 << 20
+# PENDING reasons that say a device could not be found or reached exit like the same failure
+# of any other command (device shell NOPE: 4); every other PENDING exits 6.
+PENDING_EXIT = {
+    "no_device": ExitCode.NOT_FOUND,
+    "adb_unavailable": ExitCode.UNAVAILABLE,
+    "bridge_unavailable": ExitCode.UNAVAILABLE,
+    "device_paused": ExitCode.UNAVAILABLE,
+}
 
 _STAGES = {
     "device.logcat.clear": "clearing logcat",
@@ -55,29 +68,56 @@ _STAGES = {
 }
 
 
+def _step_stage(steps: Sequence[dict[str, Any]], n: int) -> str:
+    """Where a run is once ``steps[n]`` is its last step (rounds counted from the log)."""
+    last = steps[n]
+    kind = last.get("kind")
+    detail = last.get("detail") or {}
+    method = detail.get("method") if kind == "rpc" else None
+    compiles = sum(
+        1 for s in steps[: n + 1]
+        if s.get("kind") == "rpc" and (s.get("detail") or {}).get("method") == "workspace.compile"
+    )
+    if method == "workspace.compile":
+        return "compiling" if compiles <= 1 else f"compiling (round {compiles})"
+    if kind == "fix" or method == "source.lookup":
+        return f"fixing compile errors (round {max(compiles, 1)}/{MAX_FIX_ROUNDS})"
+    if method is not None:
+        return _STAGES.get(str(method), str(method))
+    if kind == "device_busy" and last.get("status") == "running":
+        return "waiting for the device (busy with another run)"
+    if kind == "cancel":
+        return "cancelling"
+    return str(kind)
+
+
+def _final_stage(run: dict[str, Any]) -> str:
+    result = run.get("result") or {}
+    verdict = str(run.get("verdict") or result.get("verification_status") or run["status"])
+    reason = result.get("reason_code")
+    return f"{verdict} ({reason})" if reason else verdict
+
+
+def stages(run: dict[str, Any]) -> list[str]:
+    """Every stage the run went through so far, in order, without repeats; the last is
+    where it is now (its verdict once it is over)."""
+    out = ["queued"]
+    steps = run.get("steps") or []
+    for n in range(len(steps)):
+        stage = _step_stage(steps, n)
+        if stage != out[-1]:
+            out.append(stage)
+    if run.get("status") in ("finished", "cancelled"):
+        out.append(_final_stage(run))
+    return out
+
+
 def stage_of(run: dict[str, Any]) -> str:
     """A short text for where a run is, from its status and step log."""
     if run.get("status") in ("finished", "cancelled"):
         return str(run.get("verdict") or run["status"])
     steps = run.get("steps") or []
-    if not steps:
-        return "queued"
-    compiles = sum(
-        1 for s in steps if s["kind"] == "rpc" and s["detail"].get("method") == "workspace.compile"
-    )
-    last = steps[-1]
-    method = last["detail"].get("method") if last["kind"] == "rpc" else None
-    if method == "workspace.compile" or last["kind"] == "fix":
-        if compiles <= 1 and last["kind"] != "fix":
-            return "compiling"
-        return f"fix round {max(compiles - 1, 1)}/{MAX_FIX_ROUNDS}, compiling"
-    if method is not None:
-        return _STAGES.get(str(method), str(method))
-    if last["kind"] == "device_busy" and last.get("status") == "running":
-        return "waiting for the device (busy with another run)"
-    if last["kind"] == "cancel":
-        return "cancelling"
-    return str(last["kind"])
+    return _step_stage(steps, len(steps) - 1) if steps else "queued"
 
 
 def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
@@ -99,7 +139,7 @@ def render_results(console: Console, results: Sequence[dict[str, Any]]) -> None:
         table.add_row(
             str(n),
             escape(test_class),
-            escape(str(device.get("serial") or "-")),
+            escape(str(device.get("id") or device.get("serial") or "-")),  # as device list shows it
             f"[{colours.get(status, 'white')}]{status}[/]",
             f"{blocking} ms" if isinstance(blocking, int) and blocking >= 0 else "-",
             ", ".join(kinds) or ("-" if not r.get("strict_mode_violations") else "yes"),
@@ -244,23 +284,70 @@ def follow(
     return results
 
 
+class _Progress:
+    """Each run's stages on stderr as they happen: a live display on a terminal, else one
+    plain line per new stage (``run ID: compiling (round 2)``), flushed at once."""
+
+    def __init__(self, err: Console, run_ids: Sequence[str]) -> None:
+        self.err = err
+        self.run_ids = list(run_ids)
+        self.seen: dict[str, int] = {}
+        self.live: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
+        if err.is_terminal:
+            self.live = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                console=err, transient=True,
+            )
+
+    def __enter__(self) -> _Progress:
+        if self.live is not None:
+            self.live.start()
+            for run_id in self.run_ids:
+                self.tasks[run_id] = self.live.add_task(f"run {run_id[:8]}: queued", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def update(self, runs: dict[str, dict[str, Any]]) -> None:
+        for run_id in self.run_ids:
+            r = runs.get(run_id)
+            if not r:
+                continue
+            done = stages(r)
+            if self.live is not None:
+                where = escape(str(r.get("device") or "no device"))
+                self.live.update(self.tasks[run_id],
+                                 description=f"[bold]{where}[/]  {escape(done[-1])}")
+                continue
+            first = self.seen.get(run_id, 0)
+            for stage in done[first:]:
+                device = f" on {r['device']}" if stage == "queued" and r.get("device") else ""
+                print(f"run {run_id}: {stage}{device}", file=sys.stderr, flush=True)
+            self.seen[run_id] = len(done)
+
+
 def _follow_live(
     client: Client, run_ids: Sequence[str], deadline: float, err: Console
 ) -> list[dict[str, Any]]:
-    """Follow the runs, with a live view of their stages when stderr is a terminal."""
-    if not err.is_terminal:
-        return follow(client, run_ids, deadline_s=deadline)
-    with Live(console=err, transient=True, refresh_per_second=8) as live:
+    """Follow the runs, showing their progress on stderr."""
+    with _Progress(err, run_ids) as progress:
+        return follow(client, run_ids, deadline_s=deadline, on_update=progress.update)
 
-        def show(runs: dict[str, dict[str, Any]]) -> None:
-            table = Table.grid(padding=(0, 2))
-            for run_id in run_ids:
-                r = runs.get(run_id, {})
-                where = (r.get("device") or "no device")
-                table.add_row(f"[bold]{where}[/]", stage_of(r) if r else "queued")
-            live.update(table)
 
-        return follow(client, run_ids, deadline_s=deadline, on_update=show)
+def outcome_code(results: Sequence[dict[str, Any]], fail_on: set[str]) -> int:
+    """The exit code of a finished ``run``: 1 when a result's status is in ``fail_on``; else
+    for the first PENDING result, 4 (no device matched), 5 (its device or bridge was
+    unavailable) or 6 (any other PENDING); else 0."""
+    statuses = [str(r.get("verification_status")) for r in results]
+    if fail_on and any(s in fail_on for s in statuses):
+        return int(ExitCode.ERROR)
+    for r in results:
+        if r.get("verification_status") == "PENDING":
+            return int(PENDING_EXIT.get(str(r.get("reason_code")), ExitCode.PENDING))
+    return int(ExitCode.OK)
 
 
 def run(
@@ -338,6 +425,7 @@ def run(
     if json_out:
         print_json({"results": results})
     else:
-        render_results(Console(), results)
-    if failing and any(r.get("verification_status") in failing for r in results):
-        raise typer.Exit(int(ExitCode.ERROR))
+        render_results(make_console(), results)
+    exit_code = outcome_code(results, failing)
+    if exit_code:
+        raise typer.Exit(exit_code)

@@ -1,7 +1,8 @@
-"""``droidwire runs list|show|cancel``: the run history (DESIGN.md §9, ``/v1/runs``).
+"""``droidwire runs list|show|cancel``: the run history (docs/design.md §9, ``/v1/runs``).
 
-* ``runs list [--status S] [--limit N]`` — the caller's runs, newest first (an admin sees
-  everyone's): a table, or ``{"runs": [...]}`` with ``--json``;
+* ``runs list [--kind sandbox|agent] [--status S] [--limit N]`` — the caller's runs, newest
+  first (an admin sees everyone's): sandbox runs and agent traces, or one ``--kind`` of them;
+  a table, or ``{"runs": [...]}`` with ``--json``;
 * ``runs show ID [--junit FILE] [--logcat]`` — one run: its verdict, per-test results (with
   attempts and the test's logcat slice under ``--logcat``) and step log; ``--json`` prints the
   run as ``GET /v1/runs/{id}`` answers; ``--junit`` writes the run's JUnit XML report;
@@ -14,6 +15,8 @@ not exist (or is not the caller's), 1 for a run already over when cancelled (409
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +36,8 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
+from controller.cli.output import console as make_console
+from controller.cli.output import id_table, rule
 from controller.cli.run import POLL_S, render_results, write_junit
 
 __all__ = ["app"]
@@ -40,6 +45,7 @@ __all__ = ["app"]
 app = typer.Typer(help="The run history: list, show, cancel.", no_args_is_help=True)
 
 RUN_STATUSES = ("queued", "running", "finished", "cancelled")
+RUN_KINDS = ("sandbox", "agent")
 FINAL = ("finished", "cancelled")
 CANCEL_WAIT_S = 120.0
 _COLOURS = {"CONFIRMED": "red", "PARTIAL": "yellow", "REFUTED": "green", "PENDING": "blue"}
@@ -57,6 +63,9 @@ def list_runs(
     status: Annotated[
         str | None, typer.Option("--status", help=f"Only runs in this status ({', '.join(RUN_STATUSES)}).")
     ] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only sandbox runs or only agent traces (sandbox, agent).")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=200, help="At most N runs.")] = 50,
     controller: ControllerOption = None,
     token: TokenOption = None,
@@ -65,7 +74,11 @@ def list_runs(
     """List runs, newest first."""
     if status is not None and status not in RUN_STATUSES:
         raise typer.BadParameter(f"one of {', '.join(RUN_STATUSES)}", param_hint="--status")
+    if kind is not None and kind not in RUN_KINDS:
+        raise typer.BadParameter(f"one of {', '.join(RUN_KINDS)}", param_hint="--kind")
     params: dict[str, Any] = {"limit": limit}
+    if kind is not None:
+        params["kind"] = kind
     if status is not None:
         params["status"] = status
     with cli_errors(), Client(controller, token) as client:
@@ -73,20 +86,20 @@ def list_runs(
     if json_out:
         print_json({"runs": runs})
         return
-    table = Table(title="runs")
-    table.add_column("id", no_wrap=True, min_width=32)  # whole, to be copied into `runs show`
-    for column in ("status", "verdict", "device", "created", "summary"):
-        table.add_column(column, overflow="fold")
+    # The id whole, to be copied into `runs show`; the rest folds to fit a terminal.
+    table = id_table(("kind", "status", "verdict", "device", "created", "summary"),
+                     (str(r.get("id")) for r in runs), title="runs")
     for r in runs:
         table.add_row(
             escape(str(r.get("id"))),
+            escape(str(r.get("kind") or "sandbox")),
             escape(str(r.get("status"))),
             _verdict(r) if r.get("verdict") else "-",
             escape(str(r.get("device") or "-")),
             escape(str(r.get("created_at") or "")[:19].replace("T", " ")),
             escape(str(r.get("summary") or "")),
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 def _show_tests(console: Console, tests: list[dict[str, Any]], *, logcat: bool) -> None:
@@ -107,7 +120,7 @@ def _show_tests(console: Console, tests: list[dict[str, Any]], *, logcat: bool) 
     if logcat:
         for t in tests:
             if t.get("logcat"):
-                console.rule(escape(f"{t.get('class', '')}#{t.get('name', '')}"))
+                rule(console, f"{t.get('class', '')}#{t.get('name', '')}")
                 console.print(escape(str(t["logcat"])), highlight=False)
 
 
@@ -135,7 +148,7 @@ def show(
     if json_out:
         print_json(run)
         return
-    console = Console()
+    console = make_console()
     console.print(
         f"run [bold]{escape(str(run.get('id')))}[/]  {escape(str(run.get('status')))}  "
         f"{_verdict(run) if run.get('verdict') else ''}  device {escape(str(run.get('device') or '-'))}",
@@ -177,14 +190,23 @@ def cancel(
         answer = client.post(f"/v1/runs/{run_id}/cancel")
         run: dict[str, Any] = {"id": run_id, "status": answer.get("status", "cancelling")}
         if wait:
-            end = time.monotonic() + CANCEL_WAIT_S
-            while True:
-                run = client.get(f"/v1/runs/{run_id}")
-                if run.get("status") in FINAL:
-                    break
-                if time.monotonic() > end:
-                    raise ApiError(0, "timeout", f"run {run_id} did not end within {CANCEL_WAIT_S:g} s")
-                time.sleep(POLL_S)
+            # Progress on stderr: a spinner on a terminal, else one line, so a CI log shows
+            # what the command waits for.
+            err = make_console(stderr=True)
+            waiting = f"run {run_id}: cancelling, waiting for its device to be cleaned up"
+            status = err.status(waiting) if err.is_terminal else contextlib.nullcontext()
+            if not err.is_terminal:
+                print(waiting, file=sys.stderr, flush=True)
+            with status:
+                end = time.monotonic() + CANCEL_WAIT_S
+                while True:
+                    run = client.get(f"/v1/runs/{run_id}")
+                    if run.get("status") in FINAL:
+                        break
+                    if time.monotonic() > end:
+                        raise ApiError(0, "timeout",
+                                       f"run {run_id} did not end within {CANCEL_WAIT_S:g} s")
+                    time.sleep(POLL_S)
     if json_out:
         print_json({"id": run.get("id"), "status": run.get("status"), "verdict": run.get("verdict"),
                     "result": run.get("result")})

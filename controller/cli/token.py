@@ -1,4 +1,4 @@
-"""``droidwire token create|list|rotate|revoke``: API and bridge tokens (DESIGN.md §9).
+"""``droidwire token create|list|rotate|revoke``: API and bridge tokens (docs/design.md §9).
 
 ``create --scope S`` (repeatable) limits a user token to scopes S (``devices:read``,
 ``devices:use``, ``devices:lend``, ``runs:read``, ``runs:write``, ``admin``); without it the

@@ -1,6 +1,6 @@
 """Cluster mode: several controller replicas sharing Redis (routing) and PostgreSQL (state).
 
-DESIGN.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
+docs/design.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
 ``hub.cluster`` (the hub calls the hooks of :class:`controller.hub.hub.ClusterHooks`).
 
 Keys (all under the run's prefix ``P``, default ``droidwire``; TTLs from
@@ -309,6 +309,9 @@ class Cluster:
         # callers' deadlines and the heartbeat.
         self.redis: Redis = Redis.from_url(parsed.url, socket_timeout=None)
         self.hub = hub
+        # Re-checks work (runs, streams) when a revocation elsewhere may end it (the app
+        # sets it: controller.access.AccessWatch).
+        self.access: Any = None
         self.settings = hub.settings
         self.replica_id = replica_id or uuid.uuid4().hex
         if self.settings.cluster_ttl_s <= self.settings.cluster_heartbeat_s:
@@ -573,17 +576,26 @@ class Cluster:
     async def forgotten(self, bridge_id: str, serial: str | None) -> None:
         """A bridge (``serial`` None) or one of its devices was forgotten here: every other
         live replica drops what its hub remembers of it. Best effort, like ``revoked``."""
+        await self._tell_all({"k": "forget", "bridge": bridge_id, "serial": serial,
+                              "from": self.replica_id}, "a forget")
+
+    async def grant_revoked(self, user_id: str) -> None:
+        """A grant to ``user_id`` was revoked on this replica: every other live replica
+        re-checks that user's runs and streams (their next periodic check would, later)."""
+        await self._tell_all({"k": "revoked", "user": user_id, "from": self.replica_id},
+                             "a revocation")
+
+    async def _tell_all(self, message: dict[str, Any], what: str) -> None:
         if self._closed:
             return
-        body = _pack({"k": "forget", "bridge": bridge_id, "serial": serial,
-                      "from": self.replica_id})
+        body = _pack(message)
         try:
             members = [_text(m) for m in await self.redis.smembers(self._k("replicas"))]
             for replica in members:
                 if replica != self.replica_id:
                     await self.redis.publish(self.channel(replica), body)
         except (RedisError, OSError) as exc:
-            log.warning("cluster: could not tell the other replicas of a forget: %s", exc)
+            log.warning("cluster: could not tell the other replicas of %s: %s", what, exc)
 
     # -- hooks called by the hub
 
@@ -1226,9 +1238,13 @@ class Cluster:
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":
-            token_id = body.get("token")
+            token_id, user_id = body.get("token"), body.get("user")
             if isinstance(token_id, str):
                 self.hub.kick_token(token_id)
+                if self.access is not None:
+                    self.access.token_changed(token_id)
+            if isinstance(user_id, str) and self.access is not None:
+                self.access.user_changed(user_id)
         elif kind == "forget":
             bridge_id, serial = body.get("bridge"), body.get("serial")
             if isinstance(bridge_id, str) and (serial is None or isinstance(serial, str)):

@@ -1,9 +1,9 @@
-"""The sandbox executor (DESIGN.md §5): a generated test in, ground truth out.
+"""The sandbox executor (docs/design.md §5): a generated test in, ground truth out.
 
 Public surface::
 
     SandboxExecutor(gateway, store, settings=…, llm=…).execute(request) -> [result, …]
-    ExecuteRequest          the input (the seed's ``test_code``, ``project_dir`` + ours)
+    ExecuteRequest          the input (``test_code``, ``project_dir``, + ours)
     Gateway                 what the executor needs of the hub (``bridges``, ``devices``, ``call``)
     tool_schema()           the ``sandbox_executor`` tool in OpenAI function format
 """

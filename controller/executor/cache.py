@@ -1,8 +1,13 @@
 """The controller's APK cache: one compile serves every device a test fans out to.
 
-Keyed by the SHA-256 of the project name and the submitted test code (DESIGN.md §5): the same
-draft for the same project is compiled — and fixed — once, and its APKs are shipped to any
-device's bridge afterwards, even a bridge that cannot build (a Raspberry Pi). Concurrent
+Keyed by the SHA-256 of the project name, the submitted test code and the *build boundary*
+(docs/design.md §5): the same draft for the same project is compiled — and fixed — once per
+boundary, and its APKs are shipped to any device's bridge afterwards, even a bridge that
+cannot build (a Raspberry Pi). The boundary is whom the APKs' builder belongs to: its owner
+(``owner:USER_ID``), or, for a bridge an admin marked shared, that bridge
+(``shared:BRIDGE_ID``). A run looks up only the boundary of a builder it may use (its
+caller's, its device owner's, or a shared one), so an APK a user's own bridge built — or
+planted — is never served to another user's run on another user's device. Concurrent
 requests for one key share a single compile (single flight). Bounded by total APK bytes,
 least recently used first out. Only successful builds are kept: a failed one is retried.
 """
@@ -18,17 +23,26 @@ from typing import Any
 
 from protocol.methods import Apk
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ApkCache", "CompiledTest", "cache_key"]
+__all__ = ["DEFAULT_CACHE_BYTES", "ApkCache", "CompiledTest", "build_boundary", "cache_key"]
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 
 
-def cache_key(project: str | None, test_code: str) -> str:
+def cache_key(project: str | None, test_code: str, boundary: str = "") -> str:
+    """The key of a build of ``test_code`` for ``project`` by a builder within ``boundary``
+    (:func:`build_boundary`)."""
     h = hashlib.sha256()
     h.update((project or "").encode("utf-8"))
     h.update(b"\0")
+    h.update(boundary.encode("utf-8"))
+    h.update(b"\0")
     h.update(test_code.encode("utf-8"))
     return h.hexdigest()
+
+
+def build_boundary(owner_id: str, bridge_id: str, shared: bool) -> str:
+    """Whose build an APK is: its builder's owner, or the shared builder itself."""
+    return f"shared:{bridge_id}" if shared else f"owner:{owner_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +56,9 @@ class CompiledTest:
     code: str  # the code that was compiled last (the one that built, when ok)
     compile_rounds: list[dict[str, Any]] = field(default_factory=list)
     output: str = ""
-    bridge: str | None = None  # the bridge that built it
+    bridge: str | None = None  # the bridge that built it (its name)
+    bridge_id: str | None = None
+    shared: bool = False  # built on a bridge an admin marked shared
     stop_reason: str = ""
     duration_ms: int = 0
 

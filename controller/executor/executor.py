@@ -1,10 +1,11 @@
-"""The sandbox executor: compile → fix → install → run → logcat → verdict (DESIGN.md §5).
+"""The sandbox executor: compile → fix → install → run → logcat → verdict (docs/design.md §5).
 
 One request may fan out to several devices: it is *planned* first (devices chosen among those
 the caller may use, one run row per device, so ``?wait=false`` can answer with the run ids at
 once) and then *run*: one compile — through the fixer's compile→fix→recompile loop, at most
-``max_fix_rounds`` fix rounds, on any bridge with ``build`` — cached by the hash of project and
-test code (:mod:`controller.executor.cache`), then on every device at once::
+``max_fix_rounds`` fix rounds, on a build bridge the run may use (its caller's, its device
+owner's, or one an admin marked shared) — cached by the hash of project, test code and the
+builder's boundary (:mod:`controller.executor.cache`), then on every device at once::
 
     logcat -c → install app + test APKs → am instrument -w -r [→ the failed tests again,
     ``-e class Cls#method``, ``retries`` times] → logcat -d -v threadtime
@@ -15,6 +16,11 @@ its queue, FIFO per user and round robin across users, and the wait counts again
 deadline. A run can be cancelled (:meth:`SandboxExecutor.cancel`) while it waits, compiles or
 runs: it ends ``cancelled`` with a PENDING result, its device cleaned up all the same. Each
 test's result keeps its own slice of the logcat (:mod:`controller.executor.slices`).
+
+Each device step re-checks the caller's right when it runs (token live, loan live, scope:
+:func:`controller.access.check_access`); with an :class:`~controller.access.AccessWatch`, a
+run whose caller's token or loan ends is cancelled at once, queued or running. Either way it
+ends PENDING ``access_revoked``, its device cleaned up.
 
 Nothing here raises to the caller: every failure becomes a PENDING result whose
 ``reason_code`` says why (``skipped``, ``compile_failed``, ``no_device``, ``adb_unavailable``,
@@ -30,20 +36,21 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controller.access import ACCESS_REVOKED, AccessWatch, check_access
 from controller.analysis import (
     Thresholds,
     analyze,
     parse_instrumentation,
 )
-from controller.auth import Action, DeviceRef, Principal, authorize
-from controller.executor.cache import ApkCache, CompiledTest, cache_key
+from controller.auth import Action, DeviceRef, Principal, authorize, principal_for
+from controller.executor.cache import ApkCache, CompiledTest, build_boundary, cache_key
 from controller.executor.gateway import (
     BridgeView,
     DeviceView,
@@ -69,13 +76,16 @@ from controller.executor.sharding import (
 )
 from controller.executor.slices import slice_by_test
 from controller.executor.steps import MAX_DETAIL_TEXT, ProgressListener, Step, StepLog
+from controller.hub.inventory import serial_refusal
 from controller.store import (
+    Bridge,
+    Device,
     Run,
     RunStatus,
     RunStep,
     Store,
     TestResult,
-    TokenKind,
+    Token,
     User,
     new_id,
     utcnow,
@@ -123,7 +133,11 @@ def reason_for(exc: RpcError, stage: str) -> str:
     if code is ErrorCode.TIMEOUT:
         return "timeout"
     data = exc.data or {}
+    if code is ErrorCode.FORBIDDEN and data.get("rule") == ACCESS_REVOKED:
+        return "access_revoked"  # the caller's right lapsed: refused before the step ran
     reason = str(data.get("reason", ""))
+    if data.get("rule") == "paused":
+        return "device_paused"  # the owner paused sharing while the run went on
     if stage == "build":
         if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
             return "compile_failed"  # the test itself was refused (package, path)
@@ -167,12 +181,18 @@ class Plan:
     start_seq: int = 0  # a run continued after its controller died: its next step number
 
 
+Reauth = Callable[[Target], Awaitable[None]]
+
+
 class _RecordingGateway:
     """Every RPC through the gateway as a step of the log (a wrapper that records)."""
 
-    def __init__(self, gateway: Gateway, steps: StepLog) -> None:
+    def __init__(
+        self, gateway: Gateway, steps: StepLog, reauth: Reauth | None = None
+    ) -> None:
         self.gateway = gateway
         self.steps = steps
+        self.reauth = reauth  # re-checks the caller's right before each step
 
     async def call(
         self,
@@ -182,11 +202,22 @@ class _RecordingGateway:
         *,
         timeout_s: float | None,
         resume: Mapping[str, Any] | None = None,
+        check: bool = True,
     ) -> dict[str, Any]:
+        """``check=False``: a step that runs whatever the caller's right (cleanup)."""
         shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
         if "apk" in params:
             shown["apk_bytes"] = len(params["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
+        if check and self.reauth is not None:
+            try:
+                await self.reauth(target)
+            except RpcError as exc:
+                await self.steps.record(
+                    "rpc", "refused", method=method, target=where,
+                    error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
+                )
+                raise
         extra_in: dict[str, Any] = {}
         request_id: str | None = None
         session_of = getattr(self.gateway, "session_of", None)
@@ -247,8 +278,10 @@ class _RecordingGateway:
             await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
             raise
         extra: dict[str, Any] = {}
-        if method == "device.install" and isinstance(result, dict) and result.get("package"):
-            # Kept so that a controller restarted mid-run still knows what to uninstall.
+        if (method == "device.install" and isinstance(result, dict) and result.get("package")
+                and not result.get("existed")):
+            # Kept so that a controller restarted mid-run still knows what to uninstall (never
+            # a package that was on the device before the run: that one is the owner's).
             extra["package"] = str(result["package"])
         if (request_id is not None and method == "device.instrument" and isinstance(result, dict)
                 and len(str(result.get("output") or "")) <= MAX_DETAIL_TEXT):
@@ -264,6 +297,17 @@ _STOP_REASONS = {
     "unchanged_errors": "a fix left the same errors",
     "no_fix": "no fix found",
 }
+
+
+def compile_failed_detail(fixes: int, stop_reason: str) -> str:
+    """Why a compile failed for good, in words: how many fix rounds ran, and why it stopped."""
+    if fixes == 0:
+        detail = "the test does not compile and no fix was tried"
+    else:
+        detail = f"still failing after {fixes} fix round{'s' if fixes != 1 else ''}"
+    if stop_reason != "max_rounds":
+        detail += f" ({_STOP_REASONS.get(stop_reason, stop_reason)})"
+    return detail
 
 
 def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -309,6 +353,26 @@ def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict
                 test["first_stack"] = first
 
 
+def _builder_of(compiled: CompiledTest) -> dict[str, Any] | None:
+    """The result's ``builder``: the bridge whose APKs the run installed (None: prebuilt)."""
+    if compiled.bridge_id is None:
+        return None
+    return {"id": compiled.bridge_id, "name": compiled.bridge, "shared": compiled.shared}
+
+
+def _built(build: CompiledTest | _Abort | None) -> CompiledTest | None:
+    """A build that produced APKs, else None (its runs ended before any device work)."""
+    return build if isinstance(build, CompiledTest) and build.ok else None
+
+
+def _lent_to(principal: Principal | None) -> Callable[[DeviceView], bool] | None:
+    """Which devices ``principal`` uses through a loan (none for an admin: every device is
+    theirs to use); selectors reach those only when nothing of their own matches."""
+    if principal is None or principal.is_admin:
+        return None
+    return lambda d: d.owner_id != principal.user_id
+
+
 def test_class_of(code: str) -> str | None:
     """The fully-qualified name of the test's first top-level class."""
     names = declared_names(code, top_level_only=True)
@@ -348,8 +412,12 @@ class SandboxExecutor:
         observer: Callable[[dict[str, Any]], None] | None = None,
         instance: str | None = None,
         shared_turn: SharedTurn | None = None,
+        access: AccessWatch | None = None,
     ) -> None:
         self.gateway = gateway
+        # Ends a run whose caller's right lapses while it waits or runs (controller.access).
+        self.access = access
+        self._revoked: dict[str, str] = {}  # run id -> why its caller's right lapsed
         self.store = store
         self.settings = settings or ExecutorSettings()
         self.llm = llm
@@ -449,6 +517,7 @@ class SandboxExecutor:
             usable = await with_store_labels(self.store, usable)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
+            lent = _lent_to(principal)
             # Choosing and creating the runs under the placement lock: a request arriving at
             # the same moment (on any replica) sees these runs in the devices' loads.
             async with self.placement.transaction() as session:
@@ -456,13 +525,14 @@ class SandboxExecutor:
                     session, [d.id for d in usable if d.ready], me
                 )
                 ordered = order_by_load(usable, loads)
-                chosen = select_devices(request.selectors, ordered, me=me, owner_names=names)
+                chosen = select_devices(request.selectors, ordered, me=me, owner_names=names,
+                                        lent=lent)
                 shards: list[list[str]] | None = None
                 units = discover_units(request.test_code) if request.shard else None
                 if units is not None and request.shard and chosen:
                     # Sharded: the suite's units over the least-loaded matching devices.
                     if not request.selectors:
-                        chosen = select_devices(["all"], ordered)
+                        chosen = select_devices(["all"], ordered, lent=lent)
                     wanted = min(request.shard, len(chosen))
                     unit_list = units.for_devices(wanted)
                     if unit_list:
@@ -475,7 +545,7 @@ class SandboxExecutor:
                     devices = list(chosen)
                 else:
                     devices = [None]
-                    abort = self._why_none(request.selectors, usable, me, names)
+                    abort = self._why_none(request.selectors, usable, me, names, lent)
                 quota = await self.placement.quota(session, me)
                 refusal = quota.refusal(len(devices)) if abort is None else None
                 if refusal is not None:
@@ -517,6 +587,13 @@ class SandboxExecutor:
             )
         for run_id in plan.run_ids:
             self._plan_runs[run_id] = tuple(plan.run_ids)
+        unwatch = []
+        if self.access is not None and plan.principal is not None:
+            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
+                unwatch.append(self.access.watch(
+                    plan.principal, device.ref if device is not None else None,
+                    lambda reason, r=run_id: self._lapse(r, reason),  # type: ignore[misc]
+                ))
         inner = asyncio.get_running_loop().create_task(
             self._run(plan, steps, deadline)
             if not all(r in self._cancelled for r in plan.run_ids)
@@ -533,6 +610,7 @@ class SandboxExecutor:
             ):
                 for run_id in plan.run_ids:
                     self._cancelled.pop(run_id, None)
+                    self._revoked.pop(run_id, None)
                 leads = [plan.lead_id] if plan.lead_id is not None else []
                 self._leads.pop(plan.lead_id or "", None)
                 await asyncio.shield(self._mark_cancelled([*plan.run_ids, *leads]))
@@ -551,6 +629,8 @@ class SandboxExecutor:
                 for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
             ]
         finally:
+            for stop in unwatch:
+                stop()
             for run_id in plan.run_ids:
                 self._plan_tasks.pop(run_id, None)
                 self._plan_runs.pop(run_id, None)
@@ -561,6 +641,7 @@ class SandboxExecutor:
         await self._finish(plan.run_ids, results)
         for run_id in plan.run_ids:
             self._cancelled.pop(run_id, None)
+            self._revoked.pop(run_id, None)
         if self.observer is not None:
             for result in results:
                 try:
@@ -597,6 +678,20 @@ class SandboxExecutor:
                     )
                     continue
             usable.append(device)
+        if principal is not None and not principal.is_admin and self.store is not None:
+            # The caller's own devices whose bridge is away (not even in its grace period)
+            # still hold their selectors: a loan never takes one over (selection.py).
+            known = {(d.bridge_id, d.serial) for d in usable}
+            async with self.store.session() as session:
+                rows = (await session.execute(
+                    select(Bridge.id, Bridge.name, Device.serial, Device.last_info)
+                    .join(Device, Device.bridge_id == Bridge.id)
+                    .where(Bridge.owner_id == principal.user_id)
+                )).all()
+            for bridge_id, bridge_name, serial, info in rows:
+                if (bridge_id, serial) not in known and serial_refusal(serial) is None:
+                    usable.append(DeviceView(bridge_id, bridge_name, principal.user_id, serial,
+                                             "disconnected", dict(info or {})))
         return usable, refusals
 
     async def _owner_names(self, selectors: Sequence[str]) -> dict[str, str]:
@@ -613,14 +708,16 @@ class SandboxExecutor:
         usable: Sequence[DeviceView],
         me: str | None,
         owner_names: Mapping[str, str],
+        lent: Callable[[DeviceView], bool] | None = None,
     ) -> _Abort:
-        named = (
-            select_devices(selectors, usable, only_ready=False, me=me, owner_names=owner_names)
-            if selectors else list(usable)
-        )
+        named = select_devices(selectors or ["all"], usable, only_ready=False, me=me,
+                               owner_names=owner_names, lent=lent)
         if not named:
             what = ", ".join(selectors) or "any device"
             return _Abort("no_device", f"no device matches {what}")
+        if all(d.state == "paused" for d in named):
+            return _Abort("device_paused",
+                          f"{named[0].id} is paused: its owner has paused sharing on its bridge")
         if all(d.state == "disconnected" for d in named):
             return _Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
         return _Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")
@@ -642,6 +739,9 @@ class SandboxExecutor:
                     **request.for_record(),
                     "device_id": d.id if d else None,
                     "controller": self.instance,
+                    # Which token submitted it (its id, never the secret): a replica that
+                    # continues the run acts as that token, re-checked (continue_run).
+                    **({"token_id": principal.token_id} if principal is not None else {}),
                     **(extras[i] if extras is not None else {}),
                 },
             )
@@ -723,92 +823,99 @@ class SandboxExecutor:
                     for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
                 ]
         compile_started = time.monotonic()
-        try:
-            compiled = await self._compiled(plan, steps, deadline)
-        except _Abort as abort:
-            return [
-                pending_result(run_id, device, abort.reason_code, abort.detail)
-                for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
-            ]
-        compile_ms = _ms_since(compile_started)
-        if not compiled.ok:
-            results = []
-            for run_id, device in zip(plan.run_ids, plan.devices, strict=True):
-                rounds = len(compiled.compile_rounds)
-                if compiled.stop_reason == "compiled":
-                    detail = "the build succeeded but produced no APKs"
-                else:
-                    detail = f"still failing after {max(rounds - 1, 0)} fix rounds"
-                    if compiled.stop_reason != "max_rounds":
-                        detail += f" ({_STOP_REASONS.get(compiled.stop_reason, compiled.stop_reason)})"
-                result = pending_result(run_id, device, "compile_failed", detail)
-                result.update(
-                    toolchain=compiled.toolchain,
-                    compile_rounds=compiled.compile_rounds,
-                    compile_output=compiled.output[-4000:],
+        # One compile per builder: a builder every device may take APKs from when there is
+        # one, else one per group of devices (see _build_groups).
+        builds: dict[int, CompiledTest | _Abort] = {}
+        for builder, group in await self._build_groups(plan):
+            try:
+                outcome: CompiledTest | _Abort = await self._compiled(
+                    plan, steps, deadline, builder, [plan.devices[i] for i in group]
                 )
-                result["timings"]["compile_ms"] = compile_ms
-                results.append(result)
-            return results
+            except _Abort as abort:
+                outcome = abort
+            for i in group:
+                builds[i] = outcome
+        compile_ms = _ms_since(compile_started)
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
-        jobs = []
-        forks: list[StepLog] = []
-        for index, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
+        jobs: list[asyncio.Future[dict[str, Any]]] = []
+        forks: dict[int, StepLog] = {}  # the runs that went to their device, by index
+        for i, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
+            compiled = builds[i]
+            if isinstance(compiled, _Abort):
+                jobs.append(loop.create_task(_value(
+                    pending_result(run_id, device, compiled.reason_code, compiled.detail)
+                )))
+                continue
+            if not compiled.ok:
+                jobs.append(loop.create_task(_value(
+                    self._compile_failed(run_id, device, compiled)
+                )))
+                continue
             assert device is not None
-            forks.append(steps.fork(run_id, device.id))
+            forks[i] = steps.fork(run_id, device.id)
             if run_id in self._cancelled:
-                await forks[-1].record("cancel", "ok", by=self._cancelled[run_id])
+                await forks[i].record("cancel", "ok", by=self._cancelled[run_id])
                 jobs.append(loop.create_task(_value(self._cancelled_result(run_id, device))))
                 continue
             job = loop.create_task(
                 self._on_device(
-                    forks[-1], run_id, device, compiled, deadline, user,
-                    plan.request.retries,
-                    classes=plan.shards[index] if plan.shards is not None else None,
+                    forks[i], run_id, device, compiled, deadline, user,
+                    plan.request.retries, plan.principal,
+                    classes=plan.shards[i] if plan.shards is not None else None,
                 )
             )
             self._jobs[run_id] = job
             jobs.append(job)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
         results = []
-        for run_id, device, outcome in zip(plan.run_ids, plan.devices, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
+        for i, (run_id, device, done) in enumerate(
+            zip(plan.run_ids, plan.devices, outcomes, strict=True)
+        ):
+            if isinstance(done, asyncio.CancelledError):
                 results.append(self._cancelled_result(run_id, device))
-            elif isinstance(outcome, BaseException):
-                raise outcome
+            elif isinstance(done, BaseException):
+                raise done
             else:
-                results.append(outcome)
+                results.append(done)
+            build = builds[i]
+            if isinstance(build, CompiledTest):
+                results[-1]["builder"] = _builder_of(build)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         if plan.shards is not None:
-            await self._retry_elsewhere(plan, forks, results, compiled, deadline, user)
+            await self._retry_elsewhere(plan, forks, results, builds, deadline, user)
         return results
 
     async def _retry_elsewhere(
         self,
         plan: Plan,
-        forks: Sequence[StepLog],
+        forks: Mapping[int, StepLog],
         results: list[dict[str, Any]],
-        compiled: CompiledTest,
+        builds: Mapping[int, CompiledTest | _Abort],
         deadline: float,
         user: str,
     ) -> None:
         """Sharded: each shard's failed or erring tests run again, alone, on the next shard's
-        device (once); their outcome is folded into the shard's result."""
-        devices = [d for d in plan.devices if d is not None]
-        if len(devices) < 2:
+        device (once); their outcome is folded into the shard's result. The retry installs
+        that device's own build (from a builder allowed for it, like its shard's run)."""
+        ran = [i for i in sorted(forks) if _built(builds.get(i)) is not None]
+        if len(ran) < 2:
             return
         jobs: list[Awaitable[dict[str, Any]]] = []
         where: list[tuple[int, DeviceView]] = []
-        for index, (run_id, result) in enumerate(zip(plan.run_ids, results, strict=True)):
+        for index in ran:
+            run_id, result = plan.run_ids[index], results[index]
             failed = [f"{t['class']}#{t['name']}" for t in result.get("tests") or []
                       if t.get("status") in ("failed", "error") and t.get("name") != "null"]
             if not failed or run_id in self._cancelled:
                 continue
-            other = devices[(index + 1) % len(devices)]
+            nxt = ran[(ran.index(index) + 1) % len(ran)]
+            other, compiled = plan.devices[nxt], _built(builds.get(nxt))
+            assert other is not None and compiled is not None
             jobs.append(self._on_device(forks[index].fork(run_id, other.id), run_id, other,
-                                        compiled, deadline, user, 0, classes=failed))
+                                        compiled, deadline, user, 0, plan.principal,
+                                        classes=failed))
             where.append((index, other))
         for (index, other), retry in zip(where, await asyncio.gather(*jobs), strict=True):
             merge_retry(results[index], retry, other.id)
@@ -843,7 +950,33 @@ class SandboxExecutor:
         if step is not None:
             await steps.end(step, "ok")
 
-    async def _compiled(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+    def _compile_failed(
+        self, run_id: str, device: DeviceView | None, compiled: CompiledTest
+    ) -> dict[str, Any]:
+        rounds = len(compiled.compile_rounds)
+        if compiled.stop_reason == "compiled":
+            detail = "the build succeeded but produced no APKs"
+        else:
+            detail = compile_failed_detail(max(rounds - 1, 0), compiled.stop_reason)
+        result = pending_result(run_id, device, "compile_failed", detail)
+        result.update(
+            toolchain=compiled.toolchain,
+            compile_rounds=compiled.compile_rounds,
+            compile_output=compiled.output[-4000:],
+        )
+        return result
+
+    async def _compiled(
+        self,
+        plan: Plan,
+        steps: StepLog,
+        deadline: float,
+        builder: BridgeView | None,
+        devices: Sequence[DeviceView | None],
+    ) -> CompiledTest:
+        """The APKs for ``devices``: prebuilt, from the cache within ``builder``'s boundary, or
+        compiled on ``builder``. No builder (none the run may use is connected): only what
+        the cache holds from the caller's or the devices' owners' own builders."""
         request = plan.request
         if request.apks is not None:
             app, test = request.apks.decoded()
@@ -856,9 +989,30 @@ class SandboxExecutor:
                 code=request.test_code,
                 stop_reason="prebuilt",
             )
-        key = cache_key(request.project_dir, request.test_code)
+        if builder is None:
+            owners = {d.owner_id for d in devices if d is not None}
+            if plan.principal is not None:
+                owners.add(plan.principal.user_id)
+            for owner in sorted(owners):
+                key = cache_key(request.project_dir, request.test_code, f"owner:{owner}")
+                hit = self.cache.get(key)
+                if hit is not None:
+                    await steps.record(
+                        "compile", "ok", detail="served from the controller's APK cache",
+                        bridge=hit.bridge, key=key,
+                    )
+                    return hit
+            what = f"project {request.project_dir}" if request.project_dir else "the test"
+            detail = (f"no connected bridge of yours, of the device's owner or shared by an "
+                      f"admin can build {what}")
+            await steps.record("compile", "refused", detail=detail)
+            raise _Abort("bridge_unavailable", detail)
+        key = cache_key(
+            request.project_dir, request.test_code,
+            build_boundary(builder.owner_id, builder.id, builder.shared),
+        )
         compiled, cached = await self.cache.get_or_build(
-            key, lambda: self._compile(plan, steps, deadline)
+            key, lambda: self._compile(plan, steps, deadline, builder)
         )
         if cached:
             await steps.record(
@@ -867,30 +1021,65 @@ class SandboxExecutor:
             )
         return compiled
 
-    async def _build_bridge(
-        self, request: ExecuteRequest, devices: Sequence[DeviceView | None], owner: str | None
-    ) -> BridgeView | None:
-        """A connected bridge with ``build`` that serves the project: the devices' own bridge
-        first, then the caller's own, then any (the APKs are shipped to the device's bridge)."""
-        project = request.project_dir
+    async def _build_groups(self, plan: Plan) -> list[tuple[BridgeView | None, list[int]]]:
+        """Which builder compiles for which devices (indexes into ``plan.devices``).
+
+        A device takes APKs only from a build bridge owned by the run's caller, by the
+        device's owner, or marked shared by an admin (read from the store now). Preferred:
+        the device's own bridge, then the caller's, then the device owner's others, then a
+        shared one. One builder every device may use compiles once for all; otherwise each
+        device gets its own best (devices with the same builder share its compile)."""
+        everything = list(range(len(plan.devices)))
+        if plan.request.apks is not None:
+            return [(None, everything)]
+        project = plan.request.project_dir
         builders = [
             b for b in await all_bridges(self.gateway)
             if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
         ]
-        near = {d.bridge_id for d in devices if d is not None}
-        builders.sort(key=lambda b: (b.id not in near, b.owner_id != owner, b.name))
-        return builders[0] if builders else None
+        shared = await self._shared_bridges([b.id for b in builders])
+        builders = [replace(b, shared=b.shared or b.id in shared) for b in builders]
+        caller = plan.principal.user_id if plan.principal is not None else None
+        devices = [d for d in plan.devices if d is not None]
 
-    async def _compile(self, plan: Plan, steps: StepLog, deadline: float) -> CompiledTest:
+        def allowed(b: BridgeView, d: DeviceView) -> bool:
+            return b.shared or b.owner_id in (caller, d.owner_id)
+
+        near = {d.bridge_id for d in devices}
+        common = [b for b in builders if all(allowed(b, d) for d in devices)]
+        if common:
+            common.sort(key=lambda b: (b.id not in near, b.owner_id != caller, b.shared, b.name))
+            return [(common[0], everything)]
+        groups: dict[str | None, tuple[BridgeView | None, list[int]]] = {}
+        for i, d in enumerate(plan.devices):
+            assert d is not None
+            fit = sorted(
+                (b for b in builders if allowed(b, d)),
+                key=lambda b, d=d: (b.id != d.bridge_id, b.owner_id != caller,  # type: ignore[misc]
+                                    b.owner_id != d.owner_id, b.name),
+            )
+            best = fit[0] if fit else None
+            groups.setdefault(best.id if best else None, (best, []))[1].append(i)
+        return list(groups.values())
+
+    async def _shared_bridges(self, bridge_ids: Sequence[str]) -> set[str]:
+        """Which of ``bridge_ids`` an admin marked shared (the store, read now)."""
+        if self.store is None or not bridge_ids:
+            return set()
+        async with self.store.session() as session:
+            rows = await session.execute(
+                select(Bridge.id).where(Bridge.id.in_(list(bridge_ids)), Bridge.shared.is_(True))
+            )
+            return {str(r) for r in rows.scalars()}
+
+    async def _compile(
+        self, plan: Plan, steps: StepLog, deadline: float, bridge: BridgeView
+    ) -> CompiledTest:
         loop = asyncio.get_running_loop()
         request = plan.request
-        owner = plan.principal.user_id if plan.principal is not None else None
-        bridge = await self._build_bridge(request, plan.devices, owner)
-        if bridge is None:
-            what = f"project {request.project_dir}" if request.project_dir else "the test"
-            await steps.record("compile", "refused", detail=f"no connected bridge can build {what}")
-            raise _Abort("bridge_unavailable", f"no connected bridge can build {what}")
-        gw = _RecordingGateway(self.gateway, steps)
+        await steps.record("builder", "ok", bridge=bridge.name, bridge_id=bridge.id,
+                           shared=bridge.shared)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(plan.principal))
         target: Target = bridge.id
         index = RemoteSourceIndex(package=None)
         max_compiles = self.settings.max_fix_rounds + 1
@@ -924,6 +1113,7 @@ class SandboxExecutor:
             except ValueError as exc:  # a malformed result from the bridge
                 raise _Abort("bridge_unavailable", f"compile: bad result ({exc})") from exc
             state["last"] = result
+            state.setdefault("checks", []).append(result.check)
             if not result.ok and n < max_compiles:
                 await self._look_up(gw, target, request, code, result.output, index)
             return result.ok, result.output
@@ -948,19 +1138,23 @@ class SandboxExecutor:
         ok = loop_result.ok and app is not None and test is not None
         if loop_result.ok and not ok:
             await steps.record("compile", "failed", detail="the build produced no APKs")
+        checks: list[dict[str, Any] | None] = state.get("checks", [])
         return CompiledTest(
             ok=ok,
-            toolchain=last.toolchain if last else bridge.caps.toolchain,
+            toolchain=_judged_by(last) if last else bridge.caps.toolchain,
             app_apk=app,
             test_apk=test,
             code=loop_result.code,
             compile_rounds=[
                 {"round": r.round, "ok": r.ok, "errors": [_error(e.to_dict()) for e in r.errors],
-                 "fixer": r.fixer, "diff": r.diff}
-                for r in rounds
+                 "fixer": r.fixer, "diff": r.diff,
+                 **({"check": checks[i]} if i < len(checks) and checks[i] else {})}
+                for i, r in enumerate(rounds)
             ],
             output=loop_result.output,
             bridge=bridge.name,
+            bridge_id=bridge.id,
+            shared=bridge.shared,
             stop_reason=loop_result.stop_reason,
             duration_ms=_ms_since(started),
         )
@@ -998,6 +1192,7 @@ class SandboxExecutor:
         deadline: float,
         user: str = "",
         retries: int | None = None,
+        principal: Principal | None = None,
         *,
         classes: Sequence[str] | None = None,
     ) -> dict[str, Any]:
@@ -1039,7 +1234,8 @@ class SandboxExecutor:
                 await steps.end(waited, "ok")
             return await self._on_device_locked(
                 steps, run_id, device, compiled, deadline,
-                self.settings.retries if retries is None else retries, classes,
+                self.settings.retries if retries is None else retries, principal,
+                as_owner=bool(user) and user == device.owner_id, classes=classes,
             )
         except asyncio.CancelledError:
             await self._note_cancel(steps, run_id)
@@ -1052,7 +1248,29 @@ class SandboxExecutor:
             with contextlib.suppress(Exception):
                 await asyncio.shield(steps.record("cancel", "ok", by=self._cancelled[run_id]))
 
+    def _lapse(self, run_id: str, reason: str) -> None:
+        """The caller's right to this run lapsed (a token or loan revoked or expired): a
+        queued run is cancelled, a running one stopped now — PENDING ``access_revoked``, its
+        device cleaned up as after any cancel."""
+        self._revoked.setdefault(run_id, reason)
+        self.cancel(run_id, by="access lapsed")
+
+    def _reauth(self, principal: Principal | None) -> Reauth | None:
+        """Each device step re-checks the caller's token, loan and scope when it runs."""
+        store = self.store
+        if principal is None or store is None:
+            return None
+
+        async def reauth(target: Target) -> None:
+            await check_access(
+                store, principal, target if isinstance(target, DeviceRef) else None
+            )
+
+        return reauth
+
     def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+        if run_id in self._revoked:
+            return pending_result(run_id, device, "access_revoked", self._revoked[run_id])
         by = self._cancelled.get(run_id, "shutdown")
         return pending_result(run_id, device, "cancelled", f"cancelled by {by}")
 
@@ -1064,15 +1282,23 @@ class SandboxExecutor:
         compiled: CompiledTest,
         deadline: float,
         retries: int = 0,
+        principal: Principal | None = None,
+        *,
+        as_owner: bool = False,
         classes: Sequence[str] | None = None,
     ) -> dict[str, Any]:
+        """One run on one device. ``as_owner``: the run's user owns the device, so its
+        installs may grant runtime permissions (``-g``) and the bridge's ``full`` profile
+        applies; a borrower's run gets neither (docs/security.md). ``classes``: run only
+        these (``-e class A,B#m``)."""
         loop = asyncio.get_running_loop()
-        gw = _RecordingGateway(self.gateway, steps)
+        gw = _RecordingGateway(self.gateway, steps, self._reauth(principal))
         target: Target = device.ref
         serial = device.serial
         timings: dict[str, int] = {}
-        installed: list[str] = []
+        installed: list[str] = []  # what this run put on the device (and must remove)
         app_package: str | None = None
+        app_new = False  # the app was not on the device before the run: its data may go
         instrument: InstrumentResult | None = None
         partial_output = ""
         abort: _Abort | None = None
@@ -1087,7 +1313,8 @@ class SandboxExecutor:
             budget = min(limit or self.settings.step_timeout_s, remaining())
             try:
                 return await gw.call(
-                    target, method, {"serial": serial, **params},
+                    target, method,
+                    {"serial": serial, **params, **({"as_owner": True} if as_owner else {})},
                     timeout_s=budget + self.settings.rpc_grace_s,
                 )
             except RpcError as exc:
@@ -1100,17 +1327,23 @@ class SandboxExecutor:
             t = time.monotonic()
             await call("device.logcat.clear", {})
             steps.progress("installing")
-            app_package = str((await call(
-                "device.install", {"apk": compiled.app_apk.data},
+            # What was installed is what the device says (its package list before and
+            # after), never the APK's claim; what was there before is never removed.
+            grant = {"grant_permissions": True} if as_owner else {}
+            app = await call(
+                "device.install", {"apk": compiled.app_apk.data, **grant},
                 self.settings.compile_timeout_s,
-            )).get("package") or "")
-            if app_package:
+            )
+            app_package = str(app.get("package") or "")
+            app_new = bool(app_package) and not app.get("existed")
+            if app_new:
                 installed.append(app_package)
-            test_package = str((await call(
-                "device.install", {"apk": compiled.test_apk.data},
+            test = await call(
+                "device.install", {"apk": compiled.test_apk.data, **grant},
                 self.settings.compile_timeout_s,
-            )).get("package") or "")
-            if test_package:
+            )
+            test_package = str(test.get("package") or "")
+            if test_package and not test.get("existed"):
                 installed.append(test_package)
             timings["install_ms"] = _ms_since(t)
             if not test_package:
@@ -1137,7 +1370,9 @@ class SandboxExecutor:
                                    "owner_id": device.owner_id, "serial": serial,
                                    "info": dict(device.info)},
                         "app_package": app_package, "installed": list(installed),
+                        "app_new": app_new,
                         "toolchain": compiled.toolchain,
+                        "builder": _builder_of(compiled),
                         "compile_rounds": compiled.compile_rounds,
                         "test_class": test_class_of(compiled.code),
                         "timings": dict(timings),
@@ -1165,13 +1400,15 @@ class SandboxExecutor:
             # Cancelled (cancel(), shutdown, a client gone): leave nothing behind on the device.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    asyncio.shield(self._cleanup(gw, target, serial, app_package, installed)),
+                    asyncio.shield(self._cleanup(
+                        gw, target, serial, app_package if app_new else None, installed)),
                     self.settings.cleanup_timeout_s,
                 )
             raise
 
         return await self._conclude(
-            steps, gw, run_id, device, app_package=app_package, installed=installed,
+            steps, gw, run_id, device, app_package=app_package, app_new=app_new,
+            installed=installed,
             instrument=instrument, partial_output=partial_output, abort=abort,
             retried=retried, timings=timings, toolchain=compiled.toolchain,
             compile_rounds=compiled.compile_rounds, test_class=test_class_of(compiled.code),
@@ -1187,6 +1424,7 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
         instrument: InstrumentResult | None,
+        app_new: bool = False,
         partial_output: str,
         abort: _Abort | None,
         retried: list[list[dict[str, Any]]],
@@ -1218,7 +1456,7 @@ class SandboxExecutor:
 
         steps.progress("cleaning")
         t = time.monotonic()
-        await self._cleanup(gw, target, serial, app_package, installed)
+        await self._cleanup(gw, target, serial, app_package if app_new else None, installed)
         timings["cleanup_ms"] = _ms_since(t)
 
         output = instrument.output if instrument is not None else partial_output
@@ -1369,6 +1607,7 @@ class SandboxExecutor:
             result = await self._conclude(
                 steps, gw, item.run_id, device,
                 app_package=ctx.get("app_package") or None,
+                app_new=bool(ctx.get("app_new")),
                 installed=[str(p) for p in ctx.get("installed") or []],
                 instrument=instrument, partial_output=partial_output, abort=abort,
                 retried=retried,
@@ -1376,6 +1615,7 @@ class SandboxExecutor:
                 compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
             )
             result["resumed"] = True
+            result["builder"] = ctx.get("builder")
             await self._finish([item.run_id], [result])
             log.info("run %s resumed after a controller restart: %s", item.run_id,
                      result["verification_status"])
@@ -1399,31 +1639,38 @@ class SandboxExecutor:
                 {k: v for k, v in record.items() if k in ExecuteRequest.model_fields})
         except ValidationError:
             return None
+        token_id = record.get("token_id")
         return asyncio.get_running_loop().create_task(self._continue(
-            run.id, run.user_id, request, str(record["device_id"]), next_seq))
+            run.id, run.user_id, request, str(record["device_id"]), next_seq,
+            token_id if isinstance(token_id, str) else None))
 
     async def _continue(self, run_id: str, user_id: str | None, request: ExecuteRequest,
-                        device_id: str, next_seq: int) -> None:
+                        device_id: str, next_seq: int, token_id: str | None) -> None:
         assert self.store is not None
         try:
             async with self.store.session() as session, session.begin():
                 await session.execute(
                     update(RunStep).where(RunStep.run_id == run_id, RunStep.status == "running")
                     .values(status="failed", finished_at=utcnow()))
-                user = await session.get(User, user_id) if user_id else None
             device = await self._reachable(device_id)
             if device is None:
                 await self._end_continued(run_id, f"its device {device_id} was not reachable "
                                           f"within {self.settings.continue_wait_s:g}s")
                 return
             principal = None
-            if user is not None:
-                principal = Principal("", TokenKind.USER, user.name, user.id, user.name,
-                                      user.is_admin)
-                try:  # the user's rights now, not when the dead replica accepted the run
-                    await authorize(principal, device.ref, Action.USE, store=self.store)
+            if user_id is not None:
+                # The caller as the token they submitted with acts now (its scopes, its user's
+                # rights), not as when the dead replica accepted the run; every step of the
+                # continued run re-checks it again (check_access), like any run's.
+                principal = await self._caller(token_id, user_id)
+                try:
+                    if principal is None:
+                        raise RpcError(ErrorCode.FORBIDDEN, "the token was revoked",
+                                       {"rule": ACCESS_REVOKED, "why": "token"})
+                    await check_access(self.store, principal, device.ref)
                 except RpcError as exc:
-                    await self._end_continued(run_id, f"no longer allowed ({exc.code.value})")
+                    await self._end_continued(
+                        run_id, f"no longer allowed ({(exc.data or {}).get('why') or exc.code.value})")
                     return
             steps = StepLog(self.store, [run_id], start_seq=next_seq)
             await steps.record("recovery", "ok", continued_by=self.instance,
@@ -1435,6 +1682,25 @@ class SandboxExecutor:
         except Exception as exc:
             log.exception("continuing run %s failed", run_id)
             await self._end_continued(run_id, f"continuing failed ({exc!r})"[:300])
+
+    async def _caller(self, token_id: str | None, user_id: str) -> Principal | None:
+        """The principal of a run's recorded token (its user's), or None if the token is gone,
+        revoked or not that user's."""
+        if self.store is None or not token_id:
+            return None
+        async with self.store.session() as session:
+            row = (await session.execute(
+                select(Token, User).join(User, Token.owner_id == User.id)
+                .where(Token.id == token_id, User.id == user_id)
+            )).one_or_none()
+        if row is None or row[0].revoked_at is not None:
+            return None
+        token, user = row
+        return principal_for(
+            token_id=token.id, kind=token.kind, name=token.name, bridge_id=token.bridge_id,
+            scopes=token.scopes, user_id=user.id, user_name=user.name,
+            user_is_admin=user.is_admin,
+        )
 
     async def _reachable(self, device_id: str) -> DeviceView | None:
         """The device once it is ready from here (its bridge reconnected to some replica),
@@ -1509,19 +1775,21 @@ class SandboxExecutor:
         app_package: str | None,
         installed: Sequence[str],
     ) -> None:
-        """Clear the app's data and uninstall what this run installed (DESIGN.md §6)."""
+        """Clear the app's data and uninstall what this run installed (docs/design.md §6).
+        ``app_package`` only when the run installed it new, ``installed`` only what the run
+        put there: a package the device had before the run is never cleared nor removed."""
         limit = self.settings.cleanup_timeout_s
         with contextlib.suppress(RpcError):
             if app_package:
                 await gw.call(
                     target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
         for package in reversed(installed):  # the test package first: it targets the app
             with contextlib.suppress(RpcError):
                 await gw.call(
                     target, "device.uninstall", {"serial": serial, "package": package},
-                    timeout_s=limit,
+                    timeout_s=limit, check=False,
                 )
 
     # -- the store ---------------------------------------------------------------------------
@@ -1554,7 +1822,7 @@ class SandboxExecutor:
         try:
             async with self.store.session() as session, session.begin():
                 for run_id, result in zip(run_ids, results, strict=True):
-                    cancelled = result.get("reason_code") == "cancelled"
+                    cancelled = result.get("reason_code") in ("cancelled", "access_revoked")
                     await session.execute(
                         update(Run)
                         .where(Run.id == run_id)
@@ -1577,3 +1845,11 @@ class SandboxExecutor:
                         )
         except Exception:
             log.exception("could not store the results of runs %s", run_ids)
+
+
+def _judged_by(result: CompileResult) -> str:
+    """The toolchain a result names: ``kotlinc`` when the real compiler judged the test and
+    the simulated toolchain built it (without an SDK); ``gradle`` or ``simulated`` otherwise."""
+    if result.checked_by == "kotlinc" and result.toolchain == "simulated":
+        return "kotlinc"
+    return result.toolchain

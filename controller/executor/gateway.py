@@ -7,7 +7,7 @@ about through :class:`Gateway` and sends RPCs (``protocol.methods``) through
 
 Errors are :class:`protocol.errors.RpcError` with the wire's codes: ``unavailable`` for a
 bridge that is not connected, ``device_offline``, ``timeout``, ``forbidden`` (the bridge's
-policy refused), … The executor turns them into PENDING reason codes (DESIGN.md §5).
+policy refused), … The executor turns them into PENDING reason codes (docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class BridgeView:
     owner_id: str
     caps: Capabilities
     connected: bool = True
+    shared: bool = False  # an admin marked it shared: it may build for every user
 
     @property
     def can_build(self) -> bool:
@@ -53,7 +54,7 @@ class DeviceView:
 
     @property
     def id(self) -> str:
-        """The unambiguous name, ``BRIDGE~SERIAL`` (DESIGN.md §9)."""
+        """The unambiguous name, ``BRIDGE~SERIAL`` (docs/design.md §9)."""
         return f"{self.bridge_name}~{self.serial}"
 
     @property

@@ -12,7 +12,7 @@ uninstall are listed in the run's ``recovery`` step, and :func:`clean_up` uninst
 once the device's bridge is back (the bridge's policy lets it: it installed them).
 
 Resuming: the bridge keeps the result of an RPC in flight and re-sends it when the new
-controller's ``welcome`` lists its request id (DESIGN.md §3). The executor records, in a
+controller's ``welcome`` lists its request id (docs/design.md §3). The executor records, in a
 run's ``device.instrument`` step, the request id and the bridge session it went out on; a run
 cut during that step is handed to ``resume`` (``SandboxExecutor.resume``), which adopts the
 request before the bridge is back and finishes the run — logcat, cleanup, verdict — with the
@@ -76,6 +76,7 @@ class Recovered:
     packages: list[str] = field(default_factory=list)  # to uninstall, test package first
     next_seq: int = 0  # the run's next step number
     resumed: Awaitable[None] | None = None  # not ended: resuming (await it, in the background)
+    user_id: str | None = None  # whose run it was (the device's owner may clean up as owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +301,8 @@ async def _end(store: Store, run: Run, why: str | None = None) -> Recovered:
         )
 
 
-    return Recovered(run.id, str(device_id) if device_id else None, owed, seq + 1)
+    return Recovered(run.id, str(device_id) if device_id else None, owed, seq + 1,
+                     user_id=run.user_id)
 
 
 async def clean_up(
@@ -332,9 +334,14 @@ async def clean_up(
                         else contextlib.nullcontext()):
                 for package in item.packages:
                     try:
+                        # The run's own packages (device-learned, new to the device: the steps
+                        # record no other); the bridge may have restarted and forgotten them,
+                        # so the owner's own run cleans up as the owner (docs/security.md).
+                        mine = item.user_id is not None and item.user_id == device.owner_id
                         await gateway.call(
                             device.ref, "device.uninstall",
-                            {"serial": device.serial, "package": package},
+                            {"serial": device.serial, "package": package,
+                             **({"as_owner": True} if mine else {})},
                             timeout_s=call_timeout_s,
                         )
                         removed.append(package)

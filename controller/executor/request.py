@@ -1,6 +1,6 @@
-"""The sandbox executor's input (DESIGN.md §5): the seed's tool arguments plus ours.
+"""The sandbox executor's input (docs/design.md §5): the tool's base arguments plus ours.
 
-``test_code`` (required) and ``project_dir`` are the seed's; ``device`` (a selector or a list
+``test_code`` (required) and ``project_dir`` are the base arguments (the tool schema of ``GET /v1/tools``); ``device`` (a selector or a list
 of them, see :mod:`controller.executor.selection`), ``timeout_s``, ``retries`` (how many times
 the failed tests alone are run again, ``-e class Cls#method``) and ``apks`` (prebuilt app and
 test APKs, base64, which skip the compile) are droidwire's.
@@ -30,7 +30,7 @@ MAX_RETRIES = 3
 MAX_SHARDS = 32
 MAX_TEST_CHARS = 1 << 20
 MAX_APK_B64_CHARS = 200 * 1024 * 1024
-# What the seed's generator writes when it could not produce a test (DESIGN.md §5: skipped).
+# What a test generator writes when it could not produce a test (docs/design.md §5: skipped).
 SKIP_MARKER = "Could not generate test body"
 
 _Selector = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -104,7 +104,7 @@ class ExecuteRequest(BaseModel):
 
 
 def tool_schema() -> dict[str, Any]:
-    """The seed's tool in OpenAI function-calling format (``GET /v1/tools``)."""
+    """The ``sandbox_executor`` tool in OpenAI function-calling format (``GET /v1/tools``)."""
     return {
         "type": "function",
         "function": {

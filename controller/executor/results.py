@@ -1,9 +1,9 @@
-"""The result of a sandbox run: the seed's fields exactly, plus droidwire's (DESIGN.md §5).
+"""The result of a sandbox run: the five base fields exactly, plus droidwire's (docs/design.md §5).
 
-Seed: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
+Base: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: no timing),
 ``systrace`` (the first 2000 characters of the logcat), ``summary``. Ours:
-``verification_status``, ``reason_code``, ``run_id``, ``device``, ``toolchain``,
-``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
+``verification_status``, ``reason_code``, ``violation_kinds``, ``run_id``, ``device``, ``toolchain``,
+``builder``, ``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
 and ``violations`` / ``measurements`` (the analysis' details).
 """
 
@@ -16,11 +16,11 @@ from controller.executor.gateway import DeviceView
 
 __all__ = ["REASON_CODES", "SYSTRACE_CHARS", "analysed_result", "base_result", "pending_result"]
 
-SYSTRACE_CHARS = 2000  # the seed's ``systrace``: the first 2000 characters of the logcat
-#: PENDING's reason codes (DESIGN.md §5); ``internal`` only for a controller bug.
+SYSTRACE_CHARS = 2000  # ``systrace``: the first 2000 characters of the logcat
+#: PENDING's reason codes (docs/design.md §5); ``internal`` only for a controller bug.
 REASON_CODES = frozenset(
     {"skipped", "compile_failed", "no_device", "adb_unavailable", "bridge_unavailable",
-     "timeout", "test_crashed"}
+     "device_paused", "timeout", "test_crashed", "access_revoked"}
 )
 
 
@@ -28,6 +28,7 @@ def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
     """Every field, empty: what a run that collected nothing reports."""
     return {
         "strict_mode_violations": [],
+        "violation_kinds": [],
         "has_violations": False,
         "blocking_time_ms": -1,
         "systrace": "",
@@ -37,6 +38,7 @@ def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
         "run_id": run_id,
         "device": device.describe() if device is not None else None,
         "toolchain": None,
+        "builder": None,  # {"id", "name", "shared"} of the bridge that built the APKs
         "compile_rounds": [],
         "tests": [],
         "anrs": [],
@@ -71,6 +73,7 @@ def analysed_result(
     result = base_result(run_id, device)
     result.update(
         strict_mode_violations=analysis.strict_mode_violations,
+        violation_kinds=analysis.violation_kinds,
         has_violations=analysis.has_violations,
         blocking_time_ms=analysis.blocking_time_ms,
         systrace=logcat[:SYSTRACE_CHARS],

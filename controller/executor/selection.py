@@ -1,4 +1,4 @@
-"""Device selectors (DESIGN.md §9, ``droidwire run --device SEL``).
+"""Device selectors (docs/design.md §9, ``droidwire run --device SEL``).
 
 A selector is one of:
 
@@ -19,7 +19,16 @@ hands it ordered least-loaded first (:mod:`controller.executor.placement`).
 
 Several selectors are a union, in order, without duplicates. No selector at all picks one
 ready device. A selector that names nothing is not an error here: the executor reports
-``no_device``.
+``no_device``. A selector that holds a comparison (``< > = !``) but is not a property test
+— a misspelt key such as ``skd>=30`` — is ``bad_request`` naming the keys: no device id
+holds those characters, so it can only be a typo.
+
+Lending never changes what a borrower's selector picks: each selector is tried on the
+caller's own devices first (those they may use without a loan: their own, or every device
+for an admin), and reaches devices lent to them only when nothing of their own matches. A
+lent device is always reached by its full id ``BRIDGE~SERIAL`` (nothing of one's own has
+that id). Ids never resolve across owners: ``~`` separates the bridge from the serial and
+no serial may contain it (:mod:`controller.hub.inventory`).
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ __all__ = ["MAX_COUNT", "parse_selector", "select_devices"]
 
 MAX_COUNT = 100
 MAX_SELECTOR_CHARS = 200
-_PROPERTY = re.compile(
-    r"^(sdk|model|release|manufacturer|abi|bridge|owner|label|pool)\s*(>=|<=|==|!=|=|>|<)\s*(.+)$"
-)
+_KEYS = ("sdk", "model", "release", "manufacturer", "abi", "bridge", "owner", "label", "pool")
+_COMPARISON = re.compile(r"^\s*([^<>=!]*?)\s*(>=|<=|==|!=|=|>|<)")
+_PROPERTY = re.compile(rf"^({'|'.join(_KEYS)})\s*(>=|<=|==|!=|=|>|<)\s*(.+)$")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -118,6 +127,15 @@ def parse_selector(
 
         return by_property
 
+    typo = _COMPARISON.match(sel)
+    if typo:
+        raise RpcError(
+            ErrorCode.BAD_REQUEST,
+            f"unknown device property {typo.group(1)!r} in selector {sel!r}: "
+            f"use one of {', '.join(_KEYS)}",
+            {"selector": sel},
+        )
+
     def by_id(devices: Sequence[DeviceView]) -> list[DeviceView]:
         exact = [d for d in devices if d.id == sel]
         if exact:
@@ -146,17 +164,37 @@ def select_devices(
     only_ready: bool = True,
     me: str | None = None,
     owner_names: Mapping[str, str] | None = None,
+    lent: Callable[[DeviceView], bool] | None = None,
 ) -> list[DeviceView]:
     """The ready devices the selectors pick (union, in order); one device when none given.
 
-    ``only_ready=False`` looks at every device, to tell *why* nothing was picked.
+    ``only_ready=False`` looks at every device, to tell *why* nothing was picked. ``lent``
+    tells the devices the caller uses through a loan: a selector (and no selector) picks
+    among them only when it picks nothing of the caller's own.
     """
     matchers = [parse_selector(s, me=me, owner_names=owner_names) for s in selectors]
-    ready = [d for d in devices if d.ready or not only_ready]
-    if not matchers:
-        return ready[:1]
+    if lent is None:
+        tiers = [list(devices)]
+    else:  # the caller's own devices, then those lent to them
+        tiers = [[d for d in devices if not lent(d)], [d for d in devices if lent(d)]]
     chosen: dict[str, DeviceView] = {}
-    for matcher in matchers:
-        for d in matcher(ready):
-            chosen.setdefault(d.id, d)
+    for matcher in matchers or [lambda ds: list(ds)[:1]]:
+        for tier in tiers:
+            # The tier is decided on every device, ready or not: the caller's own device that
+            # is offline still holds its selector (the run waits or fails; it never goes to
+            # a lent device that happens to match the same selector).
+            if not _names_any(matcher, tier):
+                continue
+            ready = [d for d in tier if d.ready or not only_ready]
+            for d in matcher(ready):
+                chosen.setdefault(d.id, d)
+            break
     return list(chosen.values())
+
+
+def _names_any(matcher: Matcher, devices: Sequence[DeviceView]) -> bool:
+    """Whether ``matcher`` names anything among ``devices`` (an ambiguous serial does)."""
+    try:
+        return bool(matcher(devices))
+    except RpcError:
+        return True

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controller.analysis.verdict import Status, seed_summary
+from controller.analysis.verdict import Status, summary_line
 from controller.executor.request import MAX_SHARDS
 from fixer.prompt import package_of
 
@@ -166,5 +166,5 @@ def merge_results(
         "verification_status": status,
     }
     if status != Status.PENDING.value:
-        merged["summary"] = seed_summary(kinds, blocking)
+        merged["summary"] = summary_line(kinds, blocking)
     return merged

@@ -2,7 +2,7 @@
 the live inventories of connected bridges; and ``{device}`` references resolved to one.
 
 ``state`` is adb's (``device``, ``offline``, ``unauthorized``, …) while the device's bridge is
-connected and reports it, else ``disconnected`` (DESIGN.md §9). A device's ``id`` is
+connected and reports it, else ``disconnected`` (docs/design.md §9). A device's ``id`` is
 ``BRIDGE~SERIAL``: unique and stable, accepted wherever ``{device}`` is. ``{device}`` may
 also be the bare serial when only one device the caller can see has it; when several do,
 the answer is ``conflict`` (HTTP 409) with the candidates' ids.
@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.hub.hub import Hub
+from controller.hub.inventory import serial_refusal
 from controller.store import Bridge, Device
 from protocol.errors import ErrorCode, RpcError
 
@@ -102,6 +103,8 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
     admin: dict[tuple[str, str], tuple[list[str], str | None]] = {}
     uids = {(bridge.id, device.serial): device.id for device, bridge in rows}
     for device, bridge in rows:
+        if serial_refusal(device.serial) is not None:
+            continue  # recorded before serials were checked: never a device
         if device.labels or device.pool:
             admin[(bridge.id, device.serial)] = (list(device.labels or []), device.pool)
         records[(bridge.id, device.serial)] = DeviceRecord(
@@ -156,6 +159,11 @@ async def resolve_device(hub: Hub, principal: Principal, text: str) -> DeviceRec
         return (r.bridge == bridge and r.serial == serial) if sep else r.serial == text
 
     candidates = [r for r in await list_devices(hub, principal) if matches(r)]
+    if len(candidates) > 1 and not principal.is_admin:
+        # A loan never makes a borrower's bare serial ambiguous, nor take it elsewhere: their
+        # own device wins; a lent one is reached by its full id.
+        own = [r for r in candidates if r.owner_id == principal.user_id]
+        candidates = own or candidates
     if not candidates:
         raise RpcError(ErrorCode.NOT_FOUND, f"no device {text[:200]!r}")
     if len(candidates) > 1:

@@ -1,4 +1,4 @@
-"""``/v1/bridge``: where bridges dial in (DESIGN.md §3).
+"""``/v1/bridge``: where bridges dial in (docs/design.md §3).
 
 The bridge token is checked before the WebSocket is accepted (HTTP 401 for a missing,
 unknown or revoked token, 403 for a token that is not a bridge's), and so is the subprotocol

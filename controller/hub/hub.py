@@ -1,6 +1,6 @@
 """The bridge hub: one live WebSocket per bridge, the registry, and ``call()``.
 
-DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
+docs/design.md §3–4, docs/protocol.md. The delivery rules live in
 :class:`protocol.session.ControllerSession` (sans I/O); this module is the I/O around it:
 
 * one :class:`BridgeEntry` per bridge, created at its first connection and kept while the
@@ -8,7 +8,11 @@ DESIGN.md §3–4, docs/protocol.md. The delivery rules live in
   reconnect: ``hello.held`` says what the bridge has, the rest is re-sent, ``welcome.waiting``
   lists what we still wait for;
 * one live connection per bridge: a new one replaces the old, which is closed with 4409
-  (terminal for the bridge, so two copies of one bridge do not evict each other forever);
+  (terminal for the bridge, so two copies of one bridge do not evict each other forever) —
+  but only once the new one has sent a valid ``hello`` of our protocol version: garbage, a
+  probe or another version is closed without touching the live one (:meth:`Hub._await_hello`);
+* frames are decoded within their kind's limits (:mod:`protocol.codec`), large ones in a
+  worker thread (:meth:`Hub.decode`), so a hostile frame neither stalls the loop nor balloons;
 * per connection, a reader (frames → session → outcomes: the task serving the WebSocket)
   and a writer that alone drains :meth:`~protocol.session.ControllerSession.frames_to_send`,
   so frames leave in the order the session produced them and a stalled socket holds up
@@ -52,6 +56,8 @@ from starlette.websockets import WebSocket
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
+from controller.hub.inventory import admissible
 from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
@@ -59,6 +65,7 @@ from protocol.codec import Codec
 from protocol.eager import start_eagerly
 from protocol.envelope import (
     DEVICES_CHANNEL,
+    PROTOCOL_VERSION,
     Capabilities,
     DeviceInfo,
     Evt,
@@ -95,10 +102,13 @@ log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
 _LIVENESS_TICKS = 4
-# Acks are batched (DESIGN.md §3 only needs them eventually: an unacked result is re-sent on
+# Acks are batched (docs/design.md §3 only needs them eventually: an unacked result is re-sent on
 # resume and dropped as no longer waited for): one ``ack`` frame per this delay, or at once
 # when ACK_BATCH ids wait, instead of one frame per result on the RPC hot path.
 ACK_DELAY_S = 0.02
+# Frames larger than this are decoded in a worker thread, at most _LARGE_DECODES at once.
+LARGE_FRAME_BYTES = 256 * 1024
+_LARGE_DECODES = 2
 # A resumed logcat stream asks for at most this many lines of the buffer's tail (the
 # protocol's bound on ``tail``).
 RESYNC_TAIL_MAX = 5000
@@ -239,6 +249,24 @@ class Connection:
             reader.cancel()
 
 
+@dataclass(eq=False, slots=True)
+class _Handshake:
+    """A bridge connection between its accept and its hello (revocation must reach it)."""
+
+    token_id: str | None
+    revoked: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _StreamHold:
+    """A user's logcat stream (or one being opened), for the quotas."""
+
+    user_id: str
+    bridge_id: str
+    borrower: bool
+    stream: LogStream | None = None
+
+
 # Connection.writer while a drain runs eagerly, in the caller's own step.
 _EAGER = object()
 
@@ -348,6 +376,12 @@ class Hub:
         self.settings = settings
         self.codec = Codec(max_frame_bytes=settings.max_frame_bytes)
         self._entries: dict[str, BridgeEntry] = {}
+        self._large_decodes = asyncio.Semaphore(_LARGE_DECODES)
+        # Tenancy quotas on users' logcat streams (the app sets them from its config).
+        self.streams_per_user = DEFAULT_STREAMS_PER_USER
+        self.borrower_streams_per_bridge = DEFAULT_BORROWER_STREAMS_PER_BRIDGE
+        self._stream_holds: set[_StreamHold] = set()
+        self._handshakes: set[_Handshake] = set()  # connections waiting for their hello
         self._tasks: set[asyncio.Task[Any]] = set()
         self._liveness: asyncio.Task[None] | None = None
         self._started = 0.0
@@ -631,7 +665,8 @@ class Hub:
             await self.audit_device(principal, name, device, exc)
             raise
         try:
-            result = await self.call(device, method, params, timeout_s=timeout_s)
+            result = await self.call(device, method, _vouch(principal, device, method, params),
+                                     timeout_s=timeout_s)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
             raise
@@ -661,14 +696,44 @@ class Hub:
         """A user's logcat stream on a device: authorize, subscribe, audit (here, also when
         the bridge is held by another replica, which then relays it: :meth:`subscribe_logcat`)."""
         action = "device.logcat.stream"
+        hold = _StreamHold(principal.user_id, device.bridge_id,
+                           principal.user_id != device.owner_id and not principal.is_admin)
         try:
             await authorize(principal, device, Action.USE, store=self.store)
-            stream = await self.subscribe_logcat(device, params)
+            self._reserve_stream(hold)  # before the await: concurrent opens count too
+            stream = await self.subscribe_logcat(device, _vouch(
+                principal, device, "device.logcat.subscribe", params))
+            hold.stream = stream
         except RpcError as exc:
+            self._stream_holds.discard(hold)
             await self.audit_device(principal, action, device, exc)
+            raise
+        except BaseException:
+            self._stream_holds.discard(hold)
             raise
         await self.audit_device(principal, action, device, None)
         return stream
+
+    def _reserve_stream(self, hold: _StreamHold) -> None:
+        """Per-tenant stream quotas, the owner first: a user holds at most
+        ``streams_per_user`` live streams; borrowers together hold at most
+        ``borrower_streams_per_bridge`` of a bridge's stream slots, the rest stay the
+        owner's (docs/security.md, "Bounds and secrets"). ``busy`` (429) beyond."""
+        live = {h for h in self._stream_holds if h.stream is None or not h.stream.ended}
+        self._stream_holds = live
+        mine = sum(1 for h in live if h.user_id == hold.user_id)
+        if mine >= self.streams_per_user:
+            raise RpcError(ErrorCode.BUSY, f"at most {self.streams_per_user} live logcat "
+                           "streams per user", {"rule": "stream_quota",
+                                                "limit": self.streams_per_user})
+        if hold.borrower:
+            lent = sum(1 for h in live if h.borrower and h.bridge_id == hold.bridge_id)
+            if lent >= self.borrower_streams_per_bridge:
+                raise RpcError(ErrorCode.BUSY, "borrowers hold all the logcat streams this "
+                               "device's bridge lends out; its owner's are kept free",
+                               {"rule": "borrower_stream_quota",
+                                "limit": self.borrower_streams_per_bridge})
+        live.add(hold)
 
     # -- logcat streams
 
@@ -778,6 +843,22 @@ class Hub:
     async def serve(self, websocket: WebSocket, principal: Principal) -> None:
         """Run one accepted bridge WebSocket until it ends (the ``/v1/bridge`` handler)."""
         assert principal.bridge_id is not None
+        # The live connection of this bridge is replaced only by one that has proved itself:
+        # a valid, compatible ``hello`` first. Garbage, a silent probe or a newer protocol is
+        # closed here and never touches the bridge's entry (docs/protocol.md, "Handshake").
+        pending = _Handshake(principal.token_id)
+        self._handshakes.add(pending)
+        try:
+            hello = await self._await_hello(websocket, principal.name)
+        finally:
+            self._handshakes.discard(pending)
+        if hello is None:
+            return
+        if pending.revoked:  # its token was revoked while we waited for the hello
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.settings.close_timeout_s):
+                    await websocket.close(CloseCode.UNAUTHORIZED, "bridge token revoked")
+            return
         entry = self._entry_for(principal.bridge_id, principal.name, principal.user_id)
         entry.token_id = principal.token_id
         conn = Connection(websocket, lambda c: self._write(entry, c))
@@ -804,7 +885,7 @@ class Hub:
                 # This task reads; a kick (another connection of the bridge, liveness,
                 # revocation, shutdown) or a failed writer cancels it (Connection._end).
                 conn.reader = asyncio.current_task()
-                await self._read(entry, conn)
+                await self._read(entry, conn, hello)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not conn.ending or task is None or task.uncancel() > 0:
@@ -865,33 +946,77 @@ class Hub:
         log.info("bridge %s is disconnected (grace over, %d calls failed)", entry.name,
                  len(failed))
 
-    async def _read(self, entry: BridgeEntry, conn: Connection) -> None:
-        """Frames in until the peer goes or a rule is broken (``conn.kick`` says how to close)."""
+    async def _await_hello(self, websocket: WebSocket, name: str) -> Hello | None:
+        """The first frame of a new connection, if it is a valid ``hello`` of our protocol
+        version; else the connection is closed (4400 garbage, 4426 another version, 1013 no
+        hello in time, 1001 shutting down) and None returned."""
+        code, reason = CloseCode.BAD_REQUEST, ""
+        try:
+            async with asyncio.timeout(self.settings.handshake_timeout_s):
+                message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return None
+            data = message.get("bytes")
+            if data is None:
+                reason = "frames are binary msgpack maps"
+            else:
+                frame = await self.decode(data)
+                if not isinstance(frame, Hello):
+                    reason = f"the first frame must be hello, not {frame.t}"
+                elif frame.protocol != PROTOCOL_VERSION:
+                    code = CloseCode.INCOMPATIBLE
+                    reason = (f"bridge speaks protocol {frame.protocol}, controller "
+                              f"{PROTOCOL_VERSION}")
+                elif self._closing:
+                    code, reason = CloseCode.GOING_AWAY, "controller shutting down"
+                else:
+                    return frame
+        except TimeoutError:
+            code, reason = CloseCode.TRY_AGAIN_LATER, "no hello in time"
+        except DecodeError as exc:
+            reason = f"bad hello: {exc}"
+        except Exception as exc:
+            if not _is_disconnect(exc):
+                log.warning("bridge %s: handshake failed: %r", name, exc)
+            return None
+        log.info("bridge %s: connection refused before hello: %s (%s)", name, code, reason)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.settings.close_timeout_s):
+                await websocket.close(code, reason[:120])
+        return None
+
+    async def decode(self, data: bytes) -> Any:
+        """One frame from a bridge: small ones here, large ones in a worker thread (at most
+        ``_LARGE_DECODES`` at once), so a 16 MiB frame never stalls the event loop and a crowd
+        of them never multiplies its memory (docs/protocol.md, "Limits")."""
+        if len(data) <= LARGE_FRAME_BYTES:
+            return self.codec.decode(data)
+        async with self._large_decodes:
+            return await asyncio.to_thread(self.codec.decode, data)
+
+    async def _read(self, entry: BridgeEntry, conn: Connection, hello: Hello) -> None:
+        """Frames in until the peer goes or a rule is broken (``conn.kick`` says how to close);
+        ``hello`` is the first, read and checked already (:meth:`_await_hello`)."""
         session = entry.session
         loop = asyncio.get_running_loop()
         first = True
         while True:
             if first:
-                try:
-                    async with asyncio.timeout(self.settings.handshake_timeout_s):
-                        message = await conn.ws.receive()
-                except TimeoutError:
-                    conn.kick(CloseCode.TRY_AGAIN_LATER, "no hello in time")
-                    return
+                frame: Any = hello
             else:
                 message = await conn.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            data = message.get("bytes")
-            if data is None:
-                conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
-                return
-            try:
-                frame = self.codec.decode(data)
-            except DecodeError as exc:
-                if not self._bad_frame(entry, conn, exc, first):
+                if message["type"] == "websocket.disconnect":
                     return
-                continue
+                data = message.get("bytes")
+                if data is None:
+                    conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
+                    return
+                try:
+                    frame = await self.decode(data)
+                except DecodeError as exc:
+                    if not self._bad_frame(entry, conn, exc, first):
+                        return
+                    continue
             if first and self.cluster is not None and isinstance(frame, Hello):
                 session.foreign = await self.cluster.foreign(entry, frame)
             if entry.conn is not conn:
@@ -1010,7 +1135,7 @@ class Hub:
             self._spawn(self._resubscribe(entry, stream))
         entry.caps = hello.caps
         entry.software = hello.software
-        entry.devices = {d.serial: d for d in hello.devices}
+        entry.devices = admissible(entry.name, {d.serial: d for d in hello.devices})
         entry.connected_at = entry.last_seen_at = utcnow()
         log.info(
             "bridge %s connected (session %s, %s, %d devices, %d re-sent, %d failed)",
@@ -1028,7 +1153,7 @@ class Hub:
                 log.warning("bridge %s: malformed inventory event: %s", entry.name,
                             exc.error_count())
                 return
-            entry.devices = {d.serial: d for d in changed.devices}
+            entry.devices = admissible(entry.name, {d.serial: d for d in changed.devices})
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
             return
@@ -1111,6 +1236,9 @@ class Hub:
         for entry in self._entries.values():
             if entry.token_id == token_id and entry.conn is not None:
                 entry.conn.kick(CloseCode.UNAUTHORIZED, "bridge token revoked")
+        for pending in self._handshakes:  # connections still waiting for their hello
+            if pending.token_id == token_id:
+                pending.revoked = True
 
     # -- helpers
 
@@ -1126,6 +1254,20 @@ class Hub:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _vouch(
+    principal: Principal, device: DeviceRef, method: str, params: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``params`` with ``as_owner`` when the caller owns the device (the bridge's ``full``
+    profile is the owner's alone): never for a borrower nor an admin acting on another's."""
+    if principal.user_id != device.owner_id or principal.bridge_id is not None:
+        return params
+    spec = METHODS.get(method)
+    fields = getattr(spec.params, "model_fields", {}) if spec is not None else {}
+    if "as_owner" not in fields:
+        return params
+    return {**(params or {}), "as_owner": True}
 
 
 def _usable(channel: str) -> bool:

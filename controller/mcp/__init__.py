@@ -1,4 +1,4 @@
-"""The MCP server (streamable HTTP at exactly ``/mcp``, DESIGN.md §9): tools for agents.
+"""The MCP server (streamable HTTP at exactly ``/mcp``, docs/design.md §9): tools for agents.
 
 Modules: :mod:`controller.mcp.server` (:class:`McpService`, the SDK server and its session
 manager; :class:`McpEndpoint`, the authenticated ASGI route) and :mod:`controller.mcp.tools`

@@ -38,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from controller.api.errors import error_body
 from controller.audit import AuditLog
 from controller.auth import Principal, current_principal, current_user
 from controller.executor.steps import Progress, ProgressListener
@@ -358,8 +359,6 @@ def _caller(ctx: ServerRequestContext[Any]) -> Caller:
 
 
 def _error_body(exc: RpcError) -> dict[str, Any]:
-    from controller.app import error_body  # the app imports this module: resolve at call time
-
     return error_body(exc.code.value, exc.message, exc.data)
 
 

@@ -20,19 +20,16 @@ tool result with ``isError`` and the REST error body, so an agent sees the same
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
 
-from controller.agent.mcp import agent_tools
-from controller.auth import Principal, Scope
+from controller.auth import Scope
 from controller.executor import ExecuteRequest, tool_schema
-from controller.executor.steps import ProgressListener
-from controller.hub import Hub, list_devices, resolve_device
+from controller.hub import list_devices, resolve_device
+from controller.mcp.agent_tools import agent_tools
+from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
 
@@ -49,59 +46,6 @@ __all__ = [
 RUN_URI_PREFIX = "run://"
 MAX_DUMP_LINES = 5000
 MAX_LISTED_RUNS = 50
-
-
-@dataclass
-class Caller:
-    """Who calls (authenticated for this HTTP request) and through which app."""
-
-    principal: Principal
-    request: Request  # the HTTP request that carried the MCP message
-    # Where a long tool reports its stages (MCP progress notifications), if anywhere.
-    progress: ProgressListener | None = None
-
-    @property
-    def app(self) -> FastAPI:
-        app: FastAPI = self.request.app
-        return app
-
-    @property
-    def hub(self) -> Hub:
-        hub: Hub | None = getattr(self.app.state, "hub", None)
-        if hub is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
-        return hub
-
-    def require(self, scope: Scope) -> None:
-        if not self.principal.allows(scope):
-            raise RpcError(
-                ErrorCode.FORBIDDEN,
-                f"this token lacks the {scope.value!r} scope",
-                {"rule": "missing_scope", "scope": scope.value},
-            )
-
-
-@dataclass
-class Outcome:
-    """A tool's answer: structured data (a JSON object), an image, and the devices it used."""
-
-    data: dict[str, Any] | None = None
-    image_png: bytes | None = None
-    devices: list[str] = field(default_factory=list)
-    # Extra audit entries' details (the sandbox: one per run).
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-
-ToolFn = Callable[[Caller, dict[str, Any]], Awaitable[Outcome]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    fn: ToolFn
-    read_only: bool = False
 
 
 # --- argument models ---------------------------------------------------------------------
@@ -256,14 +200,14 @@ async def read_run_resource(caller: Caller, uri: str) -> dict[str, Any]:
 
 # --- the catalogue -----------------------------------------------------------------------
 
-# The seed's schema, from the one definition ``GET /v1/tools`` serves too.
-_SEED_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
-#: The seed's arguments plus ``shard`` (docs/sandbox.md, "Sharding"); GET /v1/tools keeps
-#: exactly the seed's.
+# The sandbox_executor schema, from the one definition ``GET /v1/tools`` serves too.
+_TOOL_SCHEMA: dict[str, Any] = tool_schema()["function"]["parameters"]
+#: Those arguments plus ``shard`` (docs/sandbox.md, "Sharding"); GET /v1/tools keeps the
+#: tool's schema without it.
 _SANDBOX_SCHEMA: dict[str, Any] = {
-    **_SEED_SCHEMA,
+    **_TOOL_SCHEMA,
     "properties": {
-        **_SEED_SCHEMA["properties"],
+        **_TOOL_SCHEMA["properties"],
         "shard": {
             "type": "integer", "minimum": 1, "maximum": 32,
             "description": "Split the test file's test classes (or methods) over this many "
@@ -273,7 +217,7 @@ _SANDBOX_SCHEMA: dict[str, Any] = {
 }
 _DEVICE_PROP = {
     "type": "string",
-    "description": "A device: SERIAL when unambiguous, else BRIDGE~SERIAL (see list_devices).",
+    "description": "A device: its id BRIDGE~SERIAL as list_devices shows it, or SERIAL while unambiguous.",
 }
 
 

@@ -1,7 +1,7 @@
 """The controller's tables (SQLAlchemy 2 declarative, typed).
 
 Every id is a random UUID4 hex string, so rows written by several controller replicas never
-collide (DESIGN.md §7), except the audit log's, which only ever grows and is ordered by it.
+collide (docs/design.md §7), except the audit log's, which only ever grows and is ordered by it.
 Every timestamp is timezone-aware UTC (:class:`UTCDateTime`), on SQLite as on PostgreSQL.
 
 The schema itself is owned by the Alembic migrations in ``migrations/versions``; these
@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -125,6 +126,9 @@ class Bridge(Base):
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Marked by an admin: it may build for every user's runs (else only its owner's, and
+    # for its owner's devices).
+    shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Token(Base):

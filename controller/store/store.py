@@ -1,6 +1,6 @@
 """The store: one async engine, its sessions, and schema migrations under a lock.
 
-Several replicas may start at once against one database (DESIGN.md §7); only one may run
+Several replicas may start at once against one database (docs/design.md §7); only one may run
 Alembic at a time. PostgreSQL: a transaction-scoped advisory lock, released by the commit
 that also commits the DDL (PostgreSQL's DDL is transactional), so a replica that waited finds
 the schema at head and does nothing. SQLite: an exclusive ``flock`` on a file next to the

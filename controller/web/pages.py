@@ -485,7 +485,7 @@ def _logcat(result: dict[str, Any]) -> Markup:
     for line in text.splitlines():
         hot = line.strip() in evidence or any(m in line for m in _HIGHLIGHT_MARKERS)
         out.append(f'<mark class="violation">{esc(line)}</mark>' if hot else str(esc(line)))
-    # The result keeps the log's head only (the seed's ``systrace``): the evidence lines the
+    # The result keeps the log's head only (``systrace``): the evidence lines the
     # analysis found anywhere in the log are listed first, so none is cut off.
     head = ""
     if evidence:

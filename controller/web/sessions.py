@@ -1,4 +1,4 @@
-"""Dashboard sign-in: a token once, then an opaque session cookie (DESIGN.md §6).
+"""Dashboard sign-in: a token once, then an opaque session cookie (docs/design.md §6).
 
 ``POST /login`` takes the token in the form body (never a URL), checks it like a Bearer
 header would, and sets ``droidwire_session``: HttpOnly (no script reads it), SameSite=Strict

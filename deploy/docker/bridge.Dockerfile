@@ -45,10 +45,13 @@ RUN groupadd --system --gid 10001 droidwire \
  && install -d -o droidwire -g droidwire -m 0750 /var/lib/droidwire /var/lib/droidwire/tokens
 COPY --from=build /opt/droidwire /opt/droidwire
 # HOME holds adb's key pair (~/.android) and the build workspaces (~/.local/state/droidwire).
+# A controller not reachable yet (started in the same compose) is waited for 10 minutes, not
+# given up after the interactive default of 10 s.
 ENV PATH=/opt/droidwire/bin:$PATH \
     HOME=/var/lib/droidwire \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    DROIDWIRE_START_BUDGET=600
 USER 10001:10001
 WORKDIR /var/lib/droidwire
 # The bridge dials out: it listens on nothing. A simulated device listens on 5555 (loopback by

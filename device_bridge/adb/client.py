@@ -1,6 +1,6 @@
 """The bridge's device layer: async access to adb devices through the adb server (adbutils).
 
-adbutils is synchronous, so every call here runs off the event loop (DESIGN.md §4.8): short
+adbutils is synchronous, so every call here runs off the event loop (docs/design.md §4.8): short
 exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
 device tracker) each in a reader thread of their own, bounded by ``max_streams``. A blocking
 exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
@@ -32,11 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from adbutils import AdbClient, adb_path
-from adbutils._adb import AdbConnection
+from adbutils import AdbClient, AdbConnection, adb_path
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
-from device_bridge.adb.apkinfo import apk_package
 from device_bridge.adb.errors import AdbServerLost, translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream, RawDecoder, ShellV2Decoder
 from protocol.envelope import DeviceInfo, Profile
@@ -52,6 +50,7 @@ __all__ = [
     "AdbDevices",
     "DeviceFacts",
     "DeviceState",
+    "Installed",
     "default_server_port",
 ]
 
@@ -59,7 +58,7 @@ log = logging.getLogger("droidwire.bridge.adb")
 
 T = TypeVar("T")
 
-#: Where the bridge stages APKs it installs (inside the borrower's folder, DESIGN.md §6).
+#: Where the bridge stages APKs it installs (inside the borrower's folder, docs/design.md §6).
 INSTALL_DIR = "/data/local/tmp/droidwire/.install"
 
 _SERIAL = re.compile(r"[!-~]{1,128}")
@@ -77,6 +76,15 @@ def default_server_port() -> int:
     except ValueError:
         return 5037
     return port if 0 < port < 65536 else 5037
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """What an install put on the device, as the device tells it: ``package`` ("" when it
+    cannot be told), and whether it ``existed`` there before (an update of it)."""
+
+    package: str
+    existed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +242,7 @@ class AdbDevices:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="droidwire-adb")
         self._streams = threading.BoundedSemaphore(max_streams)
         self._features: dict[str, frozenset[str]] = {}
+        self._install_locks: dict[str, asyncio.Lock] = {}
         self._running: set[_Abort] = set()
         self._live: set[LineStream] = set()  # open streams, ended by aclose() too
         self._closed = False
@@ -625,7 +634,7 @@ class AdbDevices:
 
     async def screenshot(self, serial: str, *, timeout_s: float | None = None) -> bytes:
         """``screencap -p``: PNG bytes, checked for the PNG signature."""
-        # A PNG must fit in one frame (DESIGN.md §3 limits), whatever the shell output cap is.
+        # A PNG must fit in one frame (docs/design.md §3 limits), whatever the shell output cap is.
         cap = DEFAULTS.max_frame_bytes - 64 * 1024
         png = await self.exec_out(serial, ["screencap", "-p"], timeout_s=timeout_s, max_bytes=cap)
         if not png.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -823,52 +832,69 @@ class AdbDevices:
         serial: str,
         apk: bytes,
         *,
-        package: str | None = None,
         replace: bool = True,
         allow_test: bool = True,
-        grant_permissions: bool = True,
+        grant_permissions: bool = False,
         timeout_s: float | None = None,
-    ) -> str:
+    ) -> Installed:
         """Install APK bytes (push to :data:`INSTALL_DIR`, ``pm install``, remove the copy).
 
-        Returns the package name: ``package`` if given, else read from the APK's manifest,
-        else the one package that appeared in ``pm list packages``.
+        What was installed is learned from the device, never from the APK's own claims: the
+        package whose entry in ``pm list packages -f`` appeared or changed (a new install, or
+        an update, gets a new code path) across the install, with whether it was on the device
+        before (:class:`Installed`). Installs on one device are serialised, so two of ours
+        never blur each other's difference. ``-g`` (grant every runtime permission) only when
+        asked: the controller asks only for the device's owner (docs/security.md).
         """
         self._check_serial(serial)
         limit = self.long_timeout_s if timeout_s is None else timeout_s
-        name = package or apk_package(apk)
-        before: set[str] = set() if name else set(await self._packages(serial))
-        remote = f"{INSTALL_DIR}/{hashlib.sha256(apk).hexdigest()[:16]}.apk"
-        await self.push(serial, remote, apk, timeout_s=limit)
-        flags = (["-r"] if replace else []) + (["-t"] if allow_test else [])
-        flags += ["-g"] if grant_permissions else []
-        try:
-            result = await self.shell(serial, ["pm", "install", *flags, remote], timeout_s=limit)
-        finally:
-            with contextlib.suppress(RpcError):
-                await self.shell(serial, ["rm", "-f", remote])
-        text = (result.stdout + result.stderr).strip()
-        if "Success" not in text:
-            match = re.search(r"Failure \[([A-Z_]+)", text)
-            reason = match[1] if match else "UNKNOWN"
-            raise RpcError(
-                ErrorCode.BAD_REQUEST,
-                f"install on {serial} failed: {text[:300]}",
-                {"serial": serial, "reason": reason},
-            )
-        if name:
-            return name
-        added = set(await self._packages(serial)) - before
-        return sorted(added)[0] if len(added) == 1 else ""
+        lock = self._install_locks.setdefault(serial, asyncio.Lock())
+        async with lock:
+            before = await self._package_paths(serial)
+            remote = f"{INSTALL_DIR}/{hashlib.sha256(apk).hexdigest()[:16]}.apk"
+            await self.push(serial, remote, apk, timeout_s=limit)
+            flags = (["-r"] if replace else []) + (["-t"] if allow_test else [])
+            flags += ["-g"] if grant_permissions else []
+            try:
+                result = await self.shell(
+                    serial, ["pm", "install", *flags, remote], timeout_s=limit
+                )
+            finally:
+                with contextlib.suppress(RpcError):
+                    await self.shell(serial, ["rm", "-f", remote])
+            text = (result.stdout + result.stderr).strip()
+            if "Success" not in text:
+                match = re.search(r"Failure \[([A-Z_]+)", text)
+                reason = match[1] if match else "UNKNOWN"
+                raise RpcError(
+                    ErrorCode.BAD_REQUEST,
+                    f"install on {serial} failed: {text[:300]}",
+                    {"serial": serial, "reason": reason},
+                )
+            after = await self._package_paths(serial)
+        changed = sorted(name for name, path in after.items() if before.get(name) != path)
+        if len(changed) != 1:
+            log.warning("install on %s: cannot tell which package it installed (%d changed)",
+                        serial, len(changed))
+            return Installed("", existed=True)
+        return Installed(changed[0], existed=changed[0] in before)
 
     async def uninstall(self, serial: str, package: str) -> bool:
         """``pm uninstall``; ``True`` if it was installed."""
         result = await self.shell(serial, ["pm", "uninstall", package])
         return "Success" in result.stdout
 
-    async def _packages(self, serial: str) -> list[str]:
-        result = await self.shell(serial, ["pm", "list", "packages"])
-        return re.findall(r"^package:(\S+)\r?$", result.stdout, re.M)
+    async def _package_paths(self, serial: str) -> dict[str, str]:
+        """``pm list packages -f``: package → code path (``package:PATH=NAME`` lines)."""
+        result = await self.shell(serial, ["pm", "list", "packages", "-f"])
+        out: dict[str, str] = {}
+        for line in result.stdout.splitlines():
+            line = line.strip()
+            if line.startswith("package:") and "=" in line:
+                path, _, name = line[len("package:"):].rpartition("=")
+                if name:
+                    out[name] = path
+        return out
 
     async def instrument_stream(
         self,

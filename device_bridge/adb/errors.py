@@ -1,4 +1,4 @@
-"""adb failures → the protocol's typed errors (STYLE.md §5: translate at the boundary).
+"""adb failures → the protocol's typed errors (errors are translated at the boundary).
 
 adbutils raises ``AdbError`` with the adb server's ``FAIL`` text, ``AdbTimeout`` on a socket
 timeout, ``AdbConnectionError`` when the server cannot be reached, and plain ``OSError`` /

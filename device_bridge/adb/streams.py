@@ -1,6 +1,6 @@
 """Long-running adb streams (logcat follow, instrumentation) as async iterators of line batches.
 
-A reader *thread* owns the blocking adb socket (adbutils is synchronous, DESIGN.md §4.8) and
+A reader *thread* owns the blocking adb socket (adbutils is synchronous, docs/design.md §4.8) and
 appends decoded lines to a bounded :class:`LineBuffer`; the event loop takes them out as
 :class:`~protocol.methods.LogBatch` values. Batching and backpressure:
 

@@ -16,12 +16,15 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from adbutils._adb import AdbConnection
+from adbutils import AdbConnection
 from adbutils.errors import AdbError
 
-from device_bridge.adb.client import AdbDevices
 from protocol.errors import ErrorCode, RpcError
+
+if TYPE_CHECKING:  # the client makes watchers (AdbDevices.watch): a type only here
+    from device_bridge.adb.client import AdbDevices
 
 __all__ = ["ABSENT", "DeviceChange", "DeviceWatcher", "NetworkKeeper"]
 
@@ -174,7 +177,7 @@ class NetworkKeeper:
     they drop.
 
     adb itself retries a dropped TCP device every 10 s for about a minute, then forgets it
-    (ADB_SIM_SPEC.md §4.4). The keeper does not wait for that: an address absent, or offline
+    (the real adb server's behaviour). The keeper does not wait for that: an address absent, or offline
     for longer than ``offline_grace_s``, is disconnected and connected again, each address on
     its own full-jitter backoff (``retry_s`` doubling up to ``retry_cap_s``), for as long as
     the keeper runs.

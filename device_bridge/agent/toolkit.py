@@ -6,7 +6,7 @@ run ``agent.check``; :meth:`AgentToolkit.handlers` is merged into the dispatcher
 (:mod:`device_bridge.rpc`, :meth:`AgentToolkit.install`), which has already applied the
 exposure and pause checks.
 
-Policy (DESIGN.md §6: a profile governs every RPC kind): every call passes
+Policy (docs/design.md §6: a profile governs every RPC kind): every call passes
 ``Policy.check_ui`` first (``instrument-only`` has no UI). An action then becomes one shell
 argv (``input tap X Y``, ``am start -n PKG/CLS`` …) that must pass the ``standard``
 allow-list with the device's screen size as bounds — whatever the profile, since ``no-shell``

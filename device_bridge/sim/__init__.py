@@ -1,6 +1,6 @@
-"""The simulated device and toolchain (DESIGN.md §8): try droidwire without a phone or an SDK.
+"""The simulated device and toolchain (docs/design.md §8): try droidwire without a phone or an SDK.
 
-The device (the real adb server accepts it with ``adb connect``; ADB_SIM_SPEC.md):
+The device (the real adb server accepts it with ``adb connect``):
 
 ==================  ===========================================================================
 ``device``          :class:`~device_bridge.sim.device.SimDevice`: listener, Android state

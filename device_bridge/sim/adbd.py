@@ -1,14 +1,21 @@
 """The device side of the adb transport: one TCP connection from the adb server, its streams.
 
-AOSP ``protocol.txt`` as verified in ``/work/shared/ADB_SIM_SPEC.md``:
+AOSP ``protocol.txt``; what the device answers is in ``docs/simulated-device.md``:
 
-* handshake (§3): the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
-  banner); nothing is sent before it and AUTH never; a repeated CNXN restarts the transport;
-* streams (§4): OPEN → OKAY, or CLSE(0, id) to refuse; WRTE payloads are cut to the agreed
-  maxdata (the server rejects bigger ones and wedges the transport, §2.3) and sent one at a
+* handshake: the server's CNXN is answered with ours (version 0x01000001, our maxdata, the
+  banner); nothing is sent before it; a repeated CNXN restarts the transport. A secure phone
+  (``device.auth`` set) first runs adb's RSA handshake (:mod:`device_bridge.sim.auth`): AUTH
+  TOKEN, the host's signatures, its public key and the user's "Allow" — nothing but AUTH and
+  CNXN is read from the host until it is authorized;
+* streams: OPEN → OKAY, or CLSE(0, id) to refuse; WRTE payloads are cut to the agreed
+  maxdata (the server rejects bigger ones and wedges the transport) and sent one at a
   time, each waiting for the host's OKAY; host data is acknowledged once the service has read
   it, so a slow service slows the sender instead of growing a buffer;
-* late OKAY/CLSE for streams already gone are ignored; a host CLSE cancels the service.
+* late OKAY/CLSE for streams already gone are ignored; a host CLSE cancels the service and is
+  answered with our own CLSE, as adbd does (``local_socket_close`` → ``remote_socket_shutdown``):
+  clients that talk to the device directly (adb-shell) wait for it;
+* the device opens streams to the host too (``adb reverse``): OPEN(local, 0, service), answered
+  by the host's OKAY (connected) or CLSE (refused).
 
 What a service *does* is the host's business (:class:`ServiceHost`, i.e. the ``SimDevice``).
 """
@@ -22,8 +29,16 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from device_bridge.sim.auth import (
+    AUTH_RSAPUBLICKEY,
+    AUTH_SIGNATURE,
+    AUTH_TOKEN,
+    AdbAuth,
+    AdbKeyError,
+)
 from device_bridge.sim.transport import (
     A_VERSION,
+    MAX_CNXN_PAYLOAD,
     Command,
     FramingError,
     Message,
@@ -40,6 +55,7 @@ _IN_HIGH_WATER = 256 * 1024  # host data buffered before we stop acknowledging i
 _OUT_HIGH_WATER = 1024 * 1024  # device data queued before a writer waits
 _V2_PACKET = 16 * 1024  # shell-v2 packet payload cap (client buffers are small)
 MAX_STREAMS = 512  # open streams per connection; more OPENs are refused
+MAX_BAD_SIGNATURES = 64  # AUTH signatures that match no key before the connection is dropped
 
 Handler = Callable[["Stream"], Awaitable[None]]
 
@@ -48,14 +64,19 @@ class ServiceHost(Protocol):
     """What a connection needs from the device behind it."""
 
     maxdata: int
+    auth: AdbAuth | None
 
     @property
     def serial(self) -> str: ...
 
     def banner(self) -> str: ...
 
-    def service_for(self, service: str) -> Handler | None:
+    def service_for(self, service: str, conn: Connection) -> Handler | None:
         """The coroutine function serving ``service`` on a stream, or None to refuse it."""
+        ...
+
+    def connection_lost(self, conn: Connection) -> None:
+        """``conn`` is gone: drop what belonged to it (its reverse listeners)."""
         ...
 
 
@@ -78,6 +99,8 @@ class Stream:
         self._pending = bytearray()
         self._acked = True
         self._flusher = asyncio.create_task(self._flush_loop())
+        # A stream the device opened waits for the host's OKAY (connected) or CLSE (refused).
+        self.opened: asyncio.Future[bool] | None = None
 
     # host → device
 
@@ -127,7 +150,7 @@ class Stream:
         self._waiters.notify()
 
     async def _flush_loop(self) -> None:
-        # One WRTE in flight per stream; the next waits for the host's OKAY (§4.2).
+        # One WRTE in flight per stream; the next waits for the host's OKAY.
         while True:
             await self._waiters.wait_for(lambda: (self._pending and self._acked) or self.closed)
             if self.closed:
@@ -140,11 +163,11 @@ class Stream:
             self._waiters.notify()
 
     async def finish(self) -> None:
-        """Device-side end of service: send what is queued, then CLSE (§4.3)."""
+        """Device-side end of service: send what is queued, then CLSE."""
         await self._waiters.wait_for(lambda: not self._pending or self.closed)
         if self.closed:
             return
-        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY (§4.3).
+        # The last WRTE may still be unacknowledged: CLSE may overtake its OKAY.
         self.conn.send(Command.CLSE, self.local_id, self.remote_id)
         self._close()
 
@@ -155,6 +178,8 @@ class Stream:
             self.task.cancel()
 
     def _close(self) -> None:
+        if self.opened is not None and not self.opened.done():
+            self.opened.set_result(False)
         if not self.closed:
             self.closed = True
             self.conn.streams.pop(self.local_id, None)
@@ -179,7 +204,7 @@ class CrLfSink:
 
 
 class V2Sink:
-    """Shell protocol v2 packets: id, u32 length, data (§5.3)."""
+    """Shell protocol v2 packets: id, u32 length, data."""
 
     def __init__(self, stream: Stream, packet_id: int) -> None:
         self.stream = stream
@@ -233,6 +258,9 @@ class Connection:
         self.online = False
         self.checksums = False  # the peer speaks version 0x01000000 and may verify them
         self._next_id = 0
+        self._token: bytes | None = None  # the AUTH TOKEN the host must sign
+        self.authorized = device.auth is None
+        self._bad_signatures = 0
 
     def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
         if not self.writer.is_closing():
@@ -257,6 +285,9 @@ class Connection:
         finally:
             for stream in list(self.streams.values()):
                 stream.on_close()
+            if self.device.auth is not None:
+                self.device.auth.forget(self._allowed)
+            self.device.connection_lost(self)
             self.writer.close()
 
     def _dispatch(self, msg: Message) -> None:
@@ -266,26 +297,103 @@ class Connection:
             self.checksums = msg.arg0 < A_VERSION
             for old in list(self.streams.values()):
                 old.on_close()
-            self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())
-            self.online = True
+            self.online = False
+            if self.authorized:
+                self._go_online()
+            else:
+                self._send_token()
+            return
+        if msg.command == Command.AUTH:
+            self._auth(msg)
             return
         if not self.online:
-            return  # nothing but CNXN is meaningful before the handshake (§3.1)
+            return  # nothing but CNXN (and AUTH) is meaningful before the handshake
         if msg.command == Command.OPEN:
             self._open(msg.arg0, msg.data.rstrip(b"\0").decode("utf-8", errors="replace"))
             return
         stream = self.streams.get(msg.arg1)
-        if stream is None or stream.remote_id != msg.arg0:
-            return  # late OKAY/CLSE for a stream we already closed (§2.1)
+        if stream is None:
+            return  # late OKAY/CLSE for a stream we already closed
+        if stream.opened is not None and not stream.opened.done():
+            # The host's answer to a stream we opened: OKAY(its id, ours) or CLSE(0, ours).
+            if msg.command == Command.OKAY and msg.arg0:
+                stream.remote_id = msg.arg0
+                stream.opened.set_result(True)
+            elif msg.command == Command.CLSE:
+                stream.on_close()
+            return
+        if stream.remote_id != msg.arg0:
+            return
         if msg.command == Command.OKAY:
             stream.on_okay()
         elif msg.command == Command.WRTE:
             stream.on_data(msg.data)
         elif msg.command == Command.CLSE:
+            # adbd answers the host's CLSE with its own (local_socket_close); clients that
+            # talk to the device directly wait for it.
+            self.send(Command.CLSE, stream.local_id, stream.remote_id)
             stream.on_close()
 
+    # -- authentication (secure phones) ------------------------------------------------
+
+    def _go_online(self) -> None:
+        self.send(Command.CNXN, A_VERSION, self.device.maxdata, self.device.banner().encode())
+        self.online = True
+
+    def _send_token(self) -> None:
+        assert self.device.auth is not None
+        self._token = self.device.auth.new_token()
+        self.send(Command.AUTH, AUTH_TOKEN, 0, self._token)
+
+    def _allowed(self) -> None:
+        """The user tapped Allow for the key this connection offered."""
+        if not self.authorized and not self.writer.is_closing():
+            self.authorized = True
+            self._token = None
+            self._go_online()
+
+    def _auth(self, msg: Message) -> None:
+        auth = self.device.auth
+        if auth is None or self.authorized or self._token is None:
+            return  # adbd ignores AUTH it did not ask for
+        if len(msg.data) > MAX_CNXN_PAYLOAD:
+            raise FramingError(f"AUTH payload of {len(msg.data)} bytes")
+        if msg.arg0 == AUTH_SIGNATURE:
+            if auth.verify(self._token, msg.data):
+                self.authorized = True
+                self._token = None
+                self._go_online()
+            else:
+                self._bad_signatures += 1
+                if self._bad_signatures > MAX_BAD_SIGNATURES:
+                    # A host has a handful of keys; hundreds of signatures are a guessing game.
+                    raise FramingError(f"{self._bad_signatures} bad AUTH signatures")
+                self._send_token()  # the host tries its next key, then sends its public key
+        elif msg.arg0 == AUTH_RSAPUBLICKEY:
+            try:
+                auth.request(msg.data, self._allowed)
+            except AdbKeyError as exc:
+                logger.warning("device %s: ignoring a bad adb public key: %s",
+                               self.device.serial, exc)
+
+    # -- streams the device opens ------------------------------------------------------
+
+    async def open_stream(self, service: str) -> Stream | None:
+        """Open ``service`` on the host (``adb reverse``): the stream, or None if refused."""
+        if not self.online or len(self.streams) >= MAX_STREAMS or self.writer.is_closing():
+            return None
+        self._next_id += 1
+        stream = Stream(self, self._next_id, 0)
+        stream.opened = asyncio.get_running_loop().create_future()
+        self.streams[stream.local_id] = stream
+        self.send(Command.OPEN, stream.local_id, 0, service.encode() + b"\0")
+        if not await stream.opened:
+            stream.on_close()
+            return None
+        return stream
+
     def _open(self, remote_id: int, service: str) -> None:
-        handler = self.device.service_for(service)
+        handler = self.device.service_for(service, self)
         if handler is None or remote_id == 0 or len(self.streams) >= MAX_STREAMS:
             logger.debug("device %s: refusing service %r", self.device.serial, service[:80])
             self.send(Command.CLSE, 0, remote_id)

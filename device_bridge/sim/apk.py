@@ -63,6 +63,8 @@ class SimPackage:
     tests: list[SimTest] = field(default_factory=list)
     toolchain: str = "simulated"
     source_hash: str = ""
+    # Who signed it (a real APK's certificate): an update must come from the same signer.
+    signer: str = "droidwire-debug"
 
 
 def build_apk(pkg: SimPackage) -> bytes:
@@ -95,6 +97,7 @@ def read_apk(data: bytes) -> SimPackage:
             tests=tests,
             toolchain=str(raw.get("toolchain", "simulated")),
             source_hash=str(raw.get("source_hash", "")),
+            signer=str(raw.get("signer", SimPackage.signer)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ApkError(f"malformed simulated APK manifest: {exc}") from exc

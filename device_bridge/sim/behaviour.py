@@ -10,7 +10,7 @@ code's run-time behaviour that no parser can read off the source.
 Line numbers in the app frames of stack traces are the real lines of ``MainActivity.kt``:
 each effect names the token (``exists(``, ``commit(``, …) whose line the frame points at.
 
-The StrictMode text follows the modern (Android 9+) logcat shape, ADB_SIM_SPEC §8.2::
+The StrictMode text follows the modern (Android 9+) logcat shape::
 
     StrictMode policy violation; ~duration=847 ms: android.os.strictmode.DiskReadViolation
     \tat android.os.StrictMode$AndroidBlockGuardPolicy.onReadFromDisk(StrictMode.java:1666)
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,7 @@ class Effect:
     worker_ms: float = 0.0
 
 
-# The effect table: behaviour at run time, keyed by method name (DESIGN.md §8, issue 7 item 1).
+# The effect table: behaviour at run time, keyed by method name (docs/design.md §8, issue 7 item 1).
 EFFECTS: dict[str, Effect] = {
     "loadSettingsFromDisk": Effect(850.0, 12.0, ("DiskRead",), trigger="file.exists()"),
     "saveDraftSync": Effect(46.0, 6.0, ("DiskWrite",), trigger=".commit()"),
@@ -197,6 +198,8 @@ class DemoApp:
     source_hash: str
     helpers: dict[str, frozenset[str]] = field(default_factory=dict)  # androidTest objects
     signatures: dict[str, str] = field(default_factory=dict)  # name → ``fun name(...): T``
+    # what ``MainActivity.X`` may name: its companion object's members (empty: unknown)
+    static_members: frozenset[str] = frozenset()
 
     @classmethod
     def from_project(cls, project_dir: Path) -> DemoApp:
@@ -250,7 +253,30 @@ class DemoApp:
             private_members=frozenset(private),
             source_hash=digest.hexdigest()[:16],
             helpers=helpers,
+            static_members=_companion_members(main_dir),
         )
+
+
+def _companion_members(main_dir: Path) -> frozenset[str]:
+    """The names declared in ``MainActivity``'s companion object (by the text of its source)."""
+    for source in sorted(main_dir.rglob(f"{ACTIVITY_CLASS}.kt")):
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        start = text.find("companion object")
+        brace = text.find("{", start) if start >= 0 else -1
+        if brace < 0:
+            continue
+        depth, end = 0, len(text)
+        for i in range(brace, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                end = i
+                break
+        body = text[brace + 1 : end]
+        return frozenset(re.findall(r"\b(?:val|var|fun)\s+(?:<[^>]*>\s*)?([A-Za-z_]\w*)", body))
+    return frozenset()
 
 
 def _trigger_line(rec: MethodRecord, trigger: str | None) -> int:

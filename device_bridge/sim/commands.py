@@ -3,13 +3,14 @@
 Each command is ``async def name(p: Proc) -> int``. They parse their arguments the way the
 real tools do (closely enough for adb, adbutils and droidwire's bridge), print what the real
 tools print, and delegate state changes to the device (``device_bridge.sim.device``).
-Output formats cite ADB_SIM_SPEC.md §7.2 (pm, getprop, screencap), §8 (logcat), §9 (am
-instrument).
+Output formats are Android's (pm, getprop, screencap, logcat, am instrument); the list of
+commands is in ``docs/simulated-device.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from device_bridge.sim.logbuf import (
     FORMATS,
     PRIORITIES,
     LogEntry,
+    binary_entry,
     format_entry,
     parse_time_spec,
 )
@@ -81,6 +83,10 @@ async def getprop(p: Proc) -> int:
 
 @command("id")
 async def id_(p: Proc) -> int:
+    flags = "".join(a[1:] for a in p.argv[1:] if a.startswith("-"))
+    if "u" in flags or "g" in flags:
+        await p.out(("shell" if "n" in flags else "2000") + "\n")
+        return 0
     await p.out(
         "uid=2000(shell) gid=2000(shell) groups=2000(shell),1004(input),1007(log),"
         "1011(adb),1015(sdcard_rw),1028(sdcard_r),3001(net_bt_admin),3002(net_bt),3003(inet) "
@@ -142,7 +148,7 @@ async def cat(p: Proc) -> int:
 @command("grep")
 async def grep(p: Proc) -> int:
     args = p.argv[1:]
-    invert = ignore = count = quiet = fixed = False
+    invert = ignore = count = quiet = fixed = numbered = False
     while args and args[0].startswith("-") and len(args[0]) > 1:
         for flag in args.pop(0)[1:]:
             if flag == "v":
@@ -155,6 +161,8 @@ async def grep(p: Proc) -> int:
                 quiet = True
             elif flag == "F":
                 fixed = True
+            elif flag == "n":
+                numbered = True
             elif flag != "E":
                 await p.err(f"grep: unknown option -- {flag}\n")
                 return 2
@@ -178,7 +186,8 @@ async def grep(p: Proc) -> int:
         while chunk := await p.stdin.read(65536):
             data += chunk
     lines = data.decode(errors="replace").splitlines()
-    hits = [ln for ln in lines if bool(rx.search(ln)) != invert]
+    hits = [f"{i}:{ln}" if numbered else ln for i, ln in enumerate(lines, 1)
+            if bool(rx.search(ln)) != invert]
     if count:
         await p.out(f"{len(hits)}\n")
     elif not quiet:
@@ -239,6 +248,11 @@ async def ls(p: Proc) -> int:
             continue
         if len(paths) > 1:
             await p.out(("\n" if i else "") + f"{raw}:\n")
+        if "a" in flags:
+            parent = files.stat(posixpath.dirname(path.rstrip("/")) or "/") or st
+            entries = [(".", st), ("..", parent), *entries]
+        else:
+            entries = [(n, e) for n, e in entries if not n.startswith(".")]
         if "l" in flags:
             await p.out(f"total {len(entries)}\n")
         for name, est in entries:
@@ -315,6 +329,7 @@ async def logcat(p: Proc) -> int:
     since: float | None = None
     pid: int | None = None
     silent = False
+    binary = False
     max_count: int | None = None
     regex: re.Pattern[str] | None = None
     specs: list[str] = []
@@ -342,6 +357,8 @@ async def logcat(p: Proc) -> int:
             clear = True
         elif a in ("-d", "--dump"):
             dump = True
+        elif a in ("-B", "--binary"):
+            binary = True
         elif a == "-s":
             silent = True
         elif key in ("-v", "--format"):
@@ -433,18 +450,22 @@ async def logcat(p: Proc) -> int:
     seen: set[str] = set()
     printed = 0
 
-    def render(entries: list[LogEntry]) -> str:
+    def render(entries: list[LogEntry]) -> bytes:
         nonlocal printed
         out: list[str] = []
+        raw = bytearray()
         for e in entries:
             if max_count is not None and printed >= max_count:
                 break
+            printed += 1
+            if binary:  # logger_entry v4 records, no dividers (what `logcat -B` writes)
+                raw += binary_entry(e, uid=device.uid_of(e.pid))
+                continue
             if e.buffer not in seen:
                 seen.add(e.buffer)
                 out.append(f"--------- beginning of {e.buffer}\n")
             out.append(format_entry(e, fmt))
-            printed += 1
-        return "".join(out)
+        return bytes(raw) if binary else "".join(out).encode()
 
     logbuf = device.logbuf
     cursor = logbuf.last_seq
@@ -455,7 +476,7 @@ async def logcat(p: Proc) -> int:
         first = first[-tail:]
     text = render(first)
     if text:
-        await p.out(text)
+        await p.stdout.write(text)
     if dump or (max_count is not None and printed >= max_count):
         return 0
     reader = logbuf.add_reader(cursor)
@@ -466,7 +487,7 @@ async def logcat(p: Proc) -> int:
             cursor = logbuf.last_seq
             text = render([e for e in fresh if wanted(e)])
             if text:
-                await p.out(text)
+                await p.stdout.write(text)
             logbuf.move_reader(reader, cursor)
     finally:
         logbuf.remove_reader(reader)
@@ -509,6 +530,8 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 await p.out(f"package:{path}\n")
                 return 0
         return 1
+    if sub in ("install-create", "install-write", "install-commit", "install-abandon"):
+        return await system.pm_session(p, sub, rest)
     if sub == "install":
         opts: set[str] = set()
         size: int | None = None
@@ -727,6 +750,8 @@ async def cmd(p: Proc) -> int:
         return await _am(p, rest)
     if service == "window":
         return await _wm(p, rest)
+    if service == "settings":
+        return await system.settings_cmd(p, rest)
     if service == "-l":
         await p.out("Currently running services:\n  activity\n  package\n  window\n")
         return 0
@@ -939,3 +964,59 @@ async def date(p: Proc) -> int:
     fmt = next((a[1:] for a in p.argv[1:] if a.startswith("+")), "%a %b %d %H:%M:%S UTC %Y")
     await p.out(time.strftime(fmt.replace("%N", "000000000"), now) + "\n")
     return 0
+
+
+# -- network ----------------------------------------------------------------------------------
+
+
+@command("nc", "netcat")
+async def nc(p: Proc) -> int:
+    """toybox ``nc HOST PORT``: connect on the phone's own loopback (device_bridge.sim.net).
+
+    Standard input goes to the socket (its end does not close the connection, as with
+    toybox), what comes back goes to standard output until the peer closes. Only the phone's
+    own addresses are reachable: the simulated phone has no other network.
+    """
+    args = [a for a in p.argv[1:]]
+    rest: list[str] = []
+    j = 0
+    while j < len(args):
+        if args[j] in ("-q", "-w", "-W", "-s") and j + 1 < len(args):
+            j += 2
+            continue
+        if args[j].startswith("-"):
+            await p.err(f"nc: option {args[j]} is not supported by the simulated device\n")
+            return 1
+        rest.append(args[j])
+        j += 1
+    if len(rest) != 2:
+        await p.err("usage: nc HOST PORT\n")
+        return 1
+    host, port = rest
+    sock = p.device.net.connect(f"tcp:{host}:{port}")
+    if sock is None:
+        await p.err("nc: connect: Connection refused\n")
+        return 1
+
+    async def upstream() -> None:
+        while chunk := await p.stdin.read(65536):
+            try:
+                await sock.write(chunk)
+            except (ConnectionError, BrokenPipeError):
+                return
+
+    feeder = asyncio.ensure_future(upstream())
+    try:
+        while data := await sock.read():
+            await p.stdout.write(data)
+    finally:
+        feeder.cancel()
+        await asyncio.gather(feeder, return_exceptions=True)
+        await sock.close()
+    return 0
+
+
+from device_bridge.sim import system, toybox  # noqa: E402 (registers printf, settings…)
+
+toybox.register(command)
+system.register(command)

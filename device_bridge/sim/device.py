@@ -1,12 +1,15 @@
 """A simulated Android device that the real adb server accepts with ``adb connect``.
 
 One :class:`SimDevice` is a TCP listener speaking the adb *transport* protocol (AOSP
-``protocol.txt``, as checked in ``/work/shared/ADB_SIM_SPEC.md``; connection and streams live
+``protocol.txt``; ``docs/simulated-device.md`` says what it answers; connection and streams live
 in :mod:`device_bridge.sim.adbd`). It announces maxdata 256 KiB and the banner
 ``device::…;features=shell_v2,cmd,stat_v2,ls_v2,fixed_push_mkdir``: an honest list, every
 feature advertised is implemented, and ``abb_exec``, ``delayed_ack``, ``sendrecv_v2`` are not
-advertised (§3.4, §10 items 13–14). Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
-interactive sessions), ``exec:`` and ``sync:``; everything else is refused.
+advertised. Services: ``shell:``, ``shell,v2,…:`` (with ``pty`` and
+interactive sessions), ``exec:`` and ``sync:``, and adbd's others as a user build answers them
+(:mod:`device_bridge.sim.services`: ``reverse:``, ``tcp:``, ``jdwp``, ``root:``, ``reboot:``…).
+With ``auth=True`` it is a secure phone: adb's RSA handshake (:mod:`device_bridge.sim.auth`)
+before anything else, "unauthorized" until a key it trusts signs in or :meth:`allow` is called.
 
 Behind the transport sits a small Android: properties from a :mod:`profile
 <device_bridge.sim.profiles>`, a logcat (:mod:`~device_bridge.sim.logbuf`) with light
@@ -45,14 +48,19 @@ from device_bridge.sim.adbd import (
     V2Source,
 )
 from device_bridge.sim.apk import ApkError, SimPackage, read_apk
+from device_bridge.sim.auth import AdbAuth, PendingKey
 from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.listener import StreamListener
-from device_bridge.sim.logbuf import LogBuffer
+from device_bridge.sim.logbuf import BUFFERS, LogBuffer
+from device_bridge.sim.net import DeviceNet, normalize
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
+from device_bridge.sim.services import adbd_service, bridge
 from device_bridge.sim.shell import BytesSource, Shell
 from device_bridge.sim.sync import serve_sync
+from device_bridge.sim.system import InstallSessions, Settings, proc_files
+from device_bridge.sim.toybox import kernel_release
 from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
 
 __all__ = ["FEATURES", "InstalledPackage", "SimDevice"]
@@ -107,6 +115,10 @@ class SimDevice:
         log_capacity: int = 256 * 1024,
         storage_quota: int = 512 * 1024 * 1024,
         maxdata: int = DEFAULT_MAXDATA,
+        # Security: adb's RSA authentication (a secure phone), keys it already trusts
+        auth: bool = False,
+        adb_keys: list[str] | None = None,
+        auto_allow: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -138,6 +150,15 @@ class SimDevice:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
         self._booted = False
+        self.auth: AdbAuth | None = (AdbAuth(adb_keys, auto_allow=auto_allow)
+                                     if auth or adb_keys else None)
+        self.net = DeviceNet(lambda coro: self.keep_task(asyncio.ensure_future(coro)))
+        self._reverses: dict[Connection, dict[str, str]] = {}
+        self.boots = 1
+        self._booted_at = time.monotonic()
+        self.settings = Settings(self.serial)
+        self.install_sessions = InstallSessions(self._rng)
+        self.files.virtual.update(proc_files(self))
 
     # -- identity -----------------------------------------------------------------------
 
@@ -152,7 +173,9 @@ class SimDevice:
 
     @property
     def props(self) -> dict[str, str]:
-        return self.profile.props(self.serial)
+        props = self.profile.props(self.serial)
+        props["ro.adb.secure"] = "1" if self.auth is not None else "0"
+        return props
 
     def banner(self) -> str:
         p = self.profile
@@ -212,7 +235,7 @@ class SimDevice:
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
-            # Without TCP_NODELAY each round trip costs ~30 ms more (§4.4).
+            # Without TCP_NODELAY each round trip costs ~30 ms more.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(self, reader, writer)
         self._connections.add(conn)
@@ -224,25 +247,152 @@ class SimDevice:
 
     # -- services -----------------------------------------------------------------------
 
-    def service_for(self, service: str) -> Handler | None:
+    def service_for(self, service: str, conn: Connection) -> Handler | None:
         if service.startswith("shell"):
             head, sep, cmdline = service.partition(":")
             if not sep:
                 return None
             args = head.split(",")[1:]
             v2 = "v2" in args
-            # An empty command is an interactive shell, on a PTY unless "raw" is asked (§5.1).
+            # An empty command is an interactive shell, on a PTY unless "raw" is asked.
             pty = "pty" in args or ("raw" not in args and not cmdline.strip())
-            return lambda s: self._shell_service(s, cmdline, v2=v2, pty=pty)
+            # adbd sets $TERM from the service's TERM= argument, "dumb" without one.
+            term = next((a[5:] for a in args if a.startswith("TERM=")), "dumb")[:64] or "dumb"
+            return lambda s: self._shell_service(s, cmdline, v2=v2, pty=pty, term=term)
         if service.startswith("exec:"):
             cmdline = service[len("exec:"):]
             return lambda s: self._shell_service(s, cmdline, v2=False)
         if service == "sync:":
             return lambda s: serve_sync(s, self.files)
-        return None
+        return adbd_service(self, service, conn)
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.reverse_remove_all(conn)
+
+    # -- authentication (secure phone) ---------------------------------------------------
+
+    @property
+    def pending_keys(self) -> list[PendingKey]:
+        """Hosts waiting at the "Allow USB debugging?" prompt."""
+        return self.auth.pending if self.auth is not None else []
+
+    def allow(self, fingerprint: str | None = None, *, always: bool = True) -> int:
+        """The user taps "Allow" (``always``: "Always allow from this computer")."""
+        return self.auth.allow(fingerprint, always=always) if self.auth is not None else 0
+
+    def deny(self, fingerprint: str | None = None) -> int:
+        return self.auth.deny(fingerprint) if self.auth is not None else 0
+
+    # -- adb reverse: listeners on the phone that lead back to the host --------------------
+
+    def reverse_add(self, conn: Connection, local: str, remote: str, *, rebind: bool) -> str:
+        table = self._reverses.setdefault(conn, {})
+
+        async def accept(sock: Any) -> None:
+            stream = await conn.open_stream(remote)
+            if stream is None:
+                return  # the host refused: the app on the phone sees the connection closed
+            try:
+                await bridge(stream, sock)
+            finally:
+                await stream.finish()
+
+        wanted = normalize(local)
+        if wanted is not None and wanted in self.net.listeners() and wanted not in table:
+            # Someone else's socket (another transport's reverse, an app's server): adbd
+            # cannot take it over either.
+            raise OSError("cannot bind listener: Address already in use")
+        name = self.net.listen(local, accept, owner=conn, rebind=rebind)
+        table[name] = remote
+        return name
+
+    def reverse_remove(self, conn: Connection, local: str) -> bool:
+        table = self._reverses.get(conn, {})
+        name = normalize(local) or ""
+        if name not in table:
+            return False
+        del table[name]
+        self.net.unlisten(name, owner=conn)
+        return True
+
+    def reverse_remove_all(self, conn: Connection) -> None:
+        self._reverses.pop(conn, None)
+        self.net.unlisten_all(conn)
+
+    def reverse_targets(self, conn: Connection) -> list[tuple[str, str]]:
+        return list(self._reverses.get(conn, {}).items())
+
+    # -- what /proc, uname and bugreport read -------------------------------------------
+
+    def uptime(self) -> float:
+        """Seconds since boot (a phone that booted an hour before the simulator started)."""
+        return 3600.0 + time.monotonic() - self._booted_at
+
+    def uptime_text(self) -> str:
+        up = int(self.uptime())
+        return f"0 weeks, 0 days, {up // 3600} hours, {up % 3600 // 60} minutes"
+
+    def cpu_count(self) -> int:
+        return 8 if self.profile.abi == "arm64-v8a" else 4
+
+    def uid_of(self, pid: int) -> int:
+        """The uid a log record carries for ``pid``."""
+        if pid == self.shell_pid:
+            return 2000
+        for proc in self.processes.values():
+            if proc.pid == pid:
+                return proc.uid
+        return 1000 if pid >= 1000 else 0
+
+    def last_pid(self) -> int:
+        return self._next_pid
+
+    def kernel_release(self) -> str:
+        return kernel_release(self.profile.sdk)
+
+    def proc_meminfo(self) -> str:
+        total = 8 * 1024 * 1024 if self.profile.sdk >= 31 else 3 * 1024 * 1024  # kB
+        used_by_apps = 180_000 * len(self.processes)
+        free = total // 10
+        available = max(total // 3 - used_by_apps, free)
+        rows = [("MemTotal", total), ("MemFree", free), ("MemAvailable", available),
+                ("Buffers", total // 200), ("Cached", total // 4), ("SwapCached", 0),
+                ("Active", total // 3), ("Inactive", total // 5), ("SwapTotal", total // 2),
+                ("SwapFree", total // 2 - 1024), ("Dirty", 120), ("AnonPages", total // 4),
+                ("Mapped", total // 8), ("Shmem", 9000), ("Slab", total // 40),
+                ("KernelStack", 40_000), ("PageTables", 90_000), ("VmallocTotal", 263061440)]
+        return "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in rows)
+
+    def logbuf_lines(self, n: int) -> list[str]:
+        from device_bridge.sim.logbuf import format_entry
+
+        return [format_entry(e) for e in self.logbuf.entries()][-n:]
+
+    # -- reboot ---------------------------------------------------------------------------
+
+    def reboot(self, reason: str = "adb") -> None:
+        """``adb reboot``: every app stops, the log starts afresh, adb loses the device.
+
+        The listener stays: adb's server reconnects on its own, as it does to a network phone
+        that comes back. Installed packages, files and settings survive, as on a phone.
+        """
+        self._sys("I", "ShutdownThread", f"Rebooting, reason: {reason}")
+        for pkg in list(self.processes):
+            self.kill_process(pkg, reason="shutdown")
+        self.focus = self.launcher
+        self.recent = [self.launcher]
+        self.typed_text = ""
+        self.keyboard_shown = False
+        self.boots += 1
+        self._booted_at = time.monotonic()
+        self.install_sessions.sessions.clear()
+        self.logbuf.clear(BUFFERS)
+        self._boot_log()
+        for conn in list(self._connections):
+            conn.close()
 
     async def _shell_service(self, stream: Stream, cmdline: str, *, v2: bool,
-                             pty: bool = False) -> None:
+                             pty: bool = False, term: str = "dumb") -> None:
         if v2:
             stdout: Any = V2Sink(stream, 1)
             stderr: Any = V2Sink(stream, 2)
@@ -254,17 +404,20 @@ class SimDevice:
             # A terminal merges stderr into its output and turns \n into \r\n (which is why
             # binary output needs exec-out, on a real device too).
             stdout = stderr = CrLfSink(stdout)
+        shell = self._new_shell()
+        shell.env["TERM"] = term
         if not cmdline.strip():
-            code = await self._interactive(stdin, stdout, stderr, pty=pty)
+            code = await self._interactive(stdin, stdout, stderr, pty=pty, shell=shell)
         else:
-            code = await self.run_shell(cmdline, stdin=stdin, stdout=stdout, stderr=stderr)
+            code = await self.run_shell(cmdline, stdin=stdin, stdout=stdout, stderr=stderr,
+                                        shell=shell)
         if v2:
             await stream.write(struct.pack("<BIB", 3, 1, code & 0xFF))
 
-    async def _interactive(self, stdin: Any, stdout: Any, stderr: Any, *, pty: bool) -> int:
+    async def _interactive(self, stdin: Any, stdout: Any, stderr: Any, *, pty: bool,
+                           shell: Shell) -> int:
         """``adb shell`` without a command: a prompt and line editing on a PTY, or a script
         read line by line from stdin (``echo ls | adb shell``)."""
-        shell = self._new_shell()
 
         def prompt() -> bytes:
             return f"{self.profile.device}:{shell.cwd} $ ".encode()
@@ -319,7 +472,8 @@ class SimDevice:
     def _shell_env(self) -> dict[str, str]:
         return {"PATH": "/product/bin:/apex/com.android.runtime/bin:/system/bin:/system/xbin",
                 "HOME": "/", "USER": "shell", "HOSTNAME": self.profile.device,
-                "ANDROID_DATA": "/data", "ANDROID_ROOT": "/system", "TMPDIR": "/data/local/tmp"}
+                "ANDROID_DATA": "/data", "ANDROID_ROOT": "/system", "TMPDIR": "/data/local/tmp",
+                "TERM": "dumb"}
 
     # shell helpers: files
 
@@ -388,7 +542,7 @@ class SimDevice:
                  pid=self.system_pid, tid=self.system_pid + 40)
 
     async def _noise(self) -> None:
-        """About one plausible system line a second (§8; DESIGN.md §8)."""
+        """About one plausible system line a second."""
         assert self.noise_interval
         rng = self._rng
         while True:
@@ -444,6 +598,9 @@ class SimDevice:
                     "signatures do not match previously installed version; ignoring!]")
         old = self.packages.get(pkg.package)
         if old is not None:
+            if old.pkg.signer != pkg.signer:
+                return (f"Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: Existing package "
+                        f"{pkg.package} signatures do not match newer version; ignoring!]")
             if not replace:
                 return (f"Failure [INSTALL_FAILED_ALREADY_EXISTS: Attempt to re-install "
                         f"{pkg.package} without first uninstalling.]")

@@ -34,6 +34,11 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             f"app={p.width}x{p.height - p.height // 20} rng={p.width}x{p.width}-"
             f"{p.height}x{p.height}\n"
             "    mCurrentRotation=ROTATION_0\n"
+            f"  mWindowAnimationScaleSetting={dev.settings.get('global', 'window_animation_scale')}"
+            f" mTransitionAnimationScaleSetting="
+            f"{dev.settings.get('global', 'transition_animation_scale')}"
+            f" mAnimatorDurationScaleSetting="
+            f"{dev.settings.get('global', 'animator_duration_scale')}\n"
             f"  mCurrentFocus=Window{{{window_hash(focus)} u0 {focus}}}\n"
             f"  mFocusedApp=ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
             + (f"  mInputMethodWindow=Window{{{window_hash('ime')} u0 InputMethod}}\n"
@@ -57,6 +62,19 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             f"  ResumedActivity: ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
             f"  mResumedActivity: ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
             f"  mFocusedActivity: ActivityRecord{{{window_hash(focus + 'r')} u0 {focus} t12}}\n"
+        )
+    if service == "power":
+        st = dev.settings
+        return (
+            "POWER MANAGER (dumpsys power)\n\nPower Manager State:\n"
+            "  mWakefulness=Awake\n  mIsPowered=true\n  mPlugType=2\n"
+            f"  mBatteryLevel={dev.battery_level}\n"
+            f"  mStayOn={str(st.get('global', 'stay_on_while_plugged_in') not in (None, '0')).lower()}\n"
+            "\nSettings and Configuration:\n"
+            f"  mScreenOffTimeoutSetting={st.get('system', 'screen_off_timeout')}\n"
+            f"  mStayOnWhilePluggedInSetting={st.get('global', 'stay_on_while_plugged_in')}\n"
+            f"  mScreenBrightnessSetting={st.get('system', 'screen_brightness')}\n"
+            f"  mScreenBrightnessModeSetting={st.get('system', 'screen_brightness_mode')}\n"
         )
     if service == "battery":
         return (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import posixpath
 import stat as stat_mod
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from device_bridge.sim.shell import match_paths
@@ -21,9 +22,9 @@ WRITABLE_ROOTS = ("/data/local/tmp", "/sdcard")
 _SYSTEM_DIRS = {
     "/": 0o40755, "/data": 0o40771, "/data/local": 0o40751, "/data/local/tmp": 0o40771,
     "/sdcard": 0o42770, "/system": 0o40755, "/system/bin": 0o40755, "/dev": 0o40755,
-    "/proc": 0o40555, "/vendor": 0o40755, "/storage": 0o40755,
+    "/proc": 0o40555, "/vendor": 0o40755, "/storage": 0o40755, "/bugreports": 0o40750,
 }
-_LISTABLE = {"/", "/data/local/tmp", "/sdcard", "/system"}
+_LISTABLE = {"/", "/data/local/tmp", "/sdcard", "/system", "/bugreports"}
 MAX_PATH = 1024
 
 
@@ -58,6 +59,9 @@ class SimFiles:
         self.quota = quota
         self._files: dict[str, _File] = {}
         self._dirs: dict[str, int] = {}  # user-created directories → mtime
+        # Read-only files whose content is made when read (/proc/stat…); like the kernel's,
+        # they stat with size 0.
+        self.virtual: dict[str, Callable[[], bytes]] = {}
 
     @property
     def used(self) -> int:
@@ -73,6 +77,8 @@ class SimFiles:
             return FileStat(_SYSTEM_DIRS[p], 4096, 1_230_768_000)
         if p in self._dirs:
             return FileStat(0o40771, 4096, self._dirs[p])
+        if p in self.virtual:
+            return FileStat(0o100444, 0, int(time.time()))
         f = self._files.get(p)
         return FileStat(f.mode, len(f.data), f.mtime) if f else None
 
@@ -80,6 +86,8 @@ class SimFiles:
         p = _norm(path)
         if self.is_dir(p):
             raise IsADirectoryError(f"{path}: Is a directory")
+        if p in self.virtual:
+            return self.virtual[p]()
         f = self._files.get(p)
         if f is None:
             if not _writable(p) and p != "/":
@@ -103,6 +111,16 @@ class SimFiles:
         self._mkdirs(posixpath.dirname(p))
         fmode = stat_mod.S_IFREG | ((mode & 0o777) or 0o644)  # adbd: mode &= 0777
         self._files[p] = _File(body, fmode, int(time.time()) if mtime is None else mtime)
+
+    def write_system(self, path: str, data: bytes, *, mode: int = 0o100640) -> None:
+        """A file a system service writes where the shell user cannot (``/bugreports``)."""
+        p = _norm(path)
+        if posixpath.dirname(p) not in _SYSTEM_DIRS:
+            raise PermissionError(f"{path}: not a system directory")
+        old = self._files.get(p)
+        if self.used - (len(old.data) if old else 0) + len(data) > self.quota:
+            raise OSError(f"{path}: No space left on device")
+        self._files[p] = _File(data, mode, int(time.time()))
 
     def _mkdirs(self, d: str) -> None:
         while d not in _SYSTEM_DIRS and d not in self._dirs:

@@ -4,7 +4,7 @@ Android's logd keeps one ring per buffer (main, system, crash, events, radio), 2
 default, and prunes the oldest entries when a ring is full. We do the same, counting an entry's
 size as its tag + message + a fixed header (logd counts its own struct, close enough).
 
-Formats follow ``logcat -v`` (ADB_SIM_SPEC.md §8.1)::
+Formats follow ``logcat -v`` (docs/simulated-device.md)::
 
     threadtime  MM-DD HH:MM:SS.mmm  PID   TID L TAG     : message
     time        MM-DD HH:MM:SS.mmm L/TAG     ( PID): message
@@ -18,6 +18,7 @@ device's ``persist.sys.timezone`` is ``Etc/UTC``).
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "FORMATS",
     "LogBuffer",
     "LogEntry",
+    "binary_entry",
     "format_entry",
     "parse_time_spec",
 ]
@@ -61,6 +63,37 @@ def _stamp(ts: float) -> str:
     t = time.gmtime(ts)
     millis = int((ts - int(ts)) * 1000)
     return f"{t.tm_mon:02d}-{t.tm_mday:02d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{millis:03d}"
+
+
+LOG_IDS = {"main": 0, "radio": 1, "events": 2, "system": 3, "crash": 4}
+_PRIORITY_CODES = {"V": 2, "D": 3, "I": 4, "W": 5, "E": 6, "F": 7}
+_ENTRY_HEADER = struct.Struct("<HHiIIIII")  # struct logger_entry (v4): 28 bytes
+MAX_PAYLOAD = 4068  # LOGGER_ENTRY_MAX_PAYLOAD
+
+
+def binary_entry(entry: LogEntry, *, uid: int = 0) -> bytes:
+    """One record of ``logcat -B``: liblog's ``struct logger_entry`` (v4) and its payload.
+
+    The header is ``u16 len, u16 hdr_size (28), i32 pid, u32 tid, u32 sec, u32 nsec, u32 lid,
+    u32 uid``. A text buffer's payload is the priority byte, the tag and the message, each
+    NUL-terminated; an events-buffer payload is binary: ``i32 tag number`` then a typed value —
+    here a string (type 2, ``i32 length``, bytes), with tag number 0 since the simulated phone
+    has no ``event-log-tags`` file.
+    """
+    e = entry
+    if e.buffer == "events":
+        body = e.message.encode(errors="replace")[: MAX_PAYLOAD - 9]
+        payload = struct.pack("<iBi", 0, 2, len(body)) + body
+    else:
+        tag = e.tag.encode(errors="replace")[:128]
+        room = MAX_PAYLOAD - len(tag) - 3
+        msg = e.message.encode(errors="replace")[:room]
+        payload = bytes([_PRIORITY_CODES.get(e.priority, 4)]) + tag + b"\0" + msg + b"\0"
+    sec = int(e.ts)
+    nsec = int((e.ts - sec) * 1e9)
+    header = _ENTRY_HEADER.pack(len(payload), _ENTRY_HEADER.size, e.pid, e.tid, sec, nsec,
+                                LOG_IDS.get(e.buffer, 0), uid)
+    return header + payload
 
 
 def format_entry(entry: LogEntry, fmt: str = "threadtime") -> str:

@@ -5,7 +5,7 @@ streams the lines it yields. While yielding, the player writes the logcat a real
 show through :class:`~device_bridge.sim.apk.DeviceHooks` and moves the device clock by the
 simulated durations (``device.advance``), never by sleeping.
 
-What a run looks like (ADB_SIM_SPEC §8–9; AOSP ``StrictMode``, AndroidJUnitRunner):
+What a run looks like (AOSP ``StrictMode``, AndroidJUnitRunner):
 
 * the target app's process starts (``device.start_process``); the runner logs
   ``TestRunner: run started`` / ``started: m(cls)`` / ``finished: m(cls)``;

@@ -1,6 +1,6 @@
 """A small POSIX-style shell for the simulated device: what adb and adbutils actually send.
 
-Commands arrive as shell source text (ADB_SIM_SPEC.md §7.1, §10 item 12): ``shlex.quote``-d
+Commands arrive as shell source text (docs/simulated-device.md): ``shlex.quote``-d
 argv from adbutils, single-quoted words from the adb CLI, ``export ANDROID_LOG_TAGS="''";
 exec logcat '-d'`` from ``adb logcat``, ``</dev/null`` from ``adb install``, and the
 ``; echo X4EXIT:$?`` suffix of adbutils' ``shell2()``. Supported:
@@ -8,6 +8,8 @@ exec logcat '-d'`` from ``adb logcat``, ``</dev/null`` from ``adb install``, and
 * words with single quotes, double quotes (``$`` expansion inside), backslash escapes,
   ``#`` comments, unquoted globs matched against the device's files;
 * ``$?``, ``$$``, ``$NAME`` / ``${NAME}``; ``NAME=value`` prefixes and ``export``;
+* arithmetic expansion ``$((…))``: integers, variables (unset ones are 0), ``+ - * / %``,
+  comparisons, ``&& || !``, bit operators and parentheses (:func:`arith`);
 * lists with ``;``, newlines, ``&&``, ``||``; pipelines with ``|`` (streaming) and ``!``;
 * redirections ``<``, ``>``, ``>>``, ``2>&1``, ``>&2`` to ``/dev/null`` or device files;
 * builtins ``exit [N]``, ``exec CMD``, ``export``, ``unset``, ``cd``, ``true``, ``false``, ``:``.
@@ -23,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import posixpath
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "ArithError",
     "BufferSink",
     "BytesSource",
     "CommandFn",
@@ -38,6 +42,7 @@ __all__ = [
     "ShellSyntaxError",
     "Sink",
     "Source",
+    "arith",
     "parse",
 ]
 
@@ -49,6 +54,125 @@ _BIN_DIRS = {"/system/bin", "/system/xbin", "/vendor/bin", "/bin", "/sbin", "/us
 
 class ShellSyntaxError(ValueError):
     """Source text the simulated shell cannot (or will not) run."""
+
+
+class ArithError(ValueError):
+    """An arithmetic expansion that cannot be evaluated (mksh's wording in the message)."""
+
+
+_ARITH_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)|([A-Za-z_][A-Za-z0-9_]*)|"
+                          r"(<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%()<>!~&|^]))")
+_BINARY = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
+           ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
+MAX_ARITH = 1024  # characters in one $((…))
+MAX_ARITH_DEPTH = 64  # nested parentheses / unary operators
+
+
+def _div(a: int, b: int) -> int:
+    """C division: truncate toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+_OPS: dict[str, Callable[[int, int], int]] = {
+    "||": lambda a, b: int(bool(a or b)), "&&": lambda a, b: int(bool(a and b)),
+    "|": lambda a, b: a | b, "^": lambda a, b: a ^ b, "&": lambda a, b: a & b,
+    "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+    "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b),
+    "<=": lambda a, b: int(a <= b), ">=": lambda a, b: int(a >= b),
+    "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "/": _div, "%": lambda a, b: a - b * _div(a, b),
+}
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    return _OPS[op](a, b)
+
+
+def arith(expr: str, lookup: Callable[[str], str]) -> int:
+    """Evaluate a shell arithmetic expression with 64-bit wrap-around, as mksh does."""
+    if len(expr) > MAX_ARITH:
+        raise ArithError("expression too long")
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    # $NAME and ${NAME} inside $((…)) are plain parameter expansions.
+    text = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9?$#])\}?",
+                  lambda m: lookup(m.group(1)).strip() or "0", expr).rstrip()
+    while pos < len(text):
+        m = _ARITH_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ArithError(f"{expr.strip()}: unexpected '{text[pos:].strip()[:1]}'")
+        num, name, op = m.groups()
+        tokens.append(("n", num) if num else ("v", name) if name else ("o", op))
+        pos = m.end()
+    i = 0
+    depth = 0
+
+    def wrap(v: int) -> int:
+        v &= (1 << 64) - 1
+        return v - (1 << 64) if v >= 1 << 63 else v
+
+    def value_of(name: str) -> int:
+        raw = lookup(name).strip()
+        if not raw:
+            return 0
+        try:
+            return int(raw, 0)
+        except ValueError:
+            raise ArithError(f"{raw}: bad number") from None
+
+    def primary() -> int:
+        nonlocal i, depth
+        if i >= len(tokens):
+            raise ArithError(f"{expr.strip()}: unexpected end of expression")
+        kind, tok = tokens[i]
+        i += 1
+        if kind == "n":
+            return int(tok, 0)
+        if kind == "v":
+            return value_of(tok)
+        if tok == "(":
+            depth += 1
+            if depth > MAX_ARITH_DEPTH:
+                raise ArithError(f"{expr.strip()[:40]}: expression nested too deeply")
+            v = binary(0)
+            depth -= 1
+            if i >= len(tokens) or tokens[i] != ("o", ")"):
+                raise ArithError(f"{expr.strip()}: missing ')'")
+            i += 1
+            return v
+        if tok in "-+!~":
+            depth += 1
+            if depth > MAX_ARITH_DEPTH:
+                raise ArithError(f"{expr.strip()[:40]}: expression nested too deeply")
+            v = primary()
+            depth -= 1
+            return {"-": -v, "+": v, "!": int(not v), "~": ~v}[tok]
+        raise ArithError(f"{expr.strip()}: unexpected '{tok}'")
+
+    def binary(level: int) -> int:
+        nonlocal i
+        if level == len(_BINARY):
+            return primary()
+        left = binary(level + 1)
+        while i < len(tokens) and tokens[i][0] == "o" and tokens[i][1] in _BINARY[level]:
+            op = tokens[i][1]
+            i += 1
+            right = binary(level + 1)
+            if op in ("/", "%") and right == 0:
+                raise ArithError("division by zero")
+            if op in ("<<", ">>") and not 0 <= right < 64:
+                raise ArithError("bad shift")
+            left = wrap(_apply(op, left, right))
+        return left
+
+    if not tokens:
+        return 0
+    result = binary(0)
+    if i != len(tokens):
+        raise ArithError(f"{expr.strip()}: unexpected '{tokens[i][1]}'")
+    return wrap(result)
 
 
 # -- I/O endpoints ----------------------------------------------------------------------------
@@ -158,7 +282,7 @@ CommandFn = Callable[[Proc], Awaitable[int]]
 
 @dataclass(frozen=True)
 class _Part:
-    kind: str  # "lit" or "var"
+    kind: str  # "lit", "var" or "arith" (the text between $(( and ))
     value: str
     quoted: bool
 
@@ -224,6 +348,22 @@ def _tokenize(src: str) -> list[_Word | _Op]:
         """Parse a ``$…`` at src[j] (the ``$``); append to the word; return the next index."""
         nonlocal word
         k = j + 1
+        if src.startswith("((", k):
+            depth, e = 0, k + 2
+            while e < n:
+                if src[e] == "(":
+                    depth += 1
+                elif src[e] == ")":
+                    if depth == 0:
+                        break
+                    depth -= 1
+                e += 1
+            if not src.startswith("))", e):
+                raise ShellSyntaxError("unterminated arithmetic expansion $((")
+            flush_lit(quoted)
+            word = word or _Word()
+            word.parts.append(_Part("arith", src[k + 2 : e], quoted))
+            return e + 2
         if k < n and src[k] == "(":
             raise ShellSyntaxError("command substitution $(...) is not supported")
         if k < n and src[k] == "{":
@@ -465,6 +605,9 @@ class Shell:
         try:
             for andor in script:
                 await self._andor(andor, stdin, stdout, stderr)
+        except ArithError as exc:  # in a redirection's target, say
+            await stderr.write(f"{SH}: {exc}\n".encode())
+            self.status = 1
         except _Exit as exc:
             self.status = exc.code
             self.exited = True
@@ -506,6 +649,8 @@ class Shell:
             if p.kind == "lit":
                 text.append(p.value)
                 globbable |= not p.quoted and any(ch in p.value for ch in "*?[")
+            elif p.kind == "arith":
+                text.append(str(arith(p.value, self._arith_var)))
             elif p.value == "?":
                 text.append(str(self.status))
             elif p.value == "$":
@@ -522,15 +667,24 @@ class Shell:
                 if not value.startswith("/"):
                     return [posixpath.relpath(m, self.cwd) for m in matches]
                 return matches
-        if not value and all(p.kind == "var" and not p.quoted for p in word.parts):
+        if not value and all(p.kind != "lit" and not p.quoted for p in word.parts):
             return []  # an unquoted empty expansion vanishes
         return [value]
+
+    def _arith_var(self, name: str) -> str:
+        if name.isdigit() or name in ("?", "$"):
+            return str(self.status if name == "?" else self.pid if name == "$" else 0)
+        return self.env.get(name, "")
 
     async def _command(
         self, cmd: SimpleCommand, stdin: Source, stdout: Sink, stderr: Sink, *, last: bool
     ) -> int:
-        argv = [a for w in cmd.words for a in self._expand(w)]
-        assigns = {name: "".join(self._expand(w)) for name, w in cmd.assigns}
+        try:
+            argv = [a for w in cmd.words for a in self._expand(w)]
+            assigns = {name: "".join(self._expand(w)) for name, w in cmd.assigns}
+        except ArithError as exc:
+            await stderr.write(f"{SH}: {exc}\n".encode())
+            return 1
         files: list[tuple[str, BufferSink, bool]] = []
         try:
             for r in cmd.redirects:

@@ -1,4 +1,4 @@
-"""The ``sync:`` service: STAT/STA2/LST2, LIST/LIS2, SEND, RECV, QUIT (ADB_SIM_SPEC.md §5.4).
+"""The ``sync:`` service: STAT/STA2/LST2, LIST/LIS2, SEND, RECV, QUIT (AOSP adb ``SYNC.TXT``).
 
 Requests are parsed from the stream as bytes, never per WRTE: ``id(4) + u32 length + path``,
 and for SEND a run of ``DATA u32 n + n bytes`` chunks closed by ``DONE u32 mtime``. adbutils

@@ -1,4 +1,4 @@
-"""The simulated toolchain: stands in for Gradle where there is no Android SDK (DESIGN.md §8).
+"""The simulated toolchain: stands in for Gradle where there is no Android SDK (docs/design.md §8).
 
 ``SimulatedToolchain().compile(project_dir, test_code)`` does what
 ``./gradlew assembleDebug assembleDebugAndroidTest`` would do for the demo project, in the

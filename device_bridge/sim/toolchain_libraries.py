@@ -88,7 +88,7 @@ PACKAGES: dict[str, frozenset[str]] = {
         "SmallTest MediumTest LargeTest FlakyTest SdkSuppress RequiresDevice Suppress"
     ),
     "androidx.test.espresso": _names(
-        "Espresso onView onData ViewInteraction DataInteraction ViewAssertion ViewAction "
+        "Espresso ViewInteraction DataInteraction ViewAssertion ViewAction "
         "IdlingRegistry IdlingResource NoMatchingViewException PerformException UiController "
         "Root"
     ),

@@ -376,6 +376,7 @@ def check_file(file: KotlinFile, app: DemoApp, scope: Scope) -> list[Problem]:
     visible = scope.declared | scope.imported | DEFAULT_NAMES | _SOFT_KEYWORDS
     seen: set[tuple[int, int]] = set()
     activity_members = app.all_members | ACTIVITY_MEMBERS
+    activity_class = app.activity.rsplit(".", 1)[-1]
     for tree in file.trees:
         for node in walk(tree.root_node):
             if node.type == "identifier" and _should_check(node):
@@ -386,10 +387,22 @@ def check_file(file: KotlinFile, app: DemoApp, scope: Scope) -> list[Problem]:
                     continue
                 if _in_receiver_scope(node):
                     continue
+                if name in _PACKAGE_ROOTS and node.parent is not None and node.parent.type in (
+                    "navigation_expression", "user_type"
+                ):
+                    continue  # a fully qualified name (androidx.test.…): not a reference
                 _add(problems, seen, Problem(line_of(node), col_of(file, node),
                                              f"Unresolved reference '{name}'."))
             elif node.type == "navigation_expression" and len(node.children) >= 3:
                 recv, member = node.children[0], node.children[-1]
+                if (member.type == "identifier" and recv.type == "identifier"
+                        and text(recv) == activity_class and activity_class not in scope.declared
+                        and app.static_members
+                        and text(member) not in app.static_members | _CLASS_MEMBERS):
+                    # MainActivity.SOME_CONSTANT: the companion has no such member
+                    _add(problems, seen, Problem(line_of(member), col_of(file, member),
+                                                 f"Unresolved reference '{text(member)}'."))
+                    continue
                 if member.type != "identifier" or not is_activity_expr(recv, scope):
                     continue
                 name = text(member)
@@ -406,6 +419,13 @@ def check_file(file: KotlinFile, app: DemoApp, scope: Scope) -> list[Problem]:
                         _add(problems, seen, problem)
     problems.sort(key=lambda p: (p.line, p.column))
     return problems
+
+
+# First segments of package names that a fully qualified reference starts with.
+_PACKAGE_ROOTS = frozenset({"android", "androidx", "java", "javax", "kotlin", "kotlinx", "org",
+                            "dalvik", "junit"})
+# What ``MainActivity.X`` may name besides the class's own members.
+_CLASS_MEMBERS = frozenset({"Companion", "class", "javaClass"})
 
 
 def _add(problems: list[Problem], seen: set[tuple[int, int]], problem: Problem) -> None:

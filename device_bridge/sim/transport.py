@@ -1,6 +1,6 @@
 """adb transport framing, sans I/O: 24-byte headers in, messages out (and back).
 
-Follows AOSP adb ``protocol.txt`` and ``/work/shared/ADB_SIM_SPEC.md`` §2: six little-endian
+Follows AOSP adb ``protocol.txt``: six little-endian
 u32 fields (command, arg0, arg1, data_length, data_check, magic = command ^ 0xFFFFFFFF) then
 ``data_length`` payload bytes. The simulator announces protocol version 0x01000001 ("skip
 checksum"), so it sends ``data_check = 0`` and never verifies the peer's.

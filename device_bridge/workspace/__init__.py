@@ -8,7 +8,7 @@ Public API::
         ...  # build in lease.project_dir; lease.test_class, lease.branch
     await manager.stop()  # snapshots
 
-Errors are ``protocol.errors.RpcError`` with DESIGN.md §3 codes: ``forbidden`` for anything
+Errors are ``protocol.errors.RpcError`` with docs/design.md §3 codes: ``forbidden`` for anything
 that would write outside the androidTest sources or serve a path outside the roots,
 ``bad_request`` for malformed test code, ``conflict`` when the test would overwrite a project
 file, ``busy`` when every slot is taken, ``unavailable`` for disk errors (ENOSPC …).

@@ -7,7 +7,7 @@ Layout under the bridge's state directory::
     <state_dir>/<project>/slot-<i>/project/   the working copy Gradle builds in
 
 The *entries* of a working copy are the project's files (persistent) and the test source
-(ephemeral). Starting a slot for a build takes one of four branches (the seed's sandbox):
+(ephemeral). Starting a slot for a build takes one of four branches:
 
 1. root ready, project dir present  → apply only the ephemeral entries (the test file)
 2. root ready, project dir missing  → restore from the snapshot, then the ephemeral entries

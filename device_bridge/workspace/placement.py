@@ -1,6 +1,6 @@
 """Where a test's source file goes, decided from the test code alone — and what is refused.
 
-The only file the bridge ever writes into a workspace is the test source (DESIGN.md §6). Its
+The only file the bridge ever writes into a workspace is the test source (docs/design.md §6). Its
 path is *derived*, never taken from the caller:
 
     <module>/src/androidTest/<java|kotlin>/<package as dirs>/<TestClass>.kt

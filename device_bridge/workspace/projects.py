@@ -7,7 +7,7 @@ bridge serves one project, ``demo``: the demo workspace shipped with droidwire
 (``device_bridge.workspace_template.template_dir()``); it is also served next to configured
 projects unless one of them takes its name.
 
-Callers name a project (``project_dir`` of DESIGN.md §5). A name is looked up as is; a value
+Callers name a project (``project_dir`` of docs/design.md §5). A name is looked up as is; a value
 that looks like a path is accepted only when it is exactly a configured project's directory.
 """
 

@@ -1,4 +1,4 @@
-"""The two offline commands: JSON keys of DESIGN.md §9 and exit codes."""
+"""The two offline commands: JSON keys of docs/design.md §9 and exit codes."""
 
 from __future__ import annotations
 

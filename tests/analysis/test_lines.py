@@ -150,7 +150,22 @@ def test_damaged_lines_are_counted_not_fatal():
     )
     assert parsed.entries == 1
     assert parsed.damaged == 2
-    assert all(ln.pid == 4321 for ln in parsed.lines)   # damaged lines still continue
+    # A damaged entry start is a new entry: it keeps the pid its visible prefix shows, or none —
+    # never the pid of the entry above it (that is how another process's line became this one's).
+    assert [ln.pid for ln in parsed.lines] == [4321, 4321, None]
+    assert parsed.lines[2].tid is None and not parsed.lines[2].continued
+
+
+def test_lines_after_a_damaged_entry_start_do_not_inherit_the_entry_above():
+    parsed = parse_lines(
+        "11-02 09:15:01.250  4321  4321 I OkHttp: --> GET /notes\n"
+        "2024-11-02 09:15:01.250 5678-5701/com.other.pl\n"            # wrapped at column 47
+        "ayer D/StrictMode: StrictMode policy violation\n"
+        "D/StrictMode( 5678\n"                                  # a brief prefix, wrapped
+        "): StrictMode policy violation; ~duration=95 ms\n"
+    )
+    assert [(ln.pid, ln.fmt) for ln in parsed.lines] == [
+        (4321, "threadtime"), (5678, "bare"), (5678, "continuation"), (5678, "brief")]
 
 
 def test_clean_leaves_content():
@@ -230,3 +245,54 @@ def test_studio_single_column_is_the_tag():
     assert (ln.tag, ln.process) == ("System.out", None)
     ln = one("2025-01-09 08:00:00.100  7001-7001  pid-7001  I  hello")
     assert (ln.tag, ln.process) == (None, None)
+
+
+def test_threadtime_cut_inside_its_tag_is_still_that_entry():
+    # The last line of a real paste (tests/corpus/, SpamBlocker#68): not Studio's columns.
+    (ln,) = parse_lines("06-08 22:32:00.940  2090 18626 E Activi").lines
+    assert (ln.fmt, ln.pid, ln.tid, ln.level, ln.tag, ln.msg) == (
+        "threadtime", 2090, 18626, "E", None, "Activi")
+
+
+def test_studio_line_with_an_empty_message_is_an_entry():
+    line = ("2025-01-28 22:11:10.979 10066-10067 planet.myplanet         org.ole.planet.myplanet"
+            "              I  ")
+    (ln,) = parse_lines(line).lines
+    assert (ln.fmt, ln.pid, ln.tag, ln.process, ln.msg) == (
+        "studio", 10066, "planet.myplanet", "org.ole.planet.myplanet", "")
+
+
+def test_studio_process_then_level_and_tag():
+    # Android Studio 3.x with only the process column shown (tests/corpus/, VirtualApp#513).
+    (ln,) = parse_lines("com.google.android.gms.persistent A/libc: Fatal signal 11 (SIGSEGV)").lines
+    assert (ln.fmt, ln.pid, ln.process, ln.level, ln.tag) == (
+        "studio_legacy", None, "com.google.android.gms.persistent", "A", "libc")
+
+
+def test_a_dated_line_of_another_format_ends_a_long_record():
+    # Studio pastes a line it could not parse as a -v long record (tests/corpus/, agera#35).
+    parsed = parse_lines(
+        "[ 04-25 10:02:40.358  3009: 3009 E/         ]\n"
+        "process stopped due to unexpected signal 13\n"
+        "04-25 10:02:40.358 18767-18767/com.google.android.agera.testapp D/HwCust: Create obj\n"
+    )
+    head, body, studio = parsed.lines
+    assert (head.fmt, body.fmt, body.pid) == ("long", "long", 3009)
+    assert (studio.fmt, studio.pid, studio.tag) == ("studio_legacy", 18767, "HwCust")
+
+
+def test_studio_1x_small_colon_separator():
+    (ln,) = parse_lines("10-19 17:14:18.200    4021-5302/? I/HwSystemManager\ufe55 "
+                        "HoldService:checkBeforeShowDialog: uid:10103").lines
+    assert (ln.fmt, ln.pid, ln.tag, ln.msg) == (
+        "studio_legacy", 4021, "HwSystemManager", "HoldService:checkBeforeShowDialog: uid:10103")
+
+
+def test_studio_4x_level_only_line_is_not_level_and_tag():
+    # tests/corpus/, woocommerce-android#633: "E  Process: x" repeats the level only.
+    parsed = parse_lines(" AndroidRuntime  D  Shutting down VM\n"
+                         "                 E  FATAL EXCEPTION: main\n"
+                         "                 E  Process: com.woocommerce.android, PID: 16599\n")
+    assert [(ln.tag, ln.level, ln.msg) for ln in parsed.lines] == [
+        ("AndroidRuntime", "D", "Shutting down VM"), ("AndroidRuntime", "E", "FATAL EXCEPTION: main"),
+        ("AndroidRuntime", "E", "Process: com.woocommerce.android, PID: 16599")]

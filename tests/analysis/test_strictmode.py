@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from controller.analysis import analyze
+from controller.analysis.lines import parse_lines
 from controller.analysis.strictmode import kind_of_class, parse_header
 
 P = "11-02 09:15:01.250  4321  4321 D StrictMode: "
@@ -237,3 +240,38 @@ def test_truncated_headers():
     r = analyze(text)
     assert [(v.kind, v.duration_ms) for v in r.violations] == [
         ("DiskRead", 92), ("Network", 93), ("Unknown", 94)]
+
+
+# A tag forwarded by another runtime's logger, recognised by its shape (real samples from the
+# project's corpus, tests/corpus/).
+OWN_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "samples"
+
+
+def test_forwarded_tag_keeps_frames_and_app_frame_maui_sample():
+    text = (OWN_CORPUS / "strictmode_01_maui19415_forwarded_tag_diskread.txt").read_text("utf-8")
+    r = analyze(text)
+    assert r.entries == r.lines == 15 and r.formats == {"forwarded": 15}
+    (v,) = r.violations
+    assert (v.kind, v.duration_ms, v.tag) == ("DiskRead", 1645, "StrictMode")
+    assert len(v.frames) == 13   # the 14th is cut mid-frame by the paste
+    assert v.app_frame == "crc640ec207abc449b2ca.ShellSectionRenderer.n_onCreateView(Native Method)"
+
+
+def test_forwarded_tag_android12_kind_maui_sample():
+    text = (OWN_CORPUS / "strictmode_03_maui19414_forwarded_tag_incorrect_context_use.txt")
+    (v,) = analyze(text.read_text("utf-8")).violations
+    assert (v.kind, v.duration_ms, len(v.frames)) == ("IncorrectContextUse", None, 8)
+    assert v.app_frame == "crc640ec207abc449b2ca.ShellFragmentContainer.n_onCreateView(Native Method)"
+
+
+@pytest.mark.parametrize("tag", ["StrictMode", "ContextImpl", "mono-rt", "app.Logger", "DOTNET"])
+def test_forwarded_tag_is_any_tag_shaped_word(tag):
+    (ln,) = parse_lines(f"[{tag}] \tat a.B.c(B.java:1)").lines
+    assert (ln.fmt, ln.entry, ln.tag, ln.msg) == ("forwarded", True, tag, "\tat a.B.c(B.java:1)")
+
+
+@pytest.mark.parametrize("text", ["[ 01-02 03:04:05.678 1:2 D/x ]", "[1] at a.B.c(B.java:1)",
+                                  "[        ] > Task :app:x", "[+3 ms] x"])
+def test_bracketed_non_tags_are_not_forwarded_entries(text):
+    (ln,) = parse_lines(text).lines
+    assert ln.fmt != "forwarded"

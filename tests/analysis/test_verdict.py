@@ -1,10 +1,10 @@
-"""Verdict and attribution per DESIGN.md §5 (fixtures written for droidwire)."""
+"""Verdict and attribution per docs/design.md §5 (fixtures written for droidwire)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.analysis import Thresholds, analyze, decide, pending, seed_summary
+from controller.analysis import Thresholds, analyze, decide, pending, summary_line
 
 
 def line(pid: int, tag: str, msg: str, level: str = "D", tid: int | None = None) -> str:
@@ -112,9 +112,9 @@ def test_unfinished_test_is_incomplete():
 
 
 def test_decide_and_pending_helpers():
-    assert seed_summary(["DiskRead", "Network", "DiskRead"], 847) == \
+    assert summary_line(["DiskRead", "Network", "DiskRead"], 847) == \
         "StrictMode violations: DiskRead, Network | Blocking time: 847ms"
-    assert seed_summary([], -1) == "StrictMode violations: none | Blocking time: n/a"
+    assert summary_line([], -1) == "StrictMode violations: none | Blocking time: n/a"
     assert decide(kinds=[], blocking_time_ms=12, anrs=0).summary == \
         "StrictMode violations: none | Blocking time: 12ms"
     assert pending("skipped", "Could not generate test body").summary == \

@@ -1,7 +1,7 @@
 """Each benchmark module runs at a tiny size and returns well-formed figures.
 
 No assertion on any value or on time (benchmarks measure, tests check behaviour): only that
-each module gives the figures it promises (DESIGN.md §9 names), as JSON-ready numbers with
+each module gives the figures it promises (docs/design.md §9 names), as JSON-ready numbers with
 the ratio of value to baseline, and that ``python -m bench`` prints one JSON line per figure.
 """
 
@@ -20,6 +20,7 @@ from bench import (
     bench_analysis,
     bench_fleet,
     bench_idle,
+    bench_kotlinc,
     bench_link,
     bench_sandbox,
     bench_shell,
@@ -47,6 +48,13 @@ def check(figures: list[Any], names: set[str]) -> list[dict[str, Any]]:
 
 def test_analysis() -> None:
     check(bench_analysis.run(quick=True), {"analysis_lines_per_s"})
+
+
+@pytest.mark.slow
+def test_kotlinc(kotlinc_checker: object) -> None:  # the fixture: skip/fail without kotlinc
+    figures = check(bench_kotlinc.run(quick=True, rounds=1, colds=1),
+                    {"fix_round_s", "kotlinc_check_rss_mb"})
+    assert all(f["value"] > 0 and f["baseline"] > 0 for f in figures)
 
 
 def test_link() -> None:

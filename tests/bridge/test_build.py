@@ -120,10 +120,13 @@ def service(
     manager = WorkspaceManager(
         projects(tmp_path, gradlew=gradlew), state_dir=tmp_path / "state", slots_per_project=slots
     )
+    env = dict(env if env is not None else {"PATH": SYS_PATH})
+    # The kotlinc check has its own tests (tests/kotlinc): here, a cache without a compiler.
+    env.setdefault("DROIDWIRE_CACHE_DIR", str(tmp_path / "no-kotlinc-cache"))
     return BuildService(
         manager,
         host=host,
-        env=env if env is not None else {"PATH": SYS_PATH},
+        env=env,
         simulated=kw.pop("simulated", FakeSimulatedToolchain()),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
@@ -171,6 +174,7 @@ def test_without_an_sdk_the_demo_is_simulated_and_other_projects_are_refused(
     assert svc.capabilities() == {
         "build": True,
         "toolchain": "simulated",
+        "checker": None,
         "projects": [DEMO_PROJECT],
         "default_project": "shop",
     }
@@ -325,7 +329,9 @@ async def test_the_real_simulated_toolchain_builds_the_demo(tmp_path: Path) -> N
     )
     toolchain = importlib.import_module("device_bridge.sim.toolchain")
     manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
-    svc = BuildService(manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain())
+    svc = BuildService(
+        manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain(), prefer="simulated"
+    )
     assert svc.capabilities()["toolchain"] == "simulated"
     outcome = await svc.compile(None, kotlin_test("FormatTitleTest"), timeout_s=60)
     assert outcome.toolchain == "simulated"
@@ -337,7 +343,9 @@ async def test_the_real_simulated_toolchain_reports_errors_at_the_written_file(
 ) -> None:
     toolchain = importlib.import_module("device_bridge.sim.toolchain")
     manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
-    svc = BuildService(manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain())
+    svc = BuildService(
+        manager, host=NO_SDK, simulated=toolchain.SimulatedToolchain(), prefer="simulated"
+    )
     broken = kotlin_test("BrokenTest").replace("/*  */", "missingHelper()")
     outcome = await svc.compile(None, broken, timeout_s=60)
     assert not outcome.ok and outcome.toolchain == "simulated"

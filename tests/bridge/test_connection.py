@@ -182,9 +182,15 @@ class Peer:
         n = self.attempts
         self.attempts += 1
         self.requests.append(request)
+        if request.path != "/v1/bridge":
+            # As the controller's router answers a WebSocket it has no route for.
+            return connection.respond(http.HTTPStatus.FORBIDDEN, "")
         status = self._refuse(n)
         if status is not None:
-            return connection.respond(http.HTTPStatus(status), "refused\n")
+            # As the controller refuses: a JSON error body (a bare status is not droidwire's).
+            return connection.respond(
+                http.HTTPStatus(status), '{"error": {"code": "unauthorized", "message": "refused"}}'
+            )
         return None
 
     async def _handler(self, ws: ServerConnection) -> None:
@@ -342,6 +348,33 @@ async def test_wrong_token_stops_at_once_after_one_attempt(
     assert "unauthorized" in str(info.value) or "forbidden" in str(info.value)
     assert info.value.exit_code != 0
     assert peer.attempts == 1 and link.attempts == 1
+
+
+async def test_a_bare_403_says_no_bridge_endpoint_at_that_url(stop: asyncio.Event) -> None:
+    """A path after host:port reaches the controller's router, which answers a WebSocket it
+    has no route for with a bare 403: that is the URL, not the token, and it is terminal."""
+    async with Peer(lambda n: serve_forever) as peer:
+        link = make_link([peer.url + "/foo"])
+        with pytest.raises(LinkRefused) as info:
+            async with asyncio.timeout(1.0 * TIME_SCALE):
+                await link.run(stop)
+    assert "no droidwire bridge endpoint" in str(info.value)
+    assert "--controller" in str(info.value) and "token" not in str(info.value)
+    assert link.attempts == 1
+
+
+async def test_never_reached_gives_up_after_the_start_budget(stop: asyncio.Event) -> None:
+    """A port nothing listens on: exit 3 once the start budget is spent, saying what to
+    check, not a reconnect budget of retries logged as a lost link."""
+    port = free_port()
+    link = make_link([f"ws://127.0.0.1:{port}"], start_budget_s=0.2 * TIME_SCALE)
+    with pytest.raises(BudgetExhausted) as info:
+        async with asyncio.timeout(5.0 * TIME_SCALE):
+            await link.run(stop)
+    message = str(info.value)
+    assert f"127.0.0.1:{port}" in message and "--controller" in message
+    assert "--start-budget" in message and link.welcomes == 0
+    assert info.value.exit_code == 3
 
 
 @pytest.mark.parametrize("code", [4400, 4401, 4403, 4409])

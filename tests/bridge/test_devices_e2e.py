@@ -182,7 +182,8 @@ async def test_push_pull_five_megabytes(devices: AdbDevices, sim_device: Connect
 async def test_install_uninstall(devices: AdbDevices, sim_device: ConnectedSim) -> None:
     serial = sim_device.address
     apk = build_apk(SimPackage(package="com.example.droidwire", kind="app"))
-    assert await devices.install(serial, apk) == "com.example.droidwire"
+    installed = await devices.install(serial, apk)
+    assert (installed.package, installed.existed) == ("com.example.droidwire", False)
     listed = await devices.shell(serial, ["pm", "list", "packages"])
     assert "package:com.example.droidwire" in listed.stdout.splitlines()
     staged = await devices.shell(serial, ["ls", f"{W}/.install"])
@@ -195,7 +196,7 @@ async def test_install_failure_names_the_reason(
     devices: AdbDevices, sim_device: ConnectedSim
 ) -> None:
     with pytest.raises(RpcError) as info:
-        await devices.install(sim_device.address, b"not an apk", package="x.y")
+        await devices.install(sim_device.address, b"not an apk")
     assert info.value.code is ErrorCode.BAD_REQUEST
     assert info.value.data is not None and info.value.data["reason"].startswith("INSTALL_")
 

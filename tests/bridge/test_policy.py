@@ -1,4 +1,4 @@
-"""The host owner's command policy (DESIGN.md §6): table tests and a property test.
+"""The host owner's command policy (docs/design.md §6): table tests and a property test.
 
 Every refusal is checked for its rule name, because the rule is part of the REST error.
 """
@@ -191,8 +191,8 @@ STANDARD_REFUSED: list[tuple[str, Rule]] = [
     ("/system/bin/sh -c id", Rule.SHELL_INTERPRETER),
     ("bash", Rule.SHELL_INTERPRETER),
     ("mksh /data/local/tmp/droidwire/x.sh", Rule.SHELL_INTERPRETER),
-    ("toybox reboot", Rule.COMMAND_WRAPPER),
-    ("busybox rm -rf /data", Rule.COMMAND_WRAPPER),
+    ("toybox reboot", Rule.REBOOT),  # a multi-call binary is judged by its applet
+    ("busybox rm -rf /data", Rule.RM_ROOT),
     ("env reboot", Rule.COMMAND_WRAPPER),
     ("exec reboot", Rule.COMMAND_WRAPPER),
     ("xargs rm", Rule.COMMAND_WRAPPER),
@@ -239,9 +239,9 @@ STANDARD_REFUSED: list[tuple[str, Rule]] = [
     ("cat /data/system/packages.xml", Rule.NOT_ALLOWLISTED),
     ("/system/bin/echo hi", Rule.NOT_ALLOWLISTED),
     ("ps -A", Rule.NOT_ALLOWLISTED),
-    ("settings put global adb_enabled 0", Rule.NOT_ALLOWLISTED),
-    ("svc wifi disable", Rule.NOT_ALLOWLISTED),
-    ("kill 1", Rule.NOT_ALLOWLISTED),
+    ("settings put global adb_enabled 0", Rule.ADB_OFF),  # the deny list, every profile
+    ("svc wifi disable", Rule.ADB_OFF),
+    ("kill 1", Rule.SIGNAL_INIT),
     ("mv a b", Rule.NOT_ALLOWLISTED),
     ("", Rule.EMPTY_COMMAND),
     ("   ", Rule.EMPTY_COMMAND),

@@ -390,7 +390,7 @@ async def test_compile_and_source_lookup_on_the_demo_project(tmp_path: Any) -> N
     from tests.bridge.test_build import NO_SDK, kotlin_test
 
     manager = WorkspaceManager(ProjectRegistry.from_config(), state_dir=tmp_path / "state")
-    build = BuildService(manager, host=NO_SDK, simulated=SimulatedToolchain())
+    build = BuildService(manager, host=NO_SDK, simulated=SimulatedToolchain(), prefer="simulated")
     d = Dispatcher(policy=Policy(), build=build)
     try:
         caps = d.capabilities()

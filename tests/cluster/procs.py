@@ -37,6 +37,8 @@ SETTINGS = fast_settings(
     rpc_timeout_s=20.0 * TIME_SCALE,
     cluster_heartbeat_s=0.2 * TIME_SCALE,
     cluster_ttl_s=1.0 * TIME_SCALE,
+    # Streams end on a revocation's message (test_revocation.py), not a periodic re-check.
+    stream_reauth_s=600.0,
 )
 
 

@@ -628,6 +628,28 @@ async def test_an_incompatible_protocol_is_closed_with_4426(
         assert ws.protocol.close_rcvd.code == CloseCode.INCOMPATIBLE
 
 
+async def test_a_token_revoked_before_the_hello_never_opens(tmp_path: Path) -> None:
+    """A connection is registered only at its hello: a revocation in between reaches it."""
+    from protocol.codec import encode
+    from protocol.envelope import Capabilities, Hello
+
+    async with in_loop_controller(tmp_path) as c:
+        made = await c.http.post("/v1/tokens", json={"kind": "bridge", "name": "pi"})
+        token, token_id = made.json()["token"], made.json()["id"]
+        async with connect(
+            c.ws_url + "/v1/bridge", additional_headers=bearer(token),
+            subprotocols=[SUBPROTOCOL], open_timeout=WAIT_S,  # type: ignore[list-item]
+        ) as ws:
+            assert (await c.http.delete(f"/v1/tokens/{token_id}")).status_code in (200, 204)
+            await ws.send(encode(Hello(session=new_request_id(), software="x",
+                                       caps=Capabilities(devices=True))))
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), WAIT_S)
+            assert ws.protocol.close_rcvd is not None
+            assert ws.protocol.close_rcvd.code == CloseCode.UNAUTHORIZED
+        assert c.hub.entries() == []
+
+
 async def test_no_hello_in_time_closes_with_1013(tmp_path: Path) -> None:
     async with in_loop_controller(tmp_path, fast_settings(handshake_timeout_s=0.2)) as c:
         token = await c.bridge_token("pi")
@@ -639,10 +661,11 @@ async def test_no_hello_in_time_closes_with_1013(tmp_path: Path) -> None:
                 await asyncio.wait_for(ws.recv(), WAIT_S)
             assert ws.protocol.close_rcvd is not None
             assert ws.protocol.close_rcvd.code == CloseCode.TRY_AGAIN_LATER
-        # The bridge is known now, and away: calls to it fail or wait, never hang forever.
-        [entry] = c.hub.entries()
+        # A connection that never said hello proved nothing: it is not the bridge's session,
+        # it registers nothing and replaces nothing.
+        assert c.hub.entries() == []
         bridges = (await c.http.get("/v1/bridges")).json()
-        assert [(b["name"], b["state"]) for b in bridges] == [("pi", entry.state.value)]
+        assert [(b["name"], b["state"]) for b in bridges] in ([], [("pi", "disconnected")])
 
 
 async def test_calling_an_unknown_bridge_is_unavailable(controller: InLoopController) -> None:

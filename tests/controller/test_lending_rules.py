@@ -96,7 +96,7 @@ async def world(db_url: str) -> AsyncIterator[Fixture]:
 
 
 def expected(user: User, scopes: tuple[str, ...], device: str, action: Action, at: datetime) -> str:
-    """The rules of DESIGN.md §6, written out independently: "ok", or the refusal's code."""
+    """The rules of docs/design.md §6, written out independently: "ok", or the refusal's code."""
     allowed = effective_scopes(scopes)
     admin = user.is_admin and Scope.ADMIN in allowed
     owner = user.name == "olivia"

@@ -1,4 +1,4 @@
-"""PENDING for each failure mode (DESIGN.md §5): a reason code and §5's summary, never an
+"""PENDING for each failure mode (docs/design.md §5): a reason code and §5's summary, never an
 exception; the step log says what was refused or failed."""
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ async def test_run_usage_errors(live: LiveController, tmp_path: Path) -> None:
     code, _, _ = await asyncio.to_thread(droidwire, live, "run", str(test), "--fail-on", "maybe")
     assert code == 2
     code, _, err = await asyncio.to_thread(droidwire, live, "run", str(test), "-d", "sdk>=x")
-    assert code == 1 and "bad_request" in err
+    assert code == 2 and "bad_request" in err
 
 
 def test_stage_of_follows_the_step_log() -> None:
@@ -100,6 +100,7 @@ def test_stage_of_follows_the_step_log() -> None:
     assert stage_of({"status": "running", "steps": [rpc("workspace.compile")]}) == "compiling"
     steps = [rpc("workspace.compile"), rpc("source.lookup"),
              {"kind": "fix", "detail": {}}, rpc("workspace.compile")]
-    assert stage_of({"status": "running", "steps": steps}) == "fix round 1/3, compiling"
+    assert stage_of({"status": "running", "steps": steps}) == "compiling (round 2)"
+    assert stage_of({"status": "running", "steps": steps[:3]}) == "fixing compile errors (round 1/3)"
     assert stage_of({"status": "running", "steps": [rpc("device.install")]}) == "installing"
     assert stage_of({"status": "finished", "verdict": "REFUTED", "steps": []}) == "REFUTED"

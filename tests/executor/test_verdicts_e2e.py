@@ -53,10 +53,10 @@ async def test_result_fields_steps_and_cleanup(
     [result] = await executor.execute(
         ExecuteRequest(test_code=llm_style_test("loadSettingsFromDisk()"))
     )
-    seed = {"strict_mode_violations", "has_violations", "blocking_time_ms", "systrace", "summary"}
+    base = {"strict_mode_violations", "has_violations", "blocking_time_ms", "systrace", "summary"}
     ours = {"verification_status", "reason_code", "run_id", "device", "toolchain",
             "compile_rounds", "tests", "anrs", "crashes", "issues", "timings"}
-    assert seed | ours <= set(result)
+    assert base | ours <= set(result)
     assert result["summary"] == f"StrictMode violations: DiskRead | Blocking time: {result['blocking_time_ms']}ms"
     assert 0 < len(result["systrace"]) <= 2000
     assert result["device"]["serial"] == sim.address

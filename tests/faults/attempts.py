@@ -1,5 +1,5 @@
 """The allow-list bypass catalogue: shell commands a hostile controller (or a borrower) might
-send to get past the bridge's policy (DESIGN.md §6).
+send to get past the bridge's policy (docs/design.md §6).
 
 Each attempt says which profiles must refuse it: ``ANY`` (metacharacters, look-alikes, the
 deny list: refused even under ``full``) or ``STANDARD`` (only the standard allow-list stops it:

@@ -1,6 +1,6 @@
 """A small, fast mutation fuzzer for the frame decoder and the session objects.
 
-Hypothesis builds the seed corpus (every frame kind, valid), then a seeded
+Hypothesis builds the starting corpus (every frame kind, valid), then a seeded
 :class:`random.Random` mutates it — byte flips, msgpack type markers, truncation, splicing,
 length fields pointing past the end, deep nesting, and structure-aware edits that re-pack a
 valid frame's map with one value swapped for another type. It runs in a tight loop (tens of

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="droidwire-faults-") as tmp:
         figures_path = Path(tmp) / "figures.jsonl"
         env = {**os.environ, "FAULTS_PROFILE": args.profile, FIGURES_ENV: str(figures_path)}
-        cmd = [sys.executable, "-m", "pytest", "tests/faults", "-q", "-p", "no:cacheprovider",
+        cmd = [sys.executable, "-m", "pytest", "tests/faults", "tests/security", "-q", "-p",
+               "no:cacheprovider",
                *pytest_args]
         print(f"droidwire faults, profile {args.profile}: {' '.join(cmd[2:])}", flush=True)
         rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode

@@ -1,4 +1,4 @@
-"""Terminal closes and the reconnect guard (device_bridge.connection, DESIGN.md §3–4).
+"""Terminal closes and the reconnect guard (device_bridge.connection, docs/design.md §3–4).
 
 * 4400 / 4401 / 4403 / 4409 close codes and HTTP 401 / 403 at the handshake: the link raises
   ``LinkRefused`` after exactly one attempt (how long it took is a figure, not an assertion);

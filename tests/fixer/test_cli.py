@@ -1,4 +1,4 @@
-"""``droidwire fixer errors FILE|- [--json]`` (DESIGN.md §9)."""
+"""``droidwire fixer errors FILE|- [--json]`` (docs/design.md §9)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def test_json_from_file(tmp_path: Path) -> None:
         "kind": "unresolved_reference",
         "symbol": "bar",
         "location": None,
+        "detail": [],
     }
     assert warn["severity"] == "warning" and warn["symbol"] is None
     assert data["failed_tasks"] == [":app:compileDebugAndroidTestKotlin"]

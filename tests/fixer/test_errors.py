@@ -330,6 +330,73 @@ def test_javac_with_ci_timestamps_and_orphan_tail() -> None:
 
 
 # --------------------------------------------------------------------------------------
+# kapt: one diagnostic is a located first line plus every ``e:`` line that belongs to it
+# (real samples from the project's corpus, tests/corpus/)
+
+OWN_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "samples"
+
+
+def test_kapt_dagger_chain_under_the_e_prefix_is_one_error() -> None:
+    text = (OWN_CORPUS / "kapt_01_kwmt_dagger_japanese_e_prefixed_chain.txt").read_text("utf-8")
+    (e,) = parse_errors(text).errors
+    assert e.file is not None and e.file.endswith("di/components/AppComponent.java")
+    assert (e.line, e.column, e.severity) == (6, 17, "error")  # localized "エラー:" is an error
+    assert e.message.startswith("[dagger.android.AndroidInjector.inject(T)] java.util.Map<")
+    assert e.detail[-3:] == (
+        "net.kwmt27.codesearch.presentation.view.MainActivity is injected at",
+        "dagger.android.AndroidInjector.inject(arg0)",
+        "java.lang.IllegalStateException: failed to analyze: "
+        "org.jetbrains.kotlin.kapt3.diagnostic.KaptError: Error while annotation processing",
+    )
+
+
+def test_javac_through_kapt_echo_caret_symbol_location_are_the_errors_own() -> None:
+    text = (OWN_CORPUS / "kapt_02_mironov_kapt_bugs_javac_through_kapt_cannot_find_symbol.txt")
+    report = parse_errors(text.read_text("utf-8"))
+    assert [(e.line, e.column, e.symbol, e.location) for e in report.errors] == [
+        (6, 15, "MainFragmentBinding", "class MainFragment"),
+        (11, 37, "MainFragmentBinding", "class MainFragment"),
+        (15, 37, "MainFragmentBinding", "class MainFragment"),
+    ]
+
+
+def test_prefixed_lines_after_a_kotlin_diagnostic_stay_separate_unless_indented() -> None:
+    report = parse_errors(
+        "e: file:///a/B.kt:3:4 Unresolved reference 'x'.\n"
+        "e: java.lang.OutOfMemoryError: Java heap space\n"
+        "w: Runtime JAR files in the classpath should have the same version.\n"
+    )
+    assert [(e.file, e.severity) for e in report.errors] == [
+        ("/a/B.kt", "error"), (None, "error"), (None, "warning")]
+
+
+def test_a_fresh_unlocated_error_under_the_prefix_is_not_a_continuation() -> None:
+    report = parse_errors(
+        "e: /w/stubs/A.java:4: error: cannot find symbol\n"
+        "e:   symbol:   class Foo\n"
+        "e: error: Could not load module <Error module>\n"
+    )
+    assert [(e.file, e.symbol) for e in report.errors] == [
+        ("/w/stubs/A.java", "Foo"), (None, None)]
+
+
+def test_unprefixed_dagger_chain_is_detail_of_the_javac_error() -> None:
+    report = parse_errors(
+        "/w/BindsProvider.java:10: error: [Dagger/MissingBinding] com.example.Injectable cannot "
+        "be provided without an @Provides-annotated method.\n"
+        "interface BindsProvider {\n"
+        "^\n"
+        "      com.example.Injectable is injected at\n"
+        "          com.example.BindsProvider.inject(com.example.Injectable)\n"
+        "2 errors\n"
+    )
+    (e,) = report.errors
+    assert (e.line, e.column) == (10, 1)
+    assert e.detail == ("com.example.Injectable is injected at",
+                        "com.example.BindsProvider.inject(com.example.Injectable)")
+
+
+# --------------------------------------------------------------------------------------
 # Gradle structure and failure classes
 
 
@@ -611,3 +678,86 @@ def test_any_text_parses_into_the_contract_shape(parts: list[str]) -> None:
         assert e["symbol"] is None or e["kind"] == "unresolved_reference"
     if data["failure"] != "none":
         assert data["build_failed"]
+
+
+def test_jvm_target_mismatch_is_build_config_real_sample() -> None:
+    # A compile task failing on configuration, not on code (tests/corpus/, file_saver#83).
+    text = (OWN_CORPUS / "gradle_config_01_filesaver83_jvm_target_compatibility.txt")
+    report = parse_errors(text.read_text("utf-8"))
+    assert report.compile_errors == [] and report.failure == "build_config"
+
+
+def test_percent_escaped_file_uri_is_decoded_real_sample() -> None:
+    text = (OWN_CORPUS / "gradle_k2_03_installedapps68_percent_encoded_uri_daemon.txt")
+    first, daemon = parse_errors(text.read_text("utf-8")).errors
+    assert first.file is not None and first.file.startswith("C:/Users/Adil Ashfaq/AppData/")
+    assert (daemon.file, daemon.message) == (None, "Daemon compilation failed: null")
+
+
+def test_ksp_without_providers_is_build_config_real_sample() -> None:
+    text = (OWN_CORPUS / "ksp_01_ksp2224_no_providers.txt").read_text("utf-8")
+    assert parse_errors(text).failure == "build_config"
+
+
+def test_javac_in_a_chinese_locale_real_sample() -> None:
+    text = (OWN_CORPUS / "javac_01_squaredagger564_chinese_locale_symbol_location_chain.txt")
+    first, dagger = parse_errors(text.read_text("utf-8")).errors
+    assert (first.line, first.column, first.kind, first.symbol) == (
+        12, 42, "unresolved_reference", "DaggerAppComponent")
+    assert first.location == "程序包 com.edward.wanandroid.di.component"
+    assert dagger.detail[-1] == "dagger.android.AndroidInjector.inject(arg0)"
+
+
+def test_what_went_wrong_alone_means_the_build_failed_real_sample() -> None:
+    text = OWN_CORPUS / "gradle_config_03_streetcomplete5281_plugin_request_no_build_failed_line.txt"
+    report = parse_errors(text.read_text("utf-8"))
+    assert report.build_failed and report.failure == "build_config"
+
+
+def test_kotlinc2_candidate_lists_are_kept_whole_one_candidate_a_line() -> None:
+    """K2's ``None of the following candidates is applicable:`` lists every overload on its
+    own line (here the six of JUnit's three-argument assertEquals, as kotlinc 2.0.21 prints
+    them); the fixer and the LLM need all of them, and the next error must stay separate."""
+    candidates = [
+        "static fun assertEquals(p0: String!, p1: Any!, p2: Any!): Unit",
+        "static fun assertEquals(p0: String!, p1: Long, p2: Long): Unit",
+        "static fun assertEquals(p0: String!, p1: Double, p2: Double): Unit",
+        "static fun assertEquals(p0: Double, p1: Double, p2: Double): Unit",
+        "static fun assertEquals(p0: Float, p1: Float, p2: Float): Unit",
+        "static fun assertEquals(p0: String!, p1: (Array<Any!>..Array<out Any!>?),"
+        " p2: (Array<Any!>..Array<out Any!>?)): Unit",
+    ]
+    report = parse_errors(
+        "e: file:///w/T.kt:22:13 None of the following candidates is applicable:\n"
+        + "".join(c + "\n" for c in candidates)
+        + "e: file:///w/T.kt:29:34 Unresolved reference 'Log'.\n"
+    )
+    first, second = report.errors
+    assert first.kind == "wrong_arguments"
+    assert first.message.splitlines() == [
+        "None of the following candidates is applicable:", *candidates
+    ]
+    assert (second.line, second.symbol) == (29, "Log")
+
+
+def test_a_quote_left_open_by_kotlinc2s_contract_dump_continues_the_message() -> None:
+    """kotlinc 2.0.21 on ``withContext`` called outside a coroutine (recorded)."""
+    (e, nxt) = parse_errors(
+        "e: file:///w/T.kt:23:17 Suspend function 'suspend fun <T> withContext(context: "
+        "CoroutineContext, block: suspend CoroutineScope.() -> T): T\n"
+        "    [R|Contract description]\n"
+        "     <\n"
+        "        CallsInPlace(block, EXACTLY_ONCE)\n"
+        "    >' should be called only from a coroutine or another suspend function.\n"
+        "e: file:///w/T.kt:30:1 Unresolved reference 'Log'.\n"
+    ).errors
+    assert e.message.endswith("should be called only from a coroutine or another suspend function.")
+    assert (nxt.line, nxt.symbol) == (30, "Log")
+
+
+def test_an_apostrophe_does_not_swallow_the_lines_after_it() -> None:
+    (e,) = parse_errors(
+        "e: file:///w/T.kt:3:1 Can't be called in this context by implicit receiver.\n"
+        "FAILURE: Build failed with an exception.\n"
+    ).errors
+    assert e.message == "Can't be called in this context by implicit receiver."

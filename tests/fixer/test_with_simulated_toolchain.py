@@ -1,4 +1,4 @@
-"""The loop against the simulated toolchain's real-format output (DESIGN.md §8), no LLM."""
+"""The loop against the simulated toolchain's real-format output (docs/design.md §8), no LLM."""
 
 from __future__ import annotations
 

@@ -62,12 +62,12 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
     }
     sandbox = listed["sandbox_executor"].input_schema
-    seed = tool_schema()["function"]["parameters"]
+    base = tool_schema()["function"]["parameters"]
     assert {k: v for k, v in sandbox.items() if k != "properties"} == {
-        k: v for k, v in seed.items() if k != "properties"}
-    assert {k: sandbox["properties"][k] for k in seed["properties"]} == seed["properties"]
+        k: v for k, v in base.items() if k != "properties"}
+    assert {k: sandbox["properties"][k] for k in base["properties"]} == base["properties"]
     assert sandbox["required"] == ["test_code"]
-    # The seed's arguments, and sharding (docs/mcp.md).
+    # The tool's base arguments, and sharding (docs/mcp.md).
     assert {"test_code", "project_dir", "device", "timeout_s", "shard"} == set(
         sandbox["properties"])
     assert listed["device_shell"].input_schema["required"] == ["device"]

@@ -280,3 +280,53 @@ def test_rpc_error_wire_form() -> None:
     assert (back.code, back.message, back.data) == (err.code, err.message, err.data)
     assert RpcError("nonsense", "m").code == "internal"
     assert RpcError.from_wire({}).to_wire() == {"code": "internal", "message": ""}
+
+
+# -- bounded decoding: what a frame kind can carry ------------------------------------------
+
+
+def _frame_of(kind: str, **fields: object) -> bytes:
+    return bytes(msgpack.packb({"t": kind, **fields}, use_bin_type=True))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [[]] * 16_000_000,  # 16 M empty arrays: ~1 GB of lists from 16 MiB
+        [[[]] * 10_000] * 1_500,  # nested under every per-array cap: the budget catches it
+        [{"a": {}}] * 3_000_000,  # maps
+    ],
+    ids=["flat", "nested", "maps"],
+)
+def test_a_container_bomb_is_refused_before_it_is_built(payload: object) -> None:
+    import tracemalloc
+
+    data = _frame_of("res", id="0" * 8, r={"x": payload})
+    assert len(data) <= 16 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError) as info:
+            decode_raw(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.kind == "res"
+    assert peak < 150 * 1024 * 1024, f"decoding the bomb peaked at {peak / 2**20:.0f} MiB"
+
+
+def test_limits_follow_the_frame_kind() -> None:
+    # A ping carries an id: a list of 100 in it is not a ping.
+    with pytest.raises(DecodeError) as info:
+        decode_raw(_frame_of("ping", id="x", extra=list(range(100))))
+    assert info.value.kind == "ping"
+    # A result may carry a logcat dump of 100,000 lines.
+    lines = [f"12-01 10:00:00.000  100  100 I Tag: line {i}" for i in range(100_000)]
+    obj = decode_raw(_frame_of("res", id="y", r={"lines": lines}))
+    assert obj["r"]["lines"][-1].endswith("line 99999")
+    # The kind is read wherever ``t`` is in the map, and two different kinds are refused.
+    late = msgpack.packb({"id": "z", "extra": [1] * 100, "t": "pong"})
+    with pytest.raises(DecodeError):
+        decode_raw(late)
+    twice = msgpack.packb({"t": "res", "id": "z", "t2": 1}).replace(b"\xa2t2", b"\xa1t")
+    with pytest.raises(DecodeError):
+        decode_raw(twice)

@@ -1,4 +1,4 @@
-"""docs/protocol.md and the code state the same defaults and close codes (STYLE.md §9)."""
+"""docs/protocol.md and the code state the same defaults and close codes (each default is defined once, and the docs read it)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``import protocol`` works where the I/O libraries cannot be imported (DESIGN.md §2)."""
+"""``import protocol`` works where the I/O libraries cannot be imported (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -181,10 +181,12 @@ def test_adb_cli_pushes_and_pulls_directory_trees(sim_device, adb_server, tmp_pa
         assert (back / "tree" / rel).read_bytes() == data
 
 
-def test_unknown_services_are_refused(sim_device):
+@pytest.mark.parametrize("service", ["framebuffer:", "jdwp:1234", "sideload-host:10:10",
+                                     "no-such-service:"])
+def test_unknown_services_are_refused(sim_device, service):
     c = sim_device.adb.open_transport()
     try:
-        c.send_command("reverse:list-forward")
+        c.send_command(service)
         with pytest.raises(adbutils.AdbError):
             c.check_okay()
     finally:

@@ -304,3 +304,20 @@ async def test_pidof_ps_and_date_see_the_app_process():
     assert (await sh(dev, "ps -A com.nope")).code == 1
     year = (await sh(dev, "date +%Y")).out.strip()
     assert year.isdigit() and int(year) >= 2024
+
+
+async def test_an_update_must_come_from_the_same_signer_and_moves_the_code_path():
+    """Like a phone: another signer's APK cannot replace an installed package, and an update
+    gets a new code path in ``pm list packages -f`` (how the bridge tells what it installed)."""
+    dev = new_device()
+    mine = SimPackage(package="com.alice.banking", kind="app", signer="alice")
+    assert await install(dev, mine) == "Success\n"
+    before = (await sh(dev, "pm list packages -f com.alice.banking")).out
+    theirs = SimPackage(package="com.alice.banking", kind="app", signer="mallory",
+                        version_code=9)
+    refused = await install(dev, theirs)
+    assert refused.startswith("Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE"), refused
+    assert (await sh(dev, "pm list packages -f com.alice.banking")).out == before
+    assert await install(dev, mine, flags="-r -t -g") == "Success\n"
+    after = (await sh(dev, "pm list packages -f com.alice.banking")).out
+    assert after != before and after.endswith("=com.alice.banking\n")

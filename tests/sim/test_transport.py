@@ -8,7 +8,7 @@ import pytest
 
 from device_bridge.sim.transport import Command, FramingError, MessageReader, encode
 
-# The adb 29 server's first CNXN header, as captured on the wire (ADB_SIM_SPEC.md §3.1).
+# The adb 29 server's first CNXN header, as captured on the wire.
 SERVER_CNXN_HEADER = bytes.fromhex("434E584E 01000001 00001000 77000000 402E0000 BCB1A7B1")
 
 

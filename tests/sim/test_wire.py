@@ -127,7 +127,7 @@ async def test_writes_respect_maxdata_and_wait_for_okay(device):
 async def test_refused_service_and_late_messages_for_unknown_streams(device):
     host = await Host.connect(device.port)
     await host.handshake()
-    host.send(Command.OPEN, 9, 0, b"reverse:list-forward\0")
+    host.send(Command.OPEN, 9, 0, b"framebuffer:\0")
     assert await host.recv() == Message(Command.CLSE, 0, 9)
     host.send(Command.OKAY, 9, 12345)  # late ack for a stream that never was: ignored
     host.send(Command.CLSE, 9, 12345)
@@ -171,11 +171,27 @@ async def test_host_close_stops_a_streaming_logcat(device):
     assert first.command == Command.WRTE
     host.send(Command.OKAY, 4, local)
     host.send(Command.CLSE, 4, local)
+    # adbd answers the host's CLSE with its own (local_socket_close → remote_socket_shutdown).
+    answer = await host.recv()
+    while answer.command == Command.WRTE:  # log lines already on their way
+        answer = await host.recv()
+    assert answer == Message(Command.CLSE, local, 4)
     device.log("I", "After", "must not be sent", pid=1, tid=1)
     # The stream is gone: nothing more arrives for it, and the device still serves others.
     local2 = await host.open(6, "shell:echo next")
     assert await host.collect(6, local2) == b"next\n"
     assert all(m.arg1 != 4 or m.command != Command.WRTE for m in host.inbox)
+    host.close()
+
+
+async def test_a_host_close_of_a_closed_stream_is_not_answered(device):
+    host = await Host.connect(device.port)
+    await host.handshake()
+    local = await host.open(4, "shell:echo x")
+    assert await host.collect(4, local) == b"x\n"
+    host.send(Command.CLSE, 4, local)  # the usual late CLSE after the device's own
+    local2 = await host.open(6, "shell:echo y")
+    assert await host.collect(6, local2) == b"y\n"  # nothing for stream 4 came in between
     host.close()
 
 

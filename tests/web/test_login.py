@@ -1,5 +1,5 @@
 """Signing in to the dashboard: the cookie's attributes, refusals, and the token staying out
-of every URL and every page (DESIGN.md §6)."""
+of every URL and every page (docs/design.md §6)."""
 
 from __future__ import annotations
 

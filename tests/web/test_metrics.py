@@ -35,7 +35,7 @@ async def test_metrics_after_activity_name_no_serial(stack: Stack) -> None:
     async with stack.api("olivia") as api:
         shell = await api.post(f"/v1/devices/{stack.device_id}/shell", json={"argv": ["echo"]})
         assert shell.status_code == 200
-    async with stack.client() as anonymous:  # /metrics needs no token (DESIGN.md §6)
+    async with stack.client() as anonymous:  # /metrics needs no token (docs/design.md §6)
         response = await anonymous.get("/metrics")
     assert response.status_code == 200
     text = response.text

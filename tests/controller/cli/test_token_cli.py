@@ -68,7 +68,7 @@ def test_cli_errors_have_distinct_exit_codes(live_controller: LiveController) ->
     assert code == ExitCode.NOT_FOUND and "not_found" in err
 
     code, _, err = droidwire(live_controller, "token", "create", "--kind", "user", "bad~name")
-    assert code == ExitCode.ERROR and "bad_request" in err
+    assert code == ExitCode.USAGE and "bad_request" in err
 
     code, _, err = droidwire(live_controller, "token", "list", token="dw_u_wrong")
     assert code == ExitCode.AUTH

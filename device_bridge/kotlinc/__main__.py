@@ -1,0 +1,3 @@
+from .install import main
+
+raise SystemExit(main())

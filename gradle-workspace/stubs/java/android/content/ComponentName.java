@@ -1,0 +1,8 @@
+package android.content;
+
+public final class ComponentName {
+    public ComponentName(String pkg, String cls) { throw new RuntimeException("Stub!"); }
+    public ComponentName(Context pkg, Class<?> cls) { throw new RuntimeException("Stub!"); }
+    public String getPackageName() { throw new RuntimeException("Stub!"); }
+    public String getClassName() { throw new RuntimeException("Stub!"); }
+}

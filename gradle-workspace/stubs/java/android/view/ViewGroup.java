@@ -1,0 +1,10 @@
+package android.view;
+
+import android.content.Context;
+
+public abstract class ViewGroup extends View {
+    public ViewGroup(Context context) { super(context); throw new RuntimeException("Stub!"); }
+    public void addView(View child) { throw new RuntimeException("Stub!"); }
+    public int getChildCount() { throw new RuntimeException("Stub!"); }
+    public View getChildAt(int index) { throw new RuntimeException("Stub!"); }
+}

@@ -1,0 +1,5 @@
+package androidx.test.espresso;
+
+public final class NoMatchingViewException extends RuntimeException {
+    private NoMatchingViewException() {}
+}

@@ -1,0 +1,27 @@
+package com.droidwire.demo.test
+
+import android.os.SystemClock
+import android.util.Log
+import androidx.test.core.app.ActivityScenario
+import androidx.test.ext.junit.runners.AndroidJUnit4
+import com.droidwire.demo.MainActivity
+import org.junit.Test
+import org.junit.runner.RunWith
+
+@RunWith(AndroidJUnit4::class)
+class TypeMismatchTest {
+
+    @Test
+    fun typeMismatchIsChecked() {
+        ActivityScenario.launch(MainActivity::class.java).use { scenario ->
+            scenario.onActivity { activity ->
+                val start = SystemClock.elapsedRealtime()
+                val saved: String = activity.saveDraftSync("draft")
+                val budget: Long = "850"
+                activity.saveDraftSync(true)
+                Log.i("Draft", saved + budget)
+                Log.i("DroidUnblocker", "elapsed=${SystemClock.elapsedRealtime() - start}ms")
+            }
+        }
+    }
+}

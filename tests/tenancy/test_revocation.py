@@ -1,0 +1,147 @@
+"""Item 4 of the hostile-tenant suite: revocation stops work.
+
+Every device step of a run re-authorizes when it runs; revoking a token or a loan (or its
+expiry) cancels that principal's queued runs, stops the running one at once (PENDING
+``access_revoked``) and ends their live streams — REST and the dashboard's tail — and
+their MCP tool calls, for owners and admins too. The streams' periodic re-check is set to an hour here, so only the
+revocation itself can end them in time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+
+from controller.executor import SandboxExecutor
+from controller.executor.hub_gateway import HubGateway
+from tests.adb_support import AdbServer
+from tests.controller.conftest import bearer
+from tests.controller.test_hub_support import fast_settings
+from tests.executor.support import llm_style_test
+from tests.tenancy.revocation import queued_runs_stop, stream_stops
+from tests.tenancy.support import WAIT_S, tenancy_stack
+
+pytestmark = pytest.mark.adb
+
+NO_PERIODIC_RECHECK = fast_settings(stream_reauth_s=3600.0)
+
+
+async def test_revoking_a_loan_stops_the_borrowers_queued_and_running_runs(
+    tmp_path: Path, adb_server: AdbServer
+) -> None:
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        stopped = await queued_runs_stop(stack, runs=5)
+        # Nothing was installed or run on alice's phone after the loan ended (before: 32 of
+        # 40 queued runs still installed and ran), and every run says why it stopped.
+        assert stopped.after == 0
+        assert set(stopped.reasons) == {"access_revoked"}, stopped.reasons
+
+
+@pytest.mark.parametrize("how", ["grant", "expiry", "owner_token", "admin_token", "dashboard"])
+async def test_revocation_ends_live_streams(
+    tmp_path: Path, adb_server: AdbServer, how: str
+) -> None:
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        stopped = await stream_stops(stack, how)
+        assert stopped.reasons[0].startswith("forbidden: "), stopped.reasons
+
+
+async def test_revoking_a_loan_ends_the_borrowers_mcp_sandbox_call(
+    tmp_path: Path, adb_server: AdbServer
+) -> None:
+    """An MCP ``sandbox_executor`` call waiting for alice's busy phone ends, PENDING
+    ``access_revoked``, as soon as alice revokes the loan; it never reaches the phone."""
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        alice, bob = stack["alice"], stack["bob"]
+        grant = await stack.lend("alice", alice.device_id, "bob")
+        code = llm_style_test("fetchGreetingBlocking()")
+        # Alice keeps her phone busy with runs of her own (one at a time on a device).
+        for _ in range(3):
+            response = await alice.http.post("/v1/sandbox/execute", params={"wait": "false"},
+                                             json={"test_code": code,
+                                                   "device": alice.device_id})
+            assert response.status_code == 202, response.text
+
+        async def bobs_runs() -> list[dict[str, object]]:
+            return list((await bob.http.get("/v1/runs")).json()["runs"])
+
+        async with mcp_session(stack.url, bob.token) as session:
+            call = asyncio.create_task(session.call_tool(
+                "sandbox_executor", {"test_code": code, "device": alice.device_id}))
+            async with asyncio.timeout(WAIT_S):
+                while not await bobs_runs():  # noqa: ASYNC110 - bounded poll
+                    await asyncio.sleep(0.02)
+            response = await alice.http.delete(f"/v1/grants/{grant['id']}")
+            assert response.status_code == 204, response.text
+            result = await asyncio.wait_for(call, WAIT_S)
+        [block] = [c for c in result.content if isinstance(c, types.TextContent)]
+        data = json.loads(block.text)
+        assert data["verification_status"] == "PENDING", data
+        assert data["reason_code"] == "access_revoked", data
+        [run] = await bobs_runs()
+        steps = await stack.steps("bob", str(run["id"]))
+        assert not any(s["detail"].get("method") in ("device.install", "device.instrument")
+                       and s["status"] == "ok" for s in steps), steps
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, token: str) -> AsyncIterator[ClientSession]:
+    async with (
+        httpx2.AsyncClient(headers=bearer(token),
+                           timeout=httpx2.Timeout(WAIT_S, read=4 * WAIT_S)) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def test_each_device_step_reauthorizes_when_it_runs(
+    tmp_path: Path, adb_server: AdbServer
+) -> None:
+    """Without the watch that ends work at once (an executor built without one, as a replica
+    that missed the cluster's message is), a run planned while bob's loan was live is still
+    refused at its first device step after the loan ends — not only checked when planned."""
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        alice, bob = stack["alice"], stack["bob"]
+        app = stack.controller.app
+        executor = app.state.executor = SandboxExecutor(HubGateway(stack.controller.hub),
+                                                        app.state.store)
+        grant = await stack.lend("alice", alice.device_id, "bob")
+        # Hold the phone's turn, so bob's run waits for it after it was planned.
+        async with executor.scheduler.turn(alice.device_id, "alice", "held-by-the-test"):
+            response = await bob.http.post(
+                "/v1/sandbox/execute", params={"wait": "false"},
+                json={"test_code": llm_style_test("fetchGreetingBlocking()"),
+                      "device": alice.device_id})
+            assert response.status_code == 202, response.text
+            run_id = response.json()["run_id"]
+            async with asyncio.timeout(WAIT_S):
+                while not any(s["kind"] == "device_busy"  # noqa: ASYNC110 - bounded poll
+                              for s in await stack.steps("bob", run_id)):
+                    await asyncio.sleep(0.02)
+            response = await alice.http.delete(f"/v1/grants/{grant['id']}")
+            assert response.status_code == 204, response.text
+        async with asyncio.timeout(WAIT_S):
+            run = (await bob.http.get(f"/v1/runs/{run_id}")).json()
+            while run["status"] in ("queued", "running"):
+                await asyncio.sleep(0.02)
+                run = (await bob.http.get(f"/v1/runs/{run_id}")).json()
+        assert run["result"]["reason_code"] == "access_revoked", run["result"]
+        rpcs = [s for s in run["steps"] if s["kind"] == "rpc"
+                and not s["detail"]["target"].startswith("bridge ")]  # not the compile
+        assert rpcs and rpcs[0]["status"] == "refused", rpcs
+        assert rpcs[0]["detail"]["error"]["rule"] == "access_revoked"
+        assert not [s for s in rpcs if s["status"] == "ok"
+                    and s["detail"]["method"] not in ("device.shell", "device.uninstall")]
