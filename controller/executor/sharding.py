@@ -127,7 +127,8 @@ def merge_results(
         # A shard that could not vouch for its tests: the suite is not refuted as a whole.
         best = next(r for r in results if r.get("verification_status") != Status.REFUTED.value)
         status = str(best.get("verification_status"))
-    kinds = sorted({k for r in evidence for k in r.get("strict_mode_violations") or []})
+    lines = sorted({k for r in evidence for k in r.get("strict_mode_violations") or []})
+    kinds = list(dict.fromkeys(k for r in evidence for k in r.get("violation_kinds") or []))
     blocking = max((int(r.get("blocking_time_ms", -1)) for r in evidence), default=-1)
     tests: list[dict[str, Any]] = []
     shard_out: list[dict[str, Any]] = []
@@ -152,8 +153,9 @@ def merge_results(
         **{k: v for k, v in best.items() if k not in ("tests", "run_id", "device", "timings")},
         "run_id": lead_id,
         "device": None,
-        "strict_mode_violations": kinds,
-        "has_violations": bool(kinds),
+        "strict_mode_violations": lines,
+        "violation_kinds": kinds,
+        "has_violations": bool(lines),
         "blocking_time_ms": blocking,
         "tests": tests,
         "shards": shard_out,

@@ -14,7 +14,14 @@ import pytest
 
 from controller.cli.run import write_junit
 from controller.executor import ExecuteRequest, SandboxExecutor
-from controller.executor.sharding import Units, discover_units, merge_retry, split, unit_durations
+from controller.executor.sharding import (
+    Units,
+    discover_units,
+    merge_results,
+    merge_retry,
+    split,
+    unit_durations,
+)
 from controller.store import Run, RunStatus, Store
 from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
@@ -158,6 +165,25 @@ def test_a_retry_elsewhere_is_folded_into_its_shard() -> None:
     (test,) = result["tests"]
     assert (test["status"], test["attempts"], test["flaky"], test["first_stack"],
             test["retried_on"]) == ("passed", 2, True, "s1", "pi~x")
+
+
+def test_the_merged_result_names_violation_kinds_not_lines() -> None:
+    # The summary speaks of the kinds (DiskRead …), as one run's does; the raw log lines stay
+    # in strict_mode_violations, and violation_kinds is every shard's, each once.
+    line_a = "04-01 10:00:00.000 1 1 D StrictMode: StrictMode policy violation; ~duration=5 ms"
+    line_b = "04-01 10:00:01.000 1 1 D StrictMode: StrictMode policy violation: network"
+    results = [
+        {"verification_status": "CONFIRMED", "strict_mode_violations": [line_a],
+         "violation_kinds": ["DiskRead"], "blocking_time_ms": 40, "tests": []},
+        {"verification_status": "CONFIRMED", "strict_mode_violations": [line_b],
+         "violation_kinds": ["Network", "DiskRead"], "blocking_time_ms": 90, "tests": []},
+    ]
+    merged = merge_results("lead", [["A"], ["B"]], results, Units({"A": ["x"], "B": ["y"]}))
+    assert merged["violation_kinds"] == ["DiskRead", "Network"]
+    assert merged["strict_mode_violations"] == [line_a, line_b]
+    assert merged["has_violations"] is True
+    assert merged["summary"] == (
+        "StrictMode violations: DiskRead, Network | Blocking time: 90ms")
 
 
 async def test_earlier_durations_balance_the_next_split(store: Store) -> None:
