@@ -1093,9 +1093,13 @@ class Hub:
         if stream.ended:
             entry.streams.pop(evt.ch, None)
             entry.subscriptions.discard(stream)
-        # Let the stream's consumer run before the next frame is read: a burst read in one go
-        # would otherwise fill its queue before it had a chance to drain it.
-        await asyncio.sleep(0)
+        elif stream.queued * 2 >= stream.max_batches:
+            # Let the stream's consumer run before the next frame is read: a burst read in one
+            # go would otherwise fill its queue before it had a chance to drain it. Only from
+            # half full: a turn of the event loop per batch was a tenth of the relay's cost
+            # (docs/benchmarks.md), and the reader gives the consumer its turn anyway whenever
+            # it waits for the socket.
+            await asyncio.sleep(0)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         if self.cluster is not None:

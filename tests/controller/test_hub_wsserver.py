@@ -106,3 +106,44 @@ def test_the_frame_queue_pauses_at_the_byte_budget_and_resumes_when_taken() -> N
 
     asyncio.run(scenario())
 
+
+
+async def test_a_burst_of_log_batches_reaches_a_slow_consumer_whole(tmp_path: Path) -> None:
+    """The hub's reader lets a stream's consumer run before its queue fills (it yields once the
+    queue is half full): a burst of four queues' worth, sent in one go, loses no line even
+    though the consumer takes its time with each chunk."""
+    from controller.hub import LogStream
+    from tests.controller.test_hub_support import fast_settings
+
+    batches = 8
+    settings = fast_settings(stream_queue_batches=batches)
+    async with in_loop_controller(tmp_path, settings) as controller:
+        bridge = FakeBridge(controller.url, await controller.bridge_token("b1"),
+                            settings=settings)
+        await bridge.connect()
+        try:
+            [entry] = controller.hub.entries()
+            stream = LogStream(channel="burst", bridge_id=entry.id, serial="s",
+                               max_batches=batches)
+            entry.streams["burst"] = stream
+            total = 4 * batches
+            got: list[str] = []
+            dropped = 0
+
+            async def consume() -> None:
+                nonlocal dropped
+                while len(got) + dropped < total:
+                    chunk = await stream.get()
+                    got.extend(chunk.lines)
+                    dropped += chunk.dropped
+                    await asyncio.sleep(0)  # a consumer with work of its own per chunk
+
+            consumer = asyncio.create_task(consume())
+            for i in range(total):  # all queued first, then written back to back
+                bridge.session.event("burst", {"lines": [f"line {i}"], "dropped": 0})
+            await bridge.flush()
+            await asyncio.wait_for(consumer, WAIT_S)
+            assert dropped == 0
+            assert got == [f"line {i}" for i in range(total)]
+        finally:
+            await bridge.close()
