@@ -223,14 +223,17 @@ class BridgeConnection(ServerConnection):
     hub uses (``receive`` → an ASGI-style message, ``send_bytes``; ``close`` is websockets')
     and what uvicorn asks of its connections (``shutdown``)."""
 
-    principal: Any = None
-    # Set by the hub (Hub.serve): a binary frame handled in the read callback when the
-    # hub's reader is idle; True when it was (see Hub._result_now).
-    frame_hook: Callable[[bytes], bool] | None = None
+    # Slots, not the instance dict: three more keys in websockets' large instance dict made
+    # it grow, about 1.8 KB per idle bridge (docs/benchmarks.md).
+    __slots__ = ("bridges", "frame_hook", "principal")
 
     def __init__(self, protocol: ServerProtocol, server: BridgeServer, **kwargs: Any) -> None:
-        super().__init__(protocol, server, **kwargs)  # type: ignore[arg-type]
+        self.principal: Any = None  # the token's principal, once the handshake checked it
+        # Set by the hub (Hub.serve): a binary frame handled in the read callback when the
+        # hub's reader is idle; True when it was (see Hub._result_now).
+        self.frame_hook: Callable[[bytes], bool] | None = None
         self.bridges = server
+        super().__init__(protocol, server, **kwargs)  # type: ignore[arg-type]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # starts BridgeServer.handler in a task
