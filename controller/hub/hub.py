@@ -52,7 +52,6 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
-from starlette.websockets import WebSocket
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
@@ -96,7 +95,7 @@ from protocol.session import (
 )
 from protocol.settings import Settings
 
-__all__ = ["BridgeEntry", "BridgeState", "ClusterHooks", "Connection", "Hub"]
+__all__ = ["BridgeEntry", "BridgeSocket", "BridgeState", "ClusterHooks", "Connection", "Hub"]
 
 log = logging.getLogger("droidwire.controller.hub")
 
@@ -149,6 +148,16 @@ class HubMetrics:
         histogram.observe(seconds)
 
 
+class BridgeSocket(Protocol):
+    """What the hub uses of a bridge's WebSocket: Starlette's (the ASGI endpoint,
+    :mod:`controller.hub.endpoint`) or websockets' own server connection
+    (:mod:`controller.hub.wsserver`, what ``droidwire controller`` serves)."""
+
+    async def receive(self) -> Any: ...  # an ASGI message: websocket.receive / .disconnect
+    async def send_bytes(self, data: bytes) -> None: ...
+    async def close(self, code: int = ..., reason: str = ...) -> None: ...
+
+
 class BridgeState(StrEnum):
     CONNECTED = "connected"  # a connection is up (handshake or open)
     RECONNECTING = "reconnecting"  # dropped less than grace_period_s ago: calls wait for it
@@ -170,7 +179,7 @@ class Connection:
     )
 
     def __init__(
-        self, websocket: WebSocket, drain: Callable[[Connection], Coroutine[Any, Any, None]]
+        self, websocket: BridgeSocket, drain: Callable[[Connection], Coroutine[Any, Any, None]]
     ) -> None:
         self.ws = websocket
         self.drain = drain  # the writer's body: sends what the session has, then returns
@@ -269,6 +278,11 @@ class _StreamHold:
 
 # Connection.writer while a drain runs eagerly, in the caller's own step.
 _EAGER = object()
+# BridgeSocket.frame_hook where the socket has none (Starlette's).
+_NO_HOOK = object()
+# Results up to this size may be handled in the read callback (Hub._result_now); larger
+# ones are left to the reader.
+FAST_RESULT_BYTES = 64 * 1024
 
 
 # What a waiter's future gets when its call's deadline passed (Hub._expire).
@@ -830,7 +844,7 @@ class Hub:
 
     # -- the bridge endpoint
 
-    async def serve(self, websocket: WebSocket, principal: Principal) -> None:
+    async def serve(self, websocket: BridgeSocket, principal: Principal) -> None:
         """Run one accepted bridge WebSocket until it ends (the ``/v1/bridge`` handler)."""
         assert principal.bridge_id is not None
         # The live connection of this bridge is replaced only by one that has proved itself:
@@ -870,6 +884,9 @@ class Hub:
         self.metrics.reconnects.inc()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
+        hook = getattr(websocket, "frame_hook", _NO_HOOK)
+        if hook is None:  # websockets' own connection (controller.hub.wsserver)
+            websocket.frame_hook = lambda data: self._result_now(entry, conn, data)  # type: ignore[attr-defined]
         try:
             if not conn.ending:
                 # This task reads; a kick (another connection of the bridge, liveness,
@@ -936,7 +953,7 @@ class Hub:
         log.info("bridge %s is disconnected (grace over, %d calls failed)", entry.name,
                  len(failed))
 
-    async def _await_hello(self, websocket: WebSocket, name: str) -> Hello | None:
+    async def _await_hello(self, websocket: BridgeSocket, name: str) -> Hello | None:
         """The first frame of a new connection, if it is a valid ``hello`` of our protocol
         version; else the connection is closed (4400 garbage, 4426 another version, 1013 no
         hello in time, 1001 shutting down) and None returned."""
@@ -990,9 +1007,15 @@ class Hub:
         session = entry.session
         loop = asyncio.get_running_loop()
         first = True
+        message: Any = None
+        frame: Any = None
+        outcome: Any = None
         while True:
+            # Nothing of the previous frame stays alive while this waits (for hours, on an
+            # idle bridge: the hello, the welcome): about 2.5 KB per idle bridge.
+            message = frame = outcome = data = None
             if first:
-                frame: Any = hello
+                frame = hello
             else:
                 message = await conn.ws.receive()
                 if message["type"] == "websocket.disconnect":
@@ -1036,6 +1059,47 @@ class Hub:
                 await self._on_resume(entry, outcome)
             else:
                 conn.wake()  # a pong to the bridge's ping
+
+    def _result_now(self, entry: BridgeEntry, conn: Connection, data: bytes) -> bool:
+        """A small ``res`` frame, handled in the transport's read callback — the reader task
+        is idle with nothing queued (the connection checks that), so the order of frames is
+        the same as if it had read it — instead of one more trip through the event loop to
+        wake the reader. The same steps as :meth:`_read` for a result; False (anything else:
+        hello, events, pongs, a frame that does not decode, a large one): the reader reads
+        it as usual."""
+        if (len(data) > FAST_RESULT_BYTES or entry.conn is not conn or conn.ending
+                or not entry.session.is_open):
+            return False
+        try:
+            frame = self.codec.decode(data)
+        except DecodeError:
+            return False
+        if not isinstance(frame, Res):
+            return False
+        try:
+            outcome = entry.session.receive(frame, asyncio.get_running_loop().time())
+        except HandshakeRefused as exc:
+            conn.kick(exc.close_code, str(exc))
+            return True
+        except (UnexpectedFrame, InvalidState) as exc:
+            conn.kick(CloseCode.BAD_REQUEST, str(exc))
+            return True
+        except Exception as exc:  # as in the reader: a bug ends the connection, not the loop
+            conn._failed(exc)
+            return True
+        try:
+            if isinstance(outcome, Completion):
+                self._complete(entry, outcome)
+                if entry.conn is conn:
+                    self._ack(entry, conn)
+            elif isinstance(outcome, Relay):
+                self._spawn(self._relay(entry, conn, outcome.res))
+            elif isinstance(outcome, Duplicate):
+                log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
+                self._ack(entry, conn)
+        except Exception as exc:
+            conn._failed(exc)
+        return True
 
     def _bad_frame(
         self, entry: BridgeEntry, conn: Connection, exc: DecodeError, first: bool
@@ -1160,9 +1224,13 @@ class Hub:
         if stream.ended:
             entry.streams.pop(evt.ch, None)
             entry.subscriptions.discard(stream)
-        # Let the stream's consumer run before the next frame is read: a burst read in one go
-        # would otherwise fill its queue before it had a chance to drain it.
-        await asyncio.sleep(0)
+        elif stream.queued * 2 >= stream.max_batches:
+            # Let the stream's consumer run before the next frame is read: a burst read in one
+            # go would otherwise fill its queue before it had a chance to drain it. Only from
+            # half full: a turn of the event loop per batch was a tenth of the relay's cost
+            # (docs/benchmarks.md), and the reader gives the consumer its turn anyway whenever
+            # it waits for the socket.
+            await asyncio.sleep(0)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         if self.cluster is not None:
