@@ -16,7 +16,7 @@ import json
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketDisconnect
 
@@ -176,6 +176,44 @@ async def logcat_stream(
         pass  # the client went away mid-send
     finally:
         await hub.unsubscribe(stream)
+
+
+@router.websocket("/{device}/screen/stream")
+async def screen_stream(
+    websocket: WebSocket,
+    device: str,
+    principal: UserPrincipal,
+    codec: Annotated[str, Query(pattern="^(jpeg|png|h264)$")] = "jpeg",
+) -> None:
+    """The device's live screen, and remote control over the same socket (docs/screen.md):
+    binary frames (a 4-byte header length, a JSON header, the picture or H.264 access unit),
+    text ``{"type": "hello"|"input"|"eof", …}``; the client sends input messages. One bridge
+    stream per device and codec, shared by every viewer."""
+    from controller.api.screen import serve_screen
+
+    await serve_screen(websocket, _hub(websocket.app.state), principal, device, codec)
+
+
+@router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
+async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
+    """The newest frame of the device's live screen as a picture, without a new ``screencap``
+    (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
+    hub = _hub(request.app.state)
+    record = await resolve_device(hub, principal, device)
+    frame = hub.screens.latest_picture(record.ref)
+    action = "device.screen.latest"
+    try:
+        await authorize(principal, record.ref, Action.USE, store=hub.store)
+        if frame is None:
+            raise RpcError(ErrorCode.CONFLICT, "no live picture of this device: nobody watches "
+                           "its screen (take a screenshot instead)", {"reason": "no_live_screen"})
+    except RpcError as exc:
+        await hub.audit_device(principal, action, record.ref, exc)
+        raise
+    await hub.audit_device(principal, action, record.ref, None)
+    return Response(frame.data, media_type=f"image/{frame.codec}",
+                    headers={"X-Frame-Number": str(frame.n), "X-Frame-Time": f"{frame.ts:.0f}",
+                             "Cache-Control": "no-store"})
 
 
 async def _until_unauthorized(hub: Hub, principal: Principal, device: DeviceRef) -> str:
