@@ -124,7 +124,8 @@ class AnnexB:
         self._buf += data
         out: list[tuple[bytes, bool]] = []
         while True:
-            start = self._buf.find(b"\x00\x00\x01", 1)
+            head = self._buf.find(b"\x00\x00\x01")
+            start = self._buf.find(b"\x00\x00\x01", head + 3) if head >= 0 else -1
             if start < 0:
                 break
             # A 4-byte start code belongs to the next NAL unit.
@@ -424,8 +425,17 @@ class ScreenService:
             while True:
                 unit = await reader.next()
                 if unit is None:
-                    stream.reason = reader.reason or "closed"
-                    return
+                    # screenrecord stops at its time limit (3 minutes on a phone): start it
+                    # again while someone watches; a start that fails ends the stream.
+                    reader.close()
+                    again = await self._start_h264(stream) if reader.sent else None
+                    if again is None:
+                        stream.reason = reader.reason or "closed"
+                        return
+                    reader = again
+                    need_key = True
+                    continue
+                reader.sent += 1
                 data, key, n, ts = unit
                 if need_key and not key:
                     stream.skipped += 1
@@ -552,6 +562,7 @@ class _H264Reader:
         self._clock = clock
         self._keep = keep
         self.units: list[tuple[bytes, bool, int, float]] = []
+        self.sent = 0  # units taken by the consumer
         self._lost = 0
         self.first = asyncio.Event()
         self._wake = asyncio.Event()

@@ -36,7 +36,6 @@ from fastapi import WebSocket
 from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
 
-from controller.api.devices import _until_unauthorized
 from controller.auth import Action, DeviceRef, Principal, authorize, may
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
@@ -122,6 +121,20 @@ async def serve_screen(
         pass
     finally:
         await viewer.close()
+
+
+async def _until_unauthorized(hub: Hub, principal: Principal, device: DeviceRef) -> str:
+    """Re-check the right to use ``device`` every ``stream_reauth_s`` (as the logcat stream
+    does); return the refusal once it no longer holds. Owners and admins hold no loan."""
+    if principal.is_admin or principal.user_id == device.owner_id:
+        await asyncio.Event().wait()
+    while True:
+        await asyncio.sleep(hub.settings.stream_reauth_s)
+        try:
+            await authorize(principal, device, Action.USE, store=hub.store)
+        except RpcError as exc:
+            log.info("screen of %s for %s ends: %s", device.serial, principal.actor, exc)
+            return f"forbidden: access to this device ended ({exc.code.value})"
 
 
 async def _receive(websocket: WebSocket, inputs: asyncio.Queue[dict[str, Any]],

@@ -34,7 +34,10 @@
     const ctx = canvas.getContext("2d");
     const status = document.getElementById("screen-status");
     const control = box.dataset.control === "1";
-    const wanted = (await h264Decodable()) ? "h264" : "jpeg";
+    // ?codec=jpeg|png|h264 on the page's URL forces a codec; else H.264 where decodable.
+    const forced = new URLSearchParams(window.location.search).get("codec");
+    const wanted = ["jpeg", "png", "h264"].indexOf(forced) >= 0 ? forced
+      : (await h264Decodable()) ? "h264" : "jpeg";
     const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
     const url = scheme + "//" + window.location.host + box.dataset.stream + "?codec=" + wanted;
     const socket = new WebSocket(url);
