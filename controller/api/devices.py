@@ -200,10 +200,10 @@ async def screen_latest(device: str, principal: UserPrincipal, request: Request)
     (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
     hub = _hub(request.app.state)
     record = await resolve_device(hub, principal, device)
-    frame = hub.screens.latest_picture(record.ref)
     action = "device.screen.latest"
     try:
         await authorize(principal, record.ref, Action.USE, store=hub.store)
+        frame = await hub.screens.latest_picture(record.ref)
         if frame is None:
             raise RpcError(ErrorCode.CONFLICT, "no live picture of this device: nobody watches "
                            "its screen (take a screenshot instead)", {"reason": "no_live_screen"})

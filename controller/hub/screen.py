@@ -261,14 +261,48 @@ class ScreenFeeds:
         """The live feeds (each once, whatever codec it was asked for under)."""
         return list({id(f): f for f in self._feeds.values()}.values())
 
-    def latest_picture(self, device: DeviceRef) -> ScreenFrame | None:
-        """The newest JPEG/PNG frame of a live feed of ``device`` (no new screencap)."""
+    async def latest_picture(self, device: DeviceRef) -> ScreenFrame | None:
+        """The newest picture of a live feed of ``device`` (no new screencap): a JPEG/PNG
+        feed's last frame, or an H.264 feed's pictures since its last key frame decoded
+        (off the loop) into a JPEG. None when nobody watches."""
         for codec in ("jpeg", "png"):
             feed = self.feed(device, codec)
             if feed is not None and feed.ended is None and feed.latest is not None:
                 return feed.latest
-        return None
+        feed = self.feed(device, "h264")
+        if feed is None or feed.ended is not None or not feed.gop:
+            return None
+        gop = list(feed.gop)
+        try:
+            data = await asyncio.to_thread(_decode_last, [f.data for f in gop])
+        except Exception as exc:  # a broken stream is "no picture", never a crash
+            log.info("cannot decode the live H.264 of %s: %s", device.serial, exc)
+            return None
+        if data is None:
+            return None
+        last = gop[-1]
+        return ScreenFrame(codec="jpeg", data=data, w=last.w, h=last.h, n=last.n, ts=last.ts)
 
     @property
     def live(self) -> int:
         return len({id(f) for f in self._feeds.values()})
+
+
+def _decode_last(units: list[bytes]) -> bytes | None:
+    """Decode H.264 access units (a key frame first) and return the last picture as JPEG."""
+    import io
+
+    import av
+
+    decoder: Any = av.CodecContext.create("h264", "r")
+    last = None
+    for unit in units:
+        for frame in decoder.decode(av.Packet(unit)):
+            last = frame
+    for frame in decoder.decode(None):
+        last = frame
+    if last is None:
+        return None
+    out = io.BytesIO()
+    last.to_image().save(out, "JPEG", quality=80)
+    return out.getvalue()
