@@ -129,6 +129,10 @@ async def test_two_viewers_share_one_stream_a_click_lands_and_revocation_ends_a_
             for page in (owner, borrower):
                 await _shows_button(page, False)  # both viewers see the Settings page
             assert sim.sim.call(lambda: sim.device.focus) == focus
+            # The tap went through the caller's grant and the audit log like any device call.
+            entries = await stack.controller.app.state.audit.recent(limit=500)
+            assert any(e.action == "device.input" and e.outcome == "ok" and e.actor == "olivia"
+                       for e in entries)
 
             # The picture path too (browsers without an H.264 decoder): JPEG frames.
             pictures = await owner.context.new_page()
