@@ -70,6 +70,18 @@ _TAP_PROBE = """([tx, ty, px, py]) => {
 }"""
 
 
+_SHOWS = """([px, py, red]) => new Promise((done) => {
+  const c = document.getElementById('screen-canvas');
+  const box = document.getElementById('screen');
+  const ctx = c.getContext('2d');
+  const near = () => Math.abs(ctx.getImageData(Math.floor(px * c.width),
+                                               Math.floor(py * c.height), 1, 1).data[0] - red) < 60;
+  if (near()) { done(true); return; }
+  const seen = new MutationObserver(() => { if (near()) { seen.disconnect(); done(true); } });
+  seen.observe(box, { attributes: true });
+})"""
+
+
 def _ws(url: str, device_id: str, codec: str = "h264") -> str:
     return (f"{url.replace('http://', 'ws://')}/v1/devices/{quote(device_id, safe='~:')}"
             f"/screen/stream?codec={codec}")
@@ -119,7 +131,11 @@ async def _browser(stack: Any, device_id: str, window_s: float, taps: int,
                 x, y = await page.evaluate(_TAP_PROBE, [*DARK_SWITCH, *BACKGROUND])
                 await page.mouse.click(x, y)
                 ours_tap.append(float(await page.evaluate("() => window.__tap")))
-                base_tap.append(await asyncio.to_thread(_local_tap, device))
+                elapsed_ms, red = await asyncio.to_thread(_local_tap, device)
+                base_tap.append(elapsed_ms)
+                # The page must show what the phone shows before the next click, or a click
+                # could undo the baseline's change before a frame ever carried it.
+                await page.evaluate(_SHOWS, [*BACKGROUND, red])
             codec = last["codec"]
         finally:
             await browser.close()
@@ -142,8 +158,9 @@ async def _browser(stack: Any, device_id: str, window_s: float, taps: int,
     return figures
 
 
-def _local_tap(device: Any) -> float:
-    """``input tap`` on the Dark mode switch, then screenshots until the theme changed, ms."""
+def _local_tap(device: Any) -> tuple[float, int]:
+    """``input tap`` on the Dark mode switch, then screenshots until the theme changed: ms, and
+    the background's red value now."""
     width, height = device.window_size()
     before = device.screenshot().getpixel((int(BACKGROUND[0] * width),
                                            int(BACKGROUND[1] * height)))
@@ -154,7 +171,7 @@ def _local_tap(device: Any) -> float:
         now = device.screenshot().getpixel((int(BACKGROUND[0] * width),
                                             int(BACKGROUND[1] * height)))
         if abs(now[0] - before[0]) > 60:
-            return (time.perf_counter() - started) * 1000
+            return (time.perf_counter() - started) * 1000, int(now[0])
         if time.perf_counter() - started > 30:
             raise RuntimeError("the local tap never showed")
 

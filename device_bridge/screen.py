@@ -341,7 +341,6 @@ class ScreenService:
             raise RpcError(ErrorCode.BUSY, f"at most {MAX_SCREEN_STREAMS} screen streams")
         stream = _Stream(f"sc-{uuid.uuid4().hex}", p.serial, p.codec, p.max_fps, p.max_side)
         source = "screencap"
-        first: list[tuple[bytes, bool]] = []
         reader: _H264Reader | None = None
         if p.codec == "h264":
             reader = await self._start_h264(stream)
@@ -354,7 +353,6 @@ class ScreenService:
         pump = self._pump_h264(stream, sink, reader) if reader is not None else (
             self._pump_pictures(stream, sink))
         stream.task = loop.create_task(pump, name=f"droidwire-screen-{p.serial}")
-        del first
         log.info("screen of %s streaming on %s (%s, %s)", p.serial, stream.channel,
                  stream.codec, source)
         return {"channel": stream.channel, "codec": stream.codec, "source": source}
