@@ -391,6 +391,9 @@ class ScreenService:
             while True:
                 if not await sink.idle():
                     return
+                if self.rpc.policy.paused:
+                    stream.reason = "paused"  # the owner's kill switch ends live streams too
+                    return
                 started = time.monotonic()
                 png = await self._adb().screenshot(stream.serial)
                 n += 1
@@ -444,6 +447,9 @@ class ScreenService:
                     stream.skipped += 1
                     continue
                 if not await sink.idle():
+                    return
+                if self.rpc.policy.paused:
+                    stream.reason = "paused"  # the owner's kill switch ends live streams too
                     return
                 need_key = False
                 frame = ScreenFrame(codec="h264", data=data, key=key, w=reader.w, h=reader.h,

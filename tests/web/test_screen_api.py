@@ -90,3 +90,19 @@ async def test_device_view_prints_the_page(stack: Stack) -> None:
     missing = await asyncio.to_thread(
         CliRunner().invoke, cli, ["device", "view", "nope:1", "--no-browser"], env=env)
     assert missing.exit_code != 0
+
+
+@pytest.mark.parametrize("codec", ["jpeg", "h264"])
+async def test_the_owners_pause_switch_ends_a_live_screen(stack: Stack, codec: str) -> None:
+    olivia = bearer(stack.tokens["olivia"])
+    async with connect(_ws(stack, codec), additional_headers=olivia, open_timeout=WAIT_S,
+                       max_size=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "hello"
+        stack.bridge.policy.pause()
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while isinstance(message := await ws.recv(), bytes):
+                    pass
+        finally:
+            stack.bridge.policy.resume()
+    assert json.loads(message) == {"type": "eof", "reason": "paused"}
