@@ -568,6 +568,8 @@ class DeviceStack:
     serials: list[str]
     adb: Any  # tests.adb_support.AdbServer
     app: Any
+    sims: list[Any] = field(default_factory=list)  # tests.adb_support.ConnectedSim
+    admin_token: str = ""
 
 
 @contextlib.asynccontextmanager
@@ -614,7 +616,8 @@ async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIte
                 async with Bridge(host, token=created.json()["token"]) as bridge:
                     await bridge.wait_open(START_TIMEOUT_S)
                     await _wait_devices(http, set(serials))
-                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app)
+                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app,
+                                      sims=sims, admin_token=admin)
         finally:
             server.should_exit = True
             with contextlib.suppress(Exception):

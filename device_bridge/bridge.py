@@ -39,6 +39,7 @@ from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
+from device_bridge.screen import ScreenService
 from protocol import redact
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
 from protocol.errors import RpcError
@@ -127,6 +128,8 @@ class Bridge:
             queue_batches=self.settings.stream_queue_batches,
         )
         self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
+        # device.screen.*, device.input (issue 17)
+        self.screen = ScreenService.install(self.dispatcher, self.agent)
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}

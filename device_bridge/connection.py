@@ -375,6 +375,16 @@ class Link:
         self._write_soon()
         return True
 
+    async def idle(self) -> bool:
+        """Wait until nothing waits in the send queue; ``False`` once the link is down.
+
+        A stream that must skip rather than queue (the live screen) sends only then, so RPC
+        results and logcat batches never wait behind a queue of its frames."""
+        while self.is_open and self._out:
+            self._room.clear()
+            await self._room.wait()
+        return self.is_open
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Connect, serve, reconnect until ``stop`` is set; :class:`LinkError` if it gives up."""
         if self._started:

@@ -16,12 +16,12 @@ import json
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketDisconnect
 
-from controller.access import AccessWatch, check_access, lapse_reason
-from controller.auth import DeviceRef, Principal, UserPrincipal
+from controller.access import until_lapsed
+from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.streams import LogChunk
 from protocol.errors import ErrorCode, RpcError
@@ -181,34 +181,50 @@ async def logcat_stream(
         await hub.unsubscribe(stream)
 
 
+@router.websocket("/{device}/screen/stream")
+async def screen_stream(
+    websocket: WebSocket,
+    device: str,
+    principal: UserPrincipal,
+    codec: Annotated[str, Query(pattern="^(jpeg|png|h264)$")] = "jpeg",
+) -> None:
+    """The device's live screen, and remote control over the same socket (docs/screen.md):
+    binary frames (a 4-byte header length, a JSON header, the picture or H.264 access unit),
+    text ``{"type": "hello"|"input"|"eof", …}``; the client sends input messages. One bridge
+    stream per device and codec, shared by every viewer."""
+    from controller.api.screen import serve_screen
+
+    await serve_screen(websocket, _hub(websocket.app.state), principal, device, codec)
+
+
+@router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
+async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
+    """The newest frame of the device's live screen as a picture, without a new ``screencap``
+    (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
+    hub = _hub(request.app.state)
+    record = await resolve_device(hub, principal, device)
+    action = "device.screen.latest"
+    try:
+        await authorize(principal, record.ref, Action.USE, store=hub.store)
+        frame = await hub.screens.latest_picture(record.ref)
+        if frame is None:
+            raise RpcError(ErrorCode.CONFLICT, "no live picture of this device: nobody watches "
+                           "its screen (take a screenshot instead)", {"reason": "no_live_screen"})
+    except RpcError as exc:
+        await hub.audit_device(principal, action, record.ref, exc)
+        raise
+    await hub.audit_device(principal, action, record.ref, None)
+    return Response(frame.data, media_type=f"image/{frame.codec}",
+                    headers={"X-Frame-Number": str(frame.n), "X-Frame-Time": f"{frame.ts:.0f}",
+                             "Cache-Control": "no-store"})
+
+
 async def _until_unauthorized(
     state: Any, hub: Hub, principal: Principal, device: DeviceRef
 ) -> str:
-    """Return the refusal (``"forbidden: …"``) once ``principal`` may no longer use
-    ``device``: its token revoked (owners and admins too), its loan revoked or expired. The
-    app's :class:`controller.access.AccessWatch` tells at once (a revocation anywhere in the
-    cluster, a loan's end); without one, re-checked every ``stream_reauth_s``."""
-    access: AccessWatch | None = getattr(state, "access", None)
-    if access is not None:
-        lapsed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-        def lapse(reason: str) -> None:
-            if not lapsed.done():
-                lapsed.set_result(reason)
-
-        unwatch = access.watch(principal, device, lapse)
-        try:
-            return await lapsed
-        finally:
-            unwatch()
-    while True:
-        await asyncio.sleep(hub.settings.stream_reauth_s)
-        try:
-            await check_access(hub.store, principal, device)
-        except RpcError as exc:
-            log.info("logcat stream of %s for %s ends: %s", device.serial, principal.actor, exc)
-            # Not exc.message: a lapsed loan answers not_found, which would name the device.
-            return lapse_reason(exc)
+    """The refusal that ends ``principal``'s stream of ``device`` (:func:`until_lapsed`)."""
+    return await until_lapsed(getattr(state, "access", None), hub.store,
+                              hub.settings.stream_reauth_s, principal, device)
 
 
 async def _until_closed(websocket: WebSocket) -> None:

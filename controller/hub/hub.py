@@ -57,6 +57,7 @@ from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
 from controller.hub.inventory import admissible
+from controller.hub.screen import ScreenFeeds
 from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
@@ -318,6 +319,9 @@ class BridgeEntry:
     waiters: dict[str, _Waiter] = field(default_factory=dict)
     streams: dict[str, LogStream] = field(default_factory=dict)  # by live channel
     subscriptions: set[LogStream] = field(default_factory=set)  # across reconnects
+    # Live screens (controller/hub/screen.py) by channel: each takes its evt frames, and
+    # ends with the connection (the bridge ends its screen streams with the link).
+    screens: dict[str, ScreenChannel] = field(default_factory=dict)
     grace_task: asyncio.Task[None] | None = None
     # Fires at the earliest deadline of the pending calls (Hub._arm), whatever the connection.
     deadline_timer: asyncio.TimerHandle | None = None
@@ -336,6 +340,13 @@ class BridgeEntry:
     def live_devices(self) -> dict[str, DeviceInfo]:
         """The inventory while the session is open, else nothing."""
         return dict(self.devices) if self.is_open else {}
+
+
+class ScreenChannel(Protocol):
+    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`)."""
+
+    def on_event(self, evt: Evt) -> None: ...
+    def end(self, reason: str) -> None: ...
 
 
 class ClusterHooks(Protocol):
@@ -401,6 +412,7 @@ class Hub:
         self._started = 0.0
         self._closing = False
         self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
+        self.screens = ScreenFeeds(self)  # live screens, one bridge stream per device
 
     # -- lifecycle
 
@@ -836,7 +848,14 @@ class Hub:
                 timeout_s=self.settings.rpc_timeout_s,
             )
 
+    def _end_screens(self, entry: BridgeEntry, reason: str) -> None:
+        screens = list(entry.screens.values())
+        entry.screens.clear()
+        for screen in screens:
+            screen.end(reason)
+
     def _end_streams(self, entry: BridgeEntry, reason: str) -> None:
+        self._end_screens(entry, reason)
         for stream in entry.subscriptions:
             stream.end(reason)
         entry.subscriptions.clear()
@@ -925,6 +944,7 @@ class Hub:
         entry.conn = None
         entry.session.connection_lost()
         entry.streams.clear()  # the bridge ends its streams with the link; resumed on return
+        self._end_screens(entry, "bridge_disconnected")
         if self.cluster is not None:
             await self._persist(self.cluster.released(entry))
         entry.away_since = asyncio.get_running_loop().time()
@@ -1210,6 +1230,10 @@ class Hub:
             entry.devices = admissible(entry.name, {d.serial: d for d in changed.devices})
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
+            return
+        screen = entry.screens.get(evt.ch)
+        if screen is not None:
+            screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
             return
         stream = entry.streams.get(evt.ch)
         if stream is None:

@@ -51,6 +51,7 @@ __all__ = [
     "DeviceFacts",
     "DeviceState",
     "Installed",
+    "ShellSocket",
     "default_server_port",
 ]
 
@@ -93,6 +94,26 @@ class DeviceState:
 
     serial: str
     state: str
+
+
+class ShellSocket:
+    """An open adb stream socket; :meth:`close` (any thread, idempotent) frees its slot."""
+
+    def __init__(self, sock: socket.socket, release: Callable[[], object]) -> None:
+        self.sock = sock
+        self._release: Callable[[], object] | None = release
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            release, self._release = self._release, None
+        if release is None:
+            return
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -779,6 +800,26 @@ class AdbDevices:
         )
         self._live.add(stream)
         return stream.start()
+
+    async def open_socket(self, serial: str, service: str, *, what: str) -> ShellSocket:
+        """A raw socket on ``service`` of ``serial`` (a persistent shell, ``exec:`` output
+        read as bytes). It counts as one of the bridge's device streams until closed."""
+        self._check_serial(serial)
+        if not self._streams.acquire(blocking=False):
+            raise RpcError(ErrorCode.BUSY, "too many device streams open on this bridge")
+        try:
+            conn = await self._call(
+                lambda abort: self._open(abort, serial, service, self.connect_timeout_s),
+                serial=serial,
+                what=what,
+                release=lambda abandoned: abandoned.close(),
+            )
+        except BaseException:
+            self._streams.release()
+            raise
+        sock: socket.socket = conn.conn
+        sock.settimeout(None)
+        return ShellSocket(sock, self._streams.release)
 
     # -- files and packages --------------------------------------------------------------------
 

@@ -911,6 +911,63 @@ async def screencap(p: Proc) -> int:
     return 0
 
 
+@command("screenrecord")
+async def screenrecord(p: Proc) -> int:
+    """``screenrecord --output-format=h264 [--size WxH] [--bit-rate N] [--time-limit S] -``:
+    the screen as raw H.264 on stdout (device_bridge/sim/video.py). Only stdout output, as
+    the simulated phone has no muxer; a file target is refused."""
+    from device_bridge.sim import screen as sim_screen
+    from device_bridge.sim import video
+
+    prof = p.device.profile
+    size = (prof.width * 360 // max(prof.width, prof.height) * 2,
+            prof.height * 360 // max(prof.width, prof.height) * 2)
+    bit_rate, limit, fmt, target = 2_000_000, 180.0, "mp4", None
+    for a in p.argv[1:]:
+        key, _, value = a.partition("=")
+        try:
+            if key == "--output-format":
+                fmt = value
+            elif key == "--size":
+                w, _, h = value.partition("x")
+                size = (int(w), int(h))
+            elif key == "--bit-rate":
+                bit_rate = int(value)
+            elif key == "--time-limit":
+                limit = min(float(value), 180.0)
+            elif key in ("--bugreport", "--verbose"):
+                pass
+            elif a.startswith("-") and a != "-":
+                await p.err(f"Unknown option {a}\n")
+                return 2
+            else:
+                target = a
+        except ValueError:
+            await p.err(f"Bad value in {a}\n")
+            return 2
+    if fmt != "h264" or target != "-":
+        await p.err("the simulated screenrecord writes --output-format=h264 to stdout (-) only\n")
+        return 1
+    if not (16 <= size[0] <= 4096 and 16 <= size[1] <= 4096) or not video.available():
+        await p.err("Unable to get output buffers (err=-38)\n")
+        return 1
+    encoder = video.H264Encoder(size[0], size[1], bit_rate=bit_rate)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    interval = 1.0 / video.FPS
+    try:
+        while loop.time() < end:
+            started = loop.time()
+            image = sim_screen.picture(p.device.screen())
+            data = await asyncio.to_thread(encoder.encode, image)
+            if data:
+                await p.stdout.write(data)
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+    except (ConnectionError, OSError, EOFError):
+        return 0  # the host stopped reading
+    return 0
+
+
 @command("uiautomator")
 async def uiautomator(p: Proc) -> int:
     """``uiautomator dump [--compressed] [FILE]``: the window hierarchy as XML."""

@@ -22,6 +22,7 @@ from bench import (
     bench_kotlinc,
     bench_link,
     bench_sandbox,
+    bench_screen,
     bench_shell,
     bench_storm,
 )
@@ -81,6 +82,19 @@ def test_idle() -> None:
     # Every bridge that was not refused is counted, and refusals are reported, not hidden.
     assert fig["n"] + fig["refused"] + fig["late"] == 10
     assert "notes" in fig
+
+
+@pytest.mark.adb
+@pytest.mark.slow
+def test_screen() -> None:
+    import os
+
+    names = {"stream_cost"}
+    if os.path.exists(bench_screen.CHROMIUM):
+        names |= {"screen_fps", "screen_latency_p50", "screen_latency_p95", "tap_to_frame_ms"}
+    figures = check(bench_screen.run(quick=True, window_s=1.0, taps=1, viewers=2), names)
+    fps = [f for f in figures if f["name"] == "screen_fps"]
+    assert all(f["baseline"] > 0 for f in fps)  # the phone produced frames in the window
 
 
 @pytest.mark.slow

@@ -54,6 +54,15 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "device.logcat.subscribe": ({"serial": SERIAL, "tail": 10}, {"channel": "logcat-1"}),
     "device.logcat.unsubscribe": ({"channel": "logcat-1"}, {}),
     "device.screenshot": ({"serial": SERIAL}, {"png": PNG}),
+    "device.screen.subscribe": (
+        {"serial": SERIAL, "codec": "h264", "max_fps": 10, "max_side": 720},
+        {"channel": "sc-1", "codec": "jpeg", "source": "screencap"},
+    ),
+    "device.screen.unsubscribe": ({"channel": "sc-1"}, {}),
+    "device.input": (
+        {"serial": SERIAL, "action": "swipe", "x": 0.1, "y": 0.2, "x2": 0.5, "y2": 0.9},
+        {"ok": True, "exit_code": 0, "argv": ["input", "swipe", "108", "480", "540", "2160"]},
+    ),
     "device.push": (
         {"serial": SERIAL, "path": "/data/local/tmp/droidwire/a.txt", "data": b"abc"},
         {"size": 3},
