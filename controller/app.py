@@ -29,7 +29,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens
+from controller.api import agent, audit, bridges, devices, grants, ops, sandbox, tokens
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
@@ -279,6 +279,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(agent.router)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
+    app.include_router(audit.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     # A callable that is not a function is served as an ASGI app (Starlette's Route), which the

@@ -37,6 +37,7 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.fixer", "app", "fixer"),
     ("controller.cli.token", "app", "token"),
     ("controller.cli.grant", "app", "grant"),
+    ("controller.cli.audit", "audit", None),
 )
 
 
