@@ -34,6 +34,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from device_bridge.agent.toolkit import AgentToolkit
+from device_bridge.manage import ManageToolkit
 from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
 from device_bridge.policy import Policy
@@ -117,6 +118,7 @@ class Bridge:
             queue_batches=self.settings.stream_queue_batches,
         )
         self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
+        self.manage = ManageToolkit.install(self.dispatcher)  # stage.*, files.*, apps.*, health
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}
@@ -266,6 +268,7 @@ class Bridge:
         self.opened.clear()
         await self.dispatcher.end_streams()
         removed = await self.dispatcher.cleanup(timeout_s=max(5.0, self.settings.close_timeout_s))
+        self.manage.close()
         if removed:
             log.info("uninstalled what this bridge installed: %s", ", ".join(removed))
         for task in background:

@@ -817,6 +817,58 @@ class AdbDevices:
         limit = self.long_timeout_s if timeout_s is None else timeout_s
         return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")
 
+    async def push_file(
+        self,
+        serial: str,
+        local: str,
+        path: str,
+        *,
+        mode: int = 0o644,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream the host file ``local`` to ``path`` on the device (sync SEND, chunk by
+        chunk: never whole in memory); returns the size written."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            # An open file, not its name: a directory at ``path`` is an error, never a file
+            # quietly written inside it under the host file's name.
+            with open(local, "rb") as src:
+                return int(self._client.device(serial).sync.push(src, path, mode & 0o777))
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"push {path}")
+
+    async def pull_file(
+        self,
+        serial: str,
+        path: str,
+        local: str,
+        *,
+        max_bytes: int,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream ``path`` from the device into the host file ``local`` (sync RECV); returns
+        its size; ``bad_request`` past ``max_bytes`` (the file is left partial)."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            size = 0
+            with open(local, "wb") as out:
+                for chunk in self._client.device(serial).sync.iter_content(path):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise RpcError(
+                            ErrorCode.BAD_REQUEST,
+                            f"{path} is larger than {max_bytes} bytes",
+                            {"serial": serial, "path": path, "reason": "too_large"},
+                        )
+                    out.write(chunk)
+            return size
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")
+
     async def install(
         self,
         serial: str,
