@@ -29,13 +29,24 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from controller.api import agent, audit, bridges, devices, grants, ops, sandbox, tokens
+from controller.api import (
+    agent,
+    audit,
+    bridges,
+    devices,
+    grants,
+    manage,
+    ops,
+    sandbox,
+    tokens,
+)
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
+from controller.loans import Loans
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
@@ -215,6 +226,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             stack.callback(setattr, hub, "cluster", None)
             app.state.revocation_hooks.append(cluster.revoked)
             stack.callback(app.state.revocation_hooks.remove, cluster.revoked)
+        # What borrowers leave on lent devices goes when their loans end (controller.loans).
+        app.state.loans = await stack.enter_async_context(
+            Loans(store, hub, app.state.audit, sweep_s=config.loan_sweep_s).running()
+        )
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
@@ -280,6 +295,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
     app.include_router(audit.router)
+    app.include_router(manage.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     # A callable that is not a function is served as an ASGI app (Starlette's Route), which the

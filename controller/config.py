@@ -71,6 +71,10 @@ class ControllerConfig:
     agent_frame_bytes: int = DEFAULT_AGENT_FRAME_BYTES
     # Timings and limits shared with the bridge
     settings: Settings = DEFAULTS
+    # Uploads and downloads through /v1/devices/{device}/apps and /files (streamed, chunked):
+    # their own limit, larger than and exempt from any limit on ordinary request bodies.
+    max_transfer_bytes: int = 1024**3
+    loan_sweep_s: float = 10.0  # how soon what a borrower left is removed after a loan expires
 
     def __post_init__(self) -> None:
         try:

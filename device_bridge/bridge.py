@@ -34,9 +34,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from device_bridge.agent.toolkit import AgentToolkit
-from device_bridge.manage import ManageToolkit
 from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
+from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo

@@ -386,4 +386,7 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         device=grant.device,
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
+    loans = getattr(state, "loans", None)
+    if loans is not None:  # the borrower's apps and files go with the loan (controller.loans)
+        await loans.sweep()
     return Response(status_code=204)

@@ -38,6 +38,8 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.token", "app", "token"),
     ("controller.cli.grant", "app", "grant"),
     ("controller.cli.audit", "audit", None),
+    ("controller.cli.manage", "apps", "app"),
+    ("controller.cli.manage", "files", "file"),
 )
 
 

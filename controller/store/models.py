@@ -270,3 +270,23 @@ class AuditEntry(Base):
     device: Mapped[str | None] = mapped_column(String(255), default=None)
     outcome: Mapped[str] = mapped_column(String(32))
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class LoanItem(Base):
+    """Something a borrower left on a lent device: an app they installed (``kind`` "app",
+    ``name`` its package, as the device reported it) or their loan's working folder (``kind``
+    "folder"). Removed from the device — and the row deleted — once the borrower no longer
+    holds a live grant of it (``controller.loans``)."""
+
+    __tablename__ = "loan_items"
+    __table_args__ = (
+        UniqueConstraint("user_id", "bridge_id", "serial", "kind", "name", name="uq_loan_items"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    bridge_id: Mapped[str] = mapped_column(ForeignKey("bridges.id"), index=True)
+    serial: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(1024))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
