@@ -39,7 +39,7 @@ from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["CHUNK", "router"]
+__all__ = ["CHUNK", "AppAction", "Installed", "install", "router"]
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
@@ -152,10 +152,10 @@ def _size(request: Request, limit: int) -> int:
 
 
 async def _upload(
-    hub: Hub, principal: Principal, device: DeviceRef, request: Request, size: int
+    hub: Hub, principal: Principal, device: DeviceRef, body: AsyncIterator[bytes], size: int
 ) -> str:
-    """Stream the request body into a new stage on the device's bridge; its id. Rights are
-    checked again at every chunk: a loan that ends mid-upload stops it."""
+    """Stream ``body`` (``size`` bytes) into a new stage on the device's bridge; its id.
+    Rights are checked again at every chunk: a loan that ends mid-upload stops it."""
     stage = str((await hub.call(device, "stage.open", {"size": size}))["stage"])
     offset = 0
     buffer = bytearray()
@@ -167,7 +167,7 @@ async def _upload(
         offset += len(data)
 
     try:
-        async for part in request.stream():
+        async for part in body:
             buffer += part
             if offset + len(buffer) > size:
                 raise RpcError(ErrorCode.BAD_REQUEST, "the body is longer than its Content-Length")
@@ -215,26 +215,33 @@ async def list_apps(device: str, principal: UserPrincipal, request: Request) -> 
 async def install_app(device: str, principal: UserPrincipal, request: Request) -> Any:
     """Install the APK in the body. A borrower's install never replaces an app already on the
     device, and is removed when their loan ends."""
-    hub, loans = _hub(request), _loans(request)
-    limit = _limit(request)
-    audit = _Audit(hub, principal, "apps.install")
     try:
-        async with audit.on(request, device) as ref:
-            size = _size(request, limit)
-            audit.detail["size"] = size
-            borrower = is_borrower(principal, ref)
-            stage = await _upload(hub, principal, ref, request, size)
-            result = await hub.call(
-                ref, "apps.install", {"stage": stage, "temporary": borrower}
-            )
-            package = str(result.get("package", ""))
-            audit.detail["package"] = package
-            if borrower and package:
-                await loans.remember(principal, ref, APP, package)
+        size = _size(request, _limit(request))
+        return await install(request, principal, device, request.stream(), size)
     except RpcError as exc:
         if exc.data and exc.data.get("reason") == "too_large":
             return _problem(exc, 413)
         raise
+
+
+async def install(
+    request: Request, principal: Principal, device: str, body: AsyncIterator[bytes], size: int
+) -> Installed:
+    """Install ``size`` bytes of APK from ``body`` on ``device`` for ``principal`` (REST and
+    MCP)."""
+    hub, loans = _hub(request), _loans(request)
+    audit = _Audit(hub, principal, "apps.install")
+    audit.detail["size"] = size
+    async with audit.on(request, device) as ref:
+        if size > _limit(request):
+            raise _too_large(_limit(request))
+        borrower = is_borrower(principal, ref)
+        stage = await _upload(hub, principal, ref, body, size)
+        result = await hub.call(ref, "apps.install", {"stage": stage, "temporary": borrower})
+        package = str(result.get("package", ""))
+        audit.detail["package"] = package
+        if borrower and package:
+            await loans.remember(principal, ref, APP, package)
     return Installed(package=package, replaced=bool(result.get("replaced")))
 
 
@@ -320,7 +327,7 @@ async def push_file(
             audit.detail["size"] = size
             if is_borrower(principal, ref):
                 await loans.remember(principal, ref, FOLDER, loan_folder(principal.user_id))
-            stage = await _upload(hub, principal, ref, request, size)
+            stage = await _upload(hub, principal, ref, request.stream(), size)
             await hub.call(ref, "files.push", {"stage": stage, "path": target})
     except RpcError as exc:
         if exc.data and exc.data.get("reason") == "too_large":
