@@ -44,6 +44,7 @@ from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
+from controller.health import HealthMonitor
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
 from controller.loans import Loans
@@ -230,6 +231,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.loans = await stack.enter_async_context(
             Loans(store, hub, app.state.audit, sweep_s=config.loan_sweep_s).running()
         )
+        # Device health: read every health_poll_s; the owner's thresholds gate device calls.
+        app.state.health = await stack.enter_async_context(
+            HealthMonitor(hub, poll_s=config.health_poll_s).running()
+        )
+        hub.gate = app.state.health.check
+        stack.callback(setattr, hub, "gate", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.

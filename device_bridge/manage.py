@@ -81,10 +81,12 @@ class ManageToolkit:
         *,
         max_stage_bytes: int = DEFAULT_MAX_STAGE_BYTES,
         stage_idle_s: float = DEFAULT_STAGE_IDLE_S,
+        health_max_age_s: float = HEALTH_MAX_AGE_S,
     ) -> None:
         self.rpc = rpc
         self.max_stage_bytes = max_stage_bytes
         self.stage_idle_s = stage_idle_s
+        self.health_max_age_s = health_max_age_s
         self.managed: dict[str, set[str]] = {}  # serial -> kept installs through droidwire
         self._stages: dict[str, _Stage] = {}
         self._dir: Path | None = None
@@ -361,12 +363,12 @@ class ManageToolkit:
     # -- health --------------------------------------------------------------------------------
 
     async def _health_read(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Battery, storage, load: cached for :data:`HEALTH_MAX_AGE_S`, so callers on several
+        """Battery, storage, load: cached for ``health_max_age_s``, so callers on several
         replicas cost the device one reading."""
         p = _valid("device.health", params, DeviceParams)
         self.rpc.policy.check_exposed(p.serial)
         cached = self._health.get(p.serial)
-        if cached is not None and time.monotonic() - cached[0] < HEALTH_MAX_AGE_S:
+        if cached is not None and time.monotonic() - cached[0] < self.health_max_age_s:
             return cached[1]
         adb = self._adb
         battery, df, proc = await asyncio.gather(

@@ -31,10 +31,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from controller.api.errors import error_body
 from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
+from controller.health import HealthMonitor, Thresholds
 from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
 from protocol.errors import ErrorCode, RpcError
@@ -109,6 +110,8 @@ class _Audit:
             record = await resolve_device(self.hub, self.principal, text)
             self.device = record.id
             await authorize(self.principal, record.ref, Action.USE, store=self.hub.store)
+            if self.hub.gate is not None:
+                self.hub.gate(record.ref)
             yield record.ref
         except RpcError as exc:
             if exc.data and "rule" in exc.data:
@@ -388,3 +391,70 @@ async def pull_file(
             "Content-Disposition": f'attachment; filename="{safe}"',
         },
     )
+
+
+# -- health -------------------------------------------------------------------------------------
+
+
+class ThresholdsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_temperature_c: float | None = Field(default=None, ge=0, le=100)
+    min_battery: int | None = Field(default=None, ge=0, le=100)
+
+
+def _health(request: Request) -> HealthMonitor:
+    health: HealthMonitor | None = getattr(request.app.state, "health", None)
+    if health is None:
+        raise RpcError(ErrorCode.UNAVAILABLE, "health is not tracked yet")
+    return health
+
+
+@router.get("/{device}/health")
+async def get_health(
+    device: str,
+    principal: UserPrincipal,
+    request: Request,
+    fresh: Annotated[bool, Query()] = False,
+) -> dict[str, Any]:
+    """The latest reading (``fresh=1``: ask the device now): battery level and temperature,
+    charging, free/total storage, CPU load, memory use, ``serving`` and its ``reason``."""
+    hub, health = _hub(request), _health(request)
+    record = await resolve_device(hub, principal, device)
+    await authorize(principal, record.ref, Action.VIEW, store=hub.store)
+    reading = None if fresh else health.latest(record.ref)
+    if reading is None:
+        reading = await health.read(record.ref)
+    return {"device": record.id, **reading.to_json()}
+
+
+@router.get("/{device}/thresholds", response_model=ThresholdsIn)
+async def get_thresholds(device: str, principal: UserPrincipal, request: Request) -> ThresholdsIn:
+    hub, health = _hub(request), _health(request)
+    record = await resolve_device(hub, principal, device)
+    limits = await health.thresholds(record.ref)
+    return ThresholdsIn(max_temperature_c=limits.max_temperature_c, min_battery=limits.min_battery)
+
+
+@router.put("/{device}/thresholds", response_model=ThresholdsIn)
+async def put_thresholds(
+    device: str, body: ThresholdsIn, principal: UserPrincipal, request: Request
+) -> ThresholdsIn:
+    """The owner's (or an admin's) limits: above ``max_temperature_c`` or below
+    ``min_battery`` percent the device stops serving (null: no limit)."""
+    hub, health = _hub(request), _health(request)
+    audit = _Audit(hub, principal, "device.thresholds")
+    audit.detail.update(body.model_dump())
+    audit.device = device[:255]
+    try:
+        record = await resolve_device(hub, principal, device)
+        audit.device = record.id
+        await authorize(principal, record.ref, Action.LEND, store=hub.store)
+    except RpcError as exc:
+        if exc.data and "rule" in exc.data:
+            audit.detail["rule"] = str(exc.data["rule"])[:128]
+        await audit._record(exc.code.value)
+        raise
+    await health.set_thresholds(record.ref, Thresholds(body.max_temperature_c, body.min_battery))
+    await audit._record("ok")
+    return body

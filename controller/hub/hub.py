@@ -353,6 +353,9 @@ class Hub:
         self._started = 0.0
         self._closing = False
         self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
+        # Set by the app: refuses a call on a device that may not serve now (the owner's
+        # health thresholds, controller.health); raises RpcError.
+        self.gate: Callable[[DeviceRef], None] | None = None
 
     # -- lifecycle
 
@@ -617,6 +620,8 @@ class Hub:
         name = action or method
         try:
             await authorize(principal, device, Action.USE, store=self.store)
+            if self.gate is not None:
+                self.gate(device)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
             raise

@@ -19,6 +19,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -290,3 +291,16 @@ class LoanItem(Base):
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(1024))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeviceThresholds(Base):
+    """The owner's health limits for one device (``controller.health``): above
+    ``max_temperature_c`` or below ``min_battery`` percent, the controller stops serving it."""
+
+    __tablename__ = "device_thresholds"
+
+    bridge_id: Mapped[str] = mapped_column(ForeignKey("bridges.id"), primary_key=True)
+    serial: Mapped[str] = mapped_column(String(255), primary_key=True)
+    max_temperature_c: Mapped[float | None] = mapped_column(Float, default=None)
+    min_battery: Mapped[int | None] = mapped_column(Integer, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
