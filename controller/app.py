@@ -52,7 +52,7 @@ from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
-from controller.web import SessionStore
+from controller.web import SessionStore, manage_pages
 from controller.web import router as web_router
 from protocol.closecodes import CloseCode
 from protocol.errors import ErrorCode, RpcError
@@ -304,6 +304,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(audit.router)
     app.include_router(manage.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
+    app.include_router(manage_pages.router)  # its booking and audit pages
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     # A callable that is not a function is served as an ASGI app (Starlette's Route), which the
     # stubs do not model.
