@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import posixpath
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from device_bridge.policy import DROIDWIRE_DIR, CommandContext, Profile, Rule
 from protocol.errors import ErrorCode, RpcError
@@ -58,6 +60,7 @@ MAX_STAGES = 16
 DEFAULT_MAX_STAGE_BYTES = 2 * 1024**3
 DEFAULT_STAGE_IDLE_S = 300.0
 HEALTH_MAX_AGE_S = 5.0
+DEFAULT_WRITE_AHEAD_BYTES = 16 * 1024 * 1024  # chunks a stage accepts ahead of its end
 
 _PACKAGE_LINE = re.compile(r"^package:(\S+?)\r?$", re.M)
 
@@ -70,6 +73,56 @@ class _Stage:
     limit: int
     size: int = 0
     used_at: float = 0.0
+    dropped: bool = False
+    # Writers wait here for their turn (chunks may arrive out of order).
+    turn: asyncio.Condition = field(default_factory=asyncio.Condition)
+    # Guards ``size`` and ``dropped`` for a push that reads the stage while it fills.
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def grew(self, size: int) -> None:
+        with self.cond:
+            self.size = size
+            self.cond.notify_all()
+
+    def drop(self) -> None:
+        with self.cond:
+            self.dropped = True
+            self.cond.notify_all()
+
+
+class _Filling(io.RawIOBase):
+    """The stage's file as it fills: ``read`` waits for bytes not written yet, ends at the
+    stage's announced size, and fails if the stage is dropped or stays idle ``idle_s``."""
+
+    def __init__(self, stage: _Stage, idle_s: float) -> None:
+        super().__init__()
+        self.stage = stage
+        self.idle_s = idle_s
+        self.pos = 0
+        self.file = stage.path.open("rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        stage = self.stage
+        if self.pos >= stage.limit:
+            return b""
+        with stage.cond:
+            while stage.size <= self.pos and not stage.dropped:
+                if not stage.cond.wait(self.idle_s):
+                    raise OSError("the upload stalled")
+            if stage.dropped:
+                raise OSError("the upload was abandoned")
+            available = stage.size - self.pos
+        want = available if size is None or size < 0 else min(size, available)
+        data = self.file.read(want)
+        self.pos += len(data)
+        return data
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
 
 class ManageToolkit:
@@ -82,11 +135,13 @@ class ManageToolkit:
         max_stage_bytes: int = DEFAULT_MAX_STAGE_BYTES,
         stage_idle_s: float = DEFAULT_STAGE_IDLE_S,
         health_max_age_s: float = HEALTH_MAX_AGE_S,
+        write_ahead_bytes: int = DEFAULT_WRITE_AHEAD_BYTES,
     ) -> None:
         self.rpc = rpc
         self.max_stage_bytes = max_stage_bytes
         self.stage_idle_s = stage_idle_s
         self.health_max_age_s = health_max_age_s
+        self.write_ahead_bytes = write_ahead_bytes
         self.managed: dict[str, set[str]] = {}  # serial -> kept installs through droidwire
         self._stages: dict[str, _Stage] = {}
         self._dir: Path | None = None
@@ -163,6 +218,7 @@ class ManageToolkit:
 
     def _drop(self, stage: _Stage) -> None:
         self._stages.pop(stage.id, None)
+        stage.drop()
         with contextlib.suppress(OSError):
             stage.path.unlink()
 
@@ -173,17 +229,12 @@ class ManageToolkit:
         return {"stage": stage.id, "size": 0}
 
     async def _stage_write(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Append a chunk. The controller keeps a few writes in flight: one that arrives ahead
+        of its turn (at most ``write_ahead_bytes`` past the stage's end) waits for the chunks
+        before it; a re-sent chunk already here is accepted once."""
         p = _valid("stage.write", params, StageWriteParams)
         stage = self._get(p)
         end = p.offset + len(p.data)
-        if p.offset < stage.size and end <= stage.size:
-            return {"stage": stage.id, "size": stage.size}  # a re-sent chunk: already here
-        if p.offset != stage.size:
-            raise RpcError(
-                ErrorCode.BAD_REQUEST,
-                f"chunk at offset {p.offset}, expected {stage.size}",
-                {"reason": "offset"},
-            )
         if end > stage.limit:
             self._drop(stage)
             raise RpcError(
@@ -191,9 +242,32 @@ class ManageToolkit:
                 f"more data than the {stage.limit} bytes announced",
                 {"reason": "too_large"},
             )
-        await asyncio.to_thread(_append, stage.path, p.data)
-        stage.size = end
-        return {"stage": stage.id, "size": stage.size}
+        if p.offset > stage.size + self.write_ahead_bytes:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST,
+                f"chunk at offset {p.offset}, expected {stage.size}",
+                {"reason": "offset"},
+            )
+        async with stage.turn:  # its lock also makes the appends one at a time
+            try:
+                async with asyncio.timeout(self.stage_idle_s):
+                    await stage.turn.wait_for(lambda: p.offset <= stage.size or stage.dropped)
+            except TimeoutError:
+                raise RpcError(
+                    ErrorCode.BAD_REQUEST,
+                    f"chunk at offset {p.offset}: the chunks before it never came",
+                    {"reason": "offset"},
+                ) from None
+            if stage.dropped:
+                raise RpcError(ErrorCode.NOT_FOUND, "no such transfer (abandoned)")
+            if p.offset < stage.size:
+                if end <= stage.size:
+                    return {"stage": stage.id, "size": stage.size}  # re-sent: already here
+                raise RpcError(ErrorCode.BAD_REQUEST, "overlapping chunks", {"reason": "offset"})
+            await asyncio.to_thread(_append, stage.path, p.data)
+            stage.grew(end)
+            stage.turn.notify_all()
+        return {"stage": stage.id, "size": end}
 
     async def _stage_read(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("stage.read", params, StageReadParams)
@@ -223,11 +297,21 @@ class ManageToolkit:
     async def _files_push(self, params: dict[str, Any]) -> dict[str, Any]:
         p = _valid("files.push", params, FilesPushParams)
         path = self.rpc.policy.check_push(p.serial, p.path)
-        stage = self._complete(p)
+        # The stage may still be filling: the push reads it as chunks arrive, so the upload
+        # to the bridge and the push to the device overlap.
+        stage = self._get(p)
+        reader = _Filling(stage, self.stage_idle_s)
         try:
-            size = await self._adb.push_file(p.serial, str(stage.path), path, mode=p.mode)
+            size = await self._adb.push_file(p.serial, cast(BinaryIO, reader), path, mode=p.mode)
+        except RpcError as exc:
+            if stage.dropped:
+                raise RpcError(ErrorCode.CANCELLED, "the upload was abandoned") from exc
+            raise
         finally:
+            reader.close()
             self._drop(stage)
+        if size != stage.limit:
+            raise RpcError(ErrorCode.BAD_REQUEST, f"pushed {size} of {stage.limit} bytes")
         return {"stage": stage.id, "size": size}
 
     async def _files_pull(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +323,7 @@ class ManageToolkit:
         except BaseException:
             self._drop(stage)
             raise
-        stage.size = size
+        stage.grew(size)
         return {"stage": stage.id, "size": size}
 
     async def _files_remove(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,8 @@ top, to everyone.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import posixpath
 from collections.abc import AsyncIterator
@@ -45,6 +47,7 @@ __all__ = ["CHUNK", "AppAction", "Installed", "install", "router"]
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
 CHUNK = 1024 * 1024  # bytes per stage.write / stage.read
+WINDOW = 4  # stage.write calls in flight at once (the bridge's write-ahead holds 16 MiB)
 DEFAULT_MAX_TRANSFER_BYTES = 1024**3
 
 class AppOut(BaseModel):
@@ -157,16 +160,34 @@ def _size(request: Request, limit: int) -> int:
 async def _upload(
     hub: Hub, principal: Principal, device: DeviceRef, body: AsyncIterator[bytes], size: int
 ) -> str:
-    """Stream ``body`` (``size`` bytes) into a new stage on the device's bridge; its id.
-    Rights are checked again at every chunk: a loan that ends mid-upload stops it."""
+    """Stream ``body`` (``size`` bytes) into a new stage on the device's bridge; its id."""
     stage = str((await hub.call(device, "stage.open", {"size": size}))["stage"])
+    await _fill(hub, principal, device, stage, body, size)
+    return stage
+
+
+async def _fill(
+    hub: Hub,
+    principal: Principal,
+    device: DeviceRef,
+    stage: str,
+    body: AsyncIterator[bytes],
+    size: int,
+) -> None:
+    """Write ``body`` into ``stage`` chunk by chunk, :data:`WINDOW` writes in flight (the
+    bridge puts early ones in order); the stage is closed on any failure. Rights are checked
+    again at every chunk: a loan that ends mid-upload stops it."""
     offset = 0
     buffer = bytearray()
+    flying: collections.deque[asyncio.Task[dict[str, Any]]] = collections.deque()
 
-    async def flush(data: bytes) -> None:
+    async def send(data: bytes) -> None:
         nonlocal offset
         await authorize(principal, device, Action.USE, store=hub.store)
-        await hub.call(device, "stage.write", {"stage": stage, "offset": offset, "data": data})
+        while len(flying) >= WINDOW:
+            await flying.popleft()
+        params = {"stage": stage, "offset": offset, "data": data}
+        flying.append(asyncio.create_task(hub.call(device, "stage.write", params)))
         offset += len(data)
 
     try:
@@ -177,16 +198,22 @@ async def _upload(
             while len(buffer) >= CHUNK:
                 chunk = bytes(buffer[:CHUNK])
                 del buffer[:CHUNK]
-                await flush(chunk)
+                await send(chunk)
         if buffer:
-            await flush(bytes(buffer))
+            await send(bytes(buffer))
+        while flying:
+            await flying.popleft()
         if offset != size:
             raise RpcError(ErrorCode.BAD_REQUEST, f"the body ended at {offset} of {size} bytes")
     except BaseException:
+        for task in flying:
+            task.cancel()
+        for task in flying:
+            with contextlib.suppress(BaseException):
+                await task
         with contextlib.suppress(Exception):
             await hub.call(device, "stage.close", {"stage": stage})
         raise
-    return stage
 
 
 def _problem(exc: RpcError, status: int) -> JSONResponse:
@@ -330,8 +357,30 @@ async def push_file(
             audit.detail["size"] = size
             if is_borrower(principal, ref):
                 await loans.remember(principal, ref, FOLDER, loan_folder(principal.user_id))
-            stage = await _upload(hub, principal, ref, request.stream(), size)
-            await hub.call(ref, "files.push", {"stage": stage, "path": target})
+            # The push to the device starts at once and reads the stage as it fills, so the
+            # upload and the device's write overlap (docs/benchmarks.md, push_mb_per_s).
+            stage = str((await hub.call(ref, "stage.open", {"size": size}))["stage"])
+            push = asyncio.create_task(
+                hub.call(ref, "files.push", {"stage": stage, "path": target})
+            )
+            try:
+                await _fill(hub, principal, ref, stage, request.stream(), size)
+            except RpcError as exc:
+                if exc.code is ErrorCode.NOT_FOUND:
+                    # The stage is gone: the push refused or failed first, and says why.
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await push
+                    raise
+                push.cancel()
+                with contextlib.suppress(BaseException):
+                    await push
+                raise
+            except BaseException:
+                push.cancel()
+                with contextlib.suppress(BaseException):
+                    await push
+                raise
+            await push
     except RpcError as exc:
         if exc.data and exc.data.get("reason") == "too_large":
             return _problem(exc, 413)

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from adbutils import AdbClient, AdbConnection, adb_path
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
@@ -820,19 +820,21 @@ class AdbDevices:
     async def push_file(
         self,
         serial: str,
-        local: str,
+        local: str | BinaryIO,
         path: str,
         *,
         mode: int = 0o644,
         timeout_s: float | None = None,
     ) -> int:
-        """Stream the host file ``local`` to ``path`` on the device (sync SEND, chunk by
-        chunk: never whole in memory); returns the size written."""
+        """Stream the host file ``local`` (a name, or a readable binary file) to ``path`` on
+        the device (sync SEND, chunk by chunk: never whole in memory); the size written."""
         self._check_serial(serial)
 
         def run(abort: _Abort) -> int:
             # An open file, not its name: a directory at ``path`` is an error, never a file
             # quietly written inside it under the host file's name.
+            if not isinstance(local, str):
+                return int(self._client.device(serial).sync.push(local, path, mode & 0o777))
             with open(local, "rb") as src:
                 return int(self._client.device(serial).sync.push(src, path, mode & 0o777))
 

@@ -20,6 +20,7 @@ from bench import (
     bench_analysis,
     bench_idle,
     bench_link,
+    bench_push,
     bench_sandbox,
     bench_shell,
     bench_storm,
@@ -49,6 +50,13 @@ def test_analysis() -> None:
 
 def test_link() -> None:
     check(bench_link.run(quick=True), {"rpc_rtt_p50", "rpc_rtt_p99", "logcat_lines_per_s"})
+
+
+@pytest.mark.adb
+@pytest.mark.slow
+def test_push() -> None:
+    [fig] = check(bench_push.run(quick=True, size_mib=1, reps=1), {"push_mb_per_s"})
+    assert fig["value"] > 0 and fig["baseline"] > 0
 
 
 @pytest.mark.adb

@@ -3,6 +3,7 @@ staged transfers, apps learned from the device, per-profile refusals, health rea
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -42,7 +43,9 @@ async def adb(adb_server: AdbServer) -> AsyncIterator[AdbDevices]:
 
 def _rpc(adb: AdbDevices, profile: Profile = Profile.STANDARD) -> tuple[Dispatcher, ManageToolkit]:
     dispatcher = Dispatcher(policy=Policy(PolicyConfig(profile=profile)), devices=adb)
-    return dispatcher, ManageToolkit.install(dispatcher, max_stage_bytes=8 * 1024 * 1024)
+    return dispatcher, ManageToolkit.install(
+        dispatcher, max_stage_bytes=8 * 1024 * 1024, write_ahead_bytes=2
+    )
 
 
 async def _upload(rpc: Dispatcher, serial: str, data: bytes, chunk: int = 100_000) -> str:
@@ -80,10 +83,22 @@ async def test_push_and_pull_through_stages(adb: AdbDevices, sim: ConnectedSim) 
     back = await _download(rpc, serial, pulled["stage"])
     assert hashlib.sha256(back).digest() == hashlib.sha256(data).digest()
 
+    # Chunks may arrive out of order (a few in flight): each waits for its turn.
+    shuffled = (await rpc("stage.open", {"serial": serial, "size": 6}))["stage"]
+    late = asyncio.create_task(
+        rpc("stage.write", {"serial": serial, "stage": shuffled, "offset": 2, "data": b"cd"})
+    )
+    # The late chunk runs while the first one is being written (at its append, in a thread):
+    # it finds the stage still empty, and waits instead of failing.
+    await rpc("stage.write", {"serial": serial, "stage": shuffled, "offset": 0, "data": b"ab"})
+    assert (await late)["size"] == 4
+    await rpc("stage.write", {"serial": serial, "stage": shuffled, "offset": 4, "data": b"ef"})
+    assert await _download(rpc, serial, shuffled) == b"abcdef"
+
     # A stage bounds what it takes: more than announced, or a gap, is refused.
     small = (await rpc("stage.open", {"serial": serial, "size": 3}))["stage"]
     with pytest.raises(RpcError) as gap:
-        await rpc("stage.write", {"serial": serial, "stage": small, "offset": 1, "data": b"x"})
+        await rpc("stage.write", {"serial": serial, "stage": small, "offset": 3, "data": b""})
     assert gap.value.data["reason"] == "offset"
     with pytest.raises(RpcError) as big:
         await rpc("stage.write", {"serial": serial, "stage": small, "offset": 0, "data": b"xxxx"})

@@ -137,6 +137,12 @@ async def test_a_borrower_cannot_replace_the_owners_app(world: World) -> None:
         assert refused.status_code == 403
         stranger = await world.call("eve", "GET", "/apps")
         assert stranger.status_code == 404
+        # The owner too is under the bridge's profile: a push outside the droidwire folder is
+        # refused by the bridge while the body streams, and that refusal is the answer.
+        outside = await world.call("olivia", "PUT", "/files", params={"path": "/sdcard/x.bin"},
+                                   content=os.urandom(2 * 1024 * 1024 + 3))
+        assert outside.status_code == 403, outside.text
+        assert outside.json()["error"]["rule"] == "path_outside_workspace"
     finally:
         gone = await world.call("olivia", "DELETE", f"/apps/{PACKAGE}")
         assert gone.status_code == 204, gone.text
