@@ -39,6 +39,7 @@ from controller.api import (
     ops,
     sandbox,
     tokens,
+    users,
 )
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
@@ -303,6 +304,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(sandbox.router)
     app.include_router(audit.router)
     app.include_router(manage.router)
+    app.include_router(users.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     app.include_router(manage_pages.router)  # its booking and audit pages
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.

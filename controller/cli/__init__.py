@@ -40,6 +40,7 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.audit", "audit", None),
     ("controller.cli.manage", "apps", "app"),
     ("controller.cli.manage", "files", "file"),
+    ("controller.cli.users", "app", "user"),
 )
 
 

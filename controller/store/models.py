@@ -111,6 +111,8 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by an admin (``/v1/users/{name}/disable``): every token of the user is refused.
+    disabled_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Bridge(Base):

@@ -43,6 +43,7 @@ class World:
     tokens: dict[str, str]
     sim: ConnectedSim
     user_ids: dict[str, str]
+    bridge: FakeBridge  # olivia's bridge (desk), serving the simulated phone
 
     @property
     def base(self) -> str:
@@ -95,7 +96,7 @@ async def world(tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim) -> Asy
                           devices=[DeviceInfo(serial=sim.address, state="device", sdk=34)])
         await link.connect()
         await until_device_seen(ctl, tokens["olivia"])
-        yield World(ctl, tokens, sim, ids)
+        yield World(ctl, tokens, sim, ids, link)
     finally:
         if link is not None:
             await link.close()
