@@ -37,6 +37,7 @@ from controller.api import (
     grants,
     manage,
     ops,
+    reservations,
     sandbox,
     tokens,
     users,
@@ -305,6 +306,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(audit.router)
     app.include_router(manage.router)
     app.include_router(users.router)
+    app.include_router(reservations.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
     app.include_router(manage_pages.router)  # its booking and audit pages
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.

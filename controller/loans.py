@@ -4,7 +4,8 @@ A borrower may install apps and push files during a loan (``controller.api.manag
 app they install — by the package *the device* reported as new — and their loan's working
 folder (:func:`loan_folder`) is a row of ``loan_items``. :class:`Loans` removes them from the
 device once the borrower no longer holds a live grant of it: at once when a grant is revoked
-(the revoking route calls :meth:`Loans.sweep`), and within ``sweep_s`` when one expires. A
+(the revoking route calls :meth:`Loans.sweep`), and within ``sweep_s`` when one expires.
+Each sweep first starts the reservations whose time has come (their loans). A
 device whose bridge is away keeps its rows, and is cleaned when it is back. Every removal is
 audited (``loan.cleanup``, actor ``controller``).
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
+from controller.api.reservations import activate_due
 from controller.auth import DeviceRef, Principal, live_grant_filter, now
 from controller.store import Bridge, Device, Grant, LoanItem, retrying
 from protocol.errors import ErrorCode, RpcError
@@ -117,6 +119,13 @@ class Loans:
         each removal. Items on a device whose bridge is away stay for the next sweep."""
         at = at or now()
         async with self._lock:
+            # Reservations whose time has come become loans first (controller.api.reservations).
+            for reservation_id, grant_id, device in await activate_due(self.store, at=at):
+                with contextlib.suppress(Exception):
+                    await self.audit.record(
+                        None, "reservation.start", device=device,
+                        detail={"reservation_id": reservation_id, "grant_id": grant_id},
+                    )
             async with self.store.session() as session:
                 rows = (
                     await session.execute(

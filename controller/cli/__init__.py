@@ -41,6 +41,7 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.manage", "apps", "app"),
     ("controller.cli.manage", "files", "file"),
     ("controller.cli.users", "app", "user"),
+    ("controller.cli.reserve", "app", "reserve"),
 )
 
 

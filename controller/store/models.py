@@ -306,3 +306,23 @@ class DeviceThresholds(Base):
     max_temperature_c: Mapped[float | None] = mapped_column(Float, default=None)
     min_battery: Mapped[int | None] = mapped_column(Integer, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Reservation(Base):
+    """A loan booked in advance (``controller.api.reservations``): ``user_id`` may use the
+    device from ``starts_at`` until ``ends_at``. When it starts, a grant until ``ends_at`` is
+    made (``grant_id``); reservations of one device never overlap."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (Index("ix_reservations_device", "device_id", "starts_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    device_id: Mapped[str] = mapped_column(ForeignKey("devices.id"))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))  # the device's owner then
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    starts_at: Mapped[datetime] = mapped_column(index=True)
+    ends_at: Mapped[datetime]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    cancelled_at: Mapped[datetime | None] = mapped_column(default=None)
+    grant_id: Mapped[str | None] = mapped_column(ForeignKey("grants.id"), default=None)

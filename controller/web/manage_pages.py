@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from controller.api import audit as audit_api
 from controller.api import grants as grants_api
+from controller.api import reservations as reservations_api
 from controller.auth import Action, Principal, may
 from controller.hub import list_devices
 from controller.web.html import Markup, esc, link, page, table
@@ -82,6 +83,29 @@ async def _loans_page(request: Request, principal: Principal, error: str | None 
             '<input id="lend-until" name="until" type="datetime-local">'
             '<button type="submit">Lend</button></form>'
         )
+    if lendable:
+        parts.append(
+            '<h2>Reserve a device</h2>'
+            '<form class="lend reserve" method="post" action="/loans/reserve">'
+            f'<label for="res-device">Device</label><select id="res-device" name="device">'
+            f'{options}</select>'
+            '<label for="res-user">For user</label>'
+            '<input id="res-user" name="user" required maxlength="64" autocomplete="off">'
+            '<label for="res-from">From (UTC)</label>'
+            '<input id="res-from" name="from" type="datetime-local" required>'
+            '<label for="res-until">Until (UTC)</label>'
+            '<input id="res-until" name="until" type="datetime-local" required>'
+            '<button type="submit">Reserve</button></form>'
+        )
+    booked = await reservations_api.list_reservations(store, principal)
+    parts.append("<h2>Reservations</h2>")
+    parts.append(table(
+        ["Device", "For", "From", "Until", "Status", ""],
+        [[b.device, b.user, _when(b.starts_at), _when(b.ends_at), b.status,
+          _button(f"/loans/reservations/{b.id}/cancel", "Cancel", "revoke cancel")]
+         for b in booked],
+        cls="grid reservations", empty="No reservations.",
+    ))
     mine = {r.id for r in lendable}
     lent = [g for g in grants if g.device in mine]
     held = [g for g in grants if g.user == principal.user_name]
@@ -215,3 +239,35 @@ async def audit_page(request: Request) -> Response:
     scope = "every entry" if principal.is_admin else "your devices and your own acts"
     body = Markup(f'<p class="hint">Showing {esc(scope)}, newest first.</p>' + body)
     return _html(page("Audit", body, principal=principal, active="/audit"))
+
+
+@router.post("/loans/reserve")
+async def reserve(request: Request) -> Response:
+    principal, form, refusal = await _form(request)
+    if refusal is not None or principal is None or form is None:
+        return refusal or _to_login()
+    try:
+        body = reservations_api.ReservationIn.model_validate({
+            "device": form.get("device", ""), "user": form.get("user", ""),
+            "from": _parse_until(form.get("from", "")), "until": _parse_until(form.get("until", "")),
+        })
+        await reservations_api.post_reservation(body, principal, request)
+    except ValidationError as exc:
+        return await _loans_page(request, principal, f"Not reserved: {exc.errors()[0]['msg']}", 400)
+    except ValueError as exc:
+        return await _loans_page(request, principal, f"Not reserved: {exc}", 400)
+    except RpcError as exc:
+        return await _loans_page(request, principal, f"Not reserved: {exc.message}", 400)
+    return RedirectResponse("/loans", status_code=303)
+
+
+@router.post("/loans/reservations/{reservation_id}/cancel")
+async def cancel(reservation_id: str, request: Request) -> Response:
+    principal, _form_data, refusal = await _form(request)
+    if refusal is not None or principal is None:
+        return refusal or _to_login()
+    try:
+        await reservations_api.delete_reservation(reservation_id, principal, request)
+    except RpcError as exc:
+        return await _loans_page(request, principal, f"Not cancelled: {exc.message}", 400)
+    return RedirectResponse("/loans", status_code=303)

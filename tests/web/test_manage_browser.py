@@ -94,6 +94,24 @@ async def test_lend_extend_revoke_and_read_the_audit_page(
             await sam.goto(stack.url + "/loans")
             await expect(sam.locator("table.held")).not_to_contain_text(stack.device_id)
 
+            # Book a window in advance (for bob, who holds a loan of it already: his own loan
+            # is no conflict); a clashing one for sam is refused; cancel bob's.
+            start = datetime.now(UTC) + timedelta(days=1)
+            for user in ("bob", "sam"):
+                await page.select_option("#res-device", stack.device_id)
+                await page.fill("#res-user", user)
+                await page.fill("#res-from", _local(start))
+                await page.fill("#res-until", _local(start + timedelta(hours=2)))
+                await page.click("form.reserve button[type=submit]")
+            await expect(page.locator("p.error")).to_contain_text("booked")
+            booked = page.locator("table.reservations tr", has_text="bob")
+            await expect(booked).to_contain_text("upcoming")
+            await expect(page.locator("table.reservations tr", has_text="sam")).to_have_count(0)
+            await page.screenshot(path=str(ARTIFACTS / "12-reserved.png"), full_page=True)
+            await booked.locator("button.cancel").click()
+            await page.wait_for_url(stack.url + "/loans")
+            await expect(page.locator("table.reservations tr", has_text="bob")).to_have_count(0)
+
             # A refused lend comes back as the page with the reason.
             await page.select_option("#lend-device", stack.device_id)
             await page.fill("#lend-user", "nobody-like-this")
