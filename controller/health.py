@@ -184,11 +184,12 @@ class HealthMonitor:
 
     async def _loop(self) -> None:
         while True:
+            # Sleep first: bridges are still connecting when the controller starts.
+            await asyncio.sleep(self.poll_s)
             try:
                 await self.poll_once()
             except Exception:  # a failed round is logged; the next one tries again
                 log.exception("health poll failed")
-            await asyncio.sleep(self.poll_s)
 
 
 def render_gauges(readings: Iterable[Reading]) -> bytes:
