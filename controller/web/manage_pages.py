@@ -7,6 +7,9 @@ holds what and what one holds, and read the audit log.
   (same-origin only, like sign-in; the session cookie is SameSite=Strict), served by the REST
   handlers of :mod:`controller.api.grants` with the session's principal — the same rules, the
   same audit entries. A refusal comes back as the page with the message.
+- ``GET /manage/{device}``: a device's health (with *Read now*, and the owner's thresholds
+  form) and apps (launch, stop, clear, uninstall; an install form whose upload shows its
+  progress, ``/static/manage.js``), through the REST handlers of :mod:`controller.api.manage`.
 - ``GET /audit``: the audit log through ``GET /v1/audit``'s handler (admins: everything;
   owners: their devices' entries and their own acts), filtered by user, device and action,
   with an *Older* link for the next page.
@@ -21,15 +24,17 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from controller.api import audit as audit_api
 from controller.api import grants as grants_api
+from controller.api import manage as manage_api
 from controller.api import reservations as reservations_api
+from controller.api.errors import error_body
 from controller.auth import Action, Principal, may
-from controller.hub import list_devices
-from controller.web.html import Markup, esc, link, page, table
+from controller.hub import list_devices, resolve_device
+from controller.web.html import Markup, esc, link, page, path_segment, table
 from controller.web.pages import _html, _hub, _message, _read_form, _signed_in, _to_login
 from controller.web.sessions import same_origin
 from protocol.errors import RpcError
@@ -271,3 +276,160 @@ async def cancel(reservation_id: str, request: Request) -> Response:
     except RpcError as exc:
         return await _loans_page(request, principal, f"Not cancelled: {exc.message}", 400)
     return RedirectResponse("/loans", status_code=303)
+
+
+# -- a device's apps and health -------------------------------------------------------------
+
+
+def _fmt_bytes(n: object) -> str:
+    if not isinstance(n, int):
+        return ""
+    return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"
+
+
+@router.get("/manage/{device}")
+async def manage_page(device: str, request: Request) -> Response:
+    principal = await _signed_in(request)
+    if principal is None:
+        return _to_login()
+    hub = _hub(request)
+    try:
+        record = await resolve_device(hub, principal, device)
+    except RpcError:
+        return _message("Device", "No such device.", 404, principal)
+    base = "/manage/" + path_segment(record.id)
+    parts: list[str] = []
+    notice = request.query_params.get("error")
+    if notice:
+        parts.append(f'<p class="error" role="alert">{esc(notice[:300])}</p>')
+    health = getattr(request.app.state, "health", None)
+    reading = health.latest(record.ref) if health is not None else None
+    h = reading.to_json() if reading is not None else {}
+    parts.append("<h2>Health</h2>")
+    parts.append(table(
+        ["Battery", "Temperature", "Charging", "Free storage", "CPU load", "Memory", "Serving"],
+        [[f"{h['battery_level']}%" if h.get("battery_level") is not None else "",
+          f"{h['battery_temperature_c']:g} °C" if h.get("battery_temperature_c") is not None
+          else "",
+          "" if h.get("charging") is None else ("yes" if h["charging"] else "no"),
+          f"{_fmt_bytes(h.get('storage_free_bytes'))} of {_fmt_bytes(h.get('storage_total_bytes'))}"
+          if h.get("storage_total_bytes") else "",
+          h.get("cpu_load", ""),
+          f"{100 * h['memory_used_ratio']:.0f}%" if h.get("memory_used_ratio") is not None else "",
+          ("yes" if h.get("serving") else f"no: {h.get('reason')}") if h else "not read yet"]],
+        cls="grid health",
+    ))
+    parts.append(_button(f"{base}/health", "Read now", "read"))
+    store = request.app.state.store
+    if await may(principal, record.ref, Action.LEND, store=store) and health is not None:
+        limits = await health.thresholds(record.ref)
+        parts.append(
+            f'<form class="thresholds" method="post" action="{esc(base)}/thresholds">'
+            '<label for="max-temp">Stop serving above (°C)</label>'
+            f'<input id="max-temp" name="max_temperature_c" type="number" step="0.5" min="0" '
+            f'max="100" value="{esc(limits.max_temperature_c if limits.max_temperature_c is not None else "")}">'
+            '<label for="min-battery">or below battery (%)</label>'
+            f'<input id="min-battery" name="min_battery" type="number" min="0" max="100" '
+            f'value="{esc(limits.min_battery if limits.min_battery is not None else "")}">'
+            '<button type="submit">Save thresholds</button></form>'
+        )
+    parts.append("<h2>Apps</h2>")
+    try:
+        apps = (await manage_api.list_apps(record.id, principal, request)).apps
+    except RpcError as exc:
+        apps = []
+        parts.append(f'<p class="notice">{esc(exc.message)}</p>')
+    rows = []
+    for app in apps:
+        actions = Markup("".join(
+            _button(f"{base}/apps/{app.package}/{verb}", verb.title(), f"{verb}")
+            for verb in ("launch", "stop", "clear", "uninstall")
+        ))
+        rows.append([app.package, "yes" if app.managed else "", "yes" if app.yours else "",
+                     actions])
+    parts.append(table(["Package", "Through droidwire", "Yours", ""], rows, cls="grid apps",
+                       empty="No apps you may see."))
+    parts.append(
+        f'<form class="upload" data-target="{esc(base)}/apps">'
+        '<label for="apk">Install an APK</label>'
+        '<input id="apk" name="apk" type="file" accept=".apk" required>'
+        '<button type="submit">Install</button>'
+        '<progress value="0" max="1"></progress><span class="upload-status"></span></form>'
+    )
+    return _html(page(f"{record.id}: apps and health", Markup("".join(parts)),
+                      principal=principal, active="/devices", scripts=("/static/manage.js",)))
+
+
+@router.post("/manage/{device}/apps")
+async def manage_install(device: str, request: Request) -> Response:
+    """The upload of the page's install form: the raw APK body, the session cookie."""
+    principal = await _signed_in(request)
+    if principal is None:
+        return JSONResponse(error_body("unauthorized", "sign in first"), status_code=401)
+    if not same_origin(request):
+        return JSONResponse(error_body("forbidden", "cross-site upload refused"), status_code=403)
+    return await manage_api.install_app(device, principal, request)  # type: ignore[no-any-return]
+
+
+async def _manage_form(request: Request, device: str) -> tuple[Principal | None, Response | None]:
+    principal = await _signed_in(request)
+    if principal is None:
+        return None, _to_login()
+    if not same_origin(request):
+        return principal, _message("Device", "cross-site form refused", 403, principal)
+    return principal, None
+
+
+def _back(device: str, error: str | None = None) -> Response:
+    url = "/manage/" + path_segment(device)
+    if error:
+        url += "?" + urlencode({"error": error[:300]})
+    return RedirectResponse(url, status_code=303)
+
+
+@router.post("/manage/{device}/apps/{package}/{verb}")
+async def manage_app(device: str, package: str, verb: str, request: Request) -> Response:
+    principal, refusal = await _manage_form(request, device)
+    if refusal is not None or principal is None:
+        return refusal or _to_login()
+    try:
+        if verb == "uninstall":
+            await manage_api.uninstall_app(device, package, principal, request)
+        elif verb in ("launch", "stop", "clear"):
+            await manage_api.act_on_app(device, package, manage_api.AppAction(action=verb),  # type: ignore[arg-type]
+                                        principal, request)
+        else:
+            return _back(device, f"no action {verb!r}")
+    except RpcError as exc:
+        return _back(device, f"{verb} {package}: {exc.message}")
+    return _back(device)
+
+
+@router.post("/manage/{device}/health")
+async def manage_health(device: str, request: Request) -> Response:
+    principal, refusal = await _manage_form(request, device)
+    if refusal is not None or principal is None:
+        return refusal or _to_login()
+    try:
+        await manage_api.get_health(device, principal, request, fresh=True)
+    except RpcError as exc:
+        return _back(device, f"health: {exc.message}")
+    return _back(device)
+
+
+@router.post("/manage/{device}/thresholds")
+async def manage_thresholds(device: str, request: Request) -> Response:
+    principal, refusal = await _manage_form(request, device)
+    if refusal is not None or principal is None:
+        return refusal or _to_login()
+    form = await _read_form(request) or {}
+    try:
+        body = manage_api.ThresholdsIn.model_validate({
+            k: (form.get(k) or None) for k in ("max_temperature_c", "min_battery")
+        })
+        await manage_api.put_thresholds(device, body, principal, request)
+    except ValidationError as exc:
+        return _back(device, f"thresholds: {exc.errors()[0]['msg']}")
+    except RpcError as exc:
+        return _back(device, f"thresholds: {exc.message}")
+    return _back(device)

@@ -36,6 +36,7 @@ from controller.auth import (
 )
 from controller.hub import Hub, list_devices, resolve_device
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
+from controller.web.health_view import health_summary
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
@@ -256,6 +257,7 @@ async def devices_page(request: Request) -> Response:
     hub = _hub(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
+    health = getattr(request.app.state, "health", None)  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -273,17 +275,20 @@ async def devices_page(request: Request) -> Response:
         battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
         live = await may(principal, r.ref, Action.USE, store=store)
         name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
+        reading = health.latest(r.ref) if health is not None else None
         rows.append([
             name,
             Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
             owners.get(r.owner_id, ""),
             ", ".join(loans.get(r.id, [])),
             battery,
+            health_summary(reading.to_json() if reading is not None else None),
             android,
             info.get("model") or "",
+            link(f"/manage/{path_segment(r.id)}", "apps & health") if live else "",
         ])
     body = table(
-        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model"],
+        ["Device", "State", "Owner", "Lent to", "Battery", "Health", "Android", "Model", ""],
         rows,
         empty="No devices you may see.",
     )

@@ -6,10 +6,12 @@ the admin reads both on the audit page (then filters it). Screenshots go to
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from device_bridge.sim.apk import SimPackage, build_apk
 from tests.controller.conftest import ADMIN_TOKEN
 from tests.web.conftest import Stack
 from tests.web.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, playwright_api
@@ -142,3 +144,52 @@ async def test_lend_extend_revoke_and_read_the_audit_page(
         finally:
             await browser.close()
     assert problems == []
+
+
+async def test_apps_and_health_page(
+    stack: Stack, playwright_api: Any, tmp_path: Path
+) -> None:
+    expect = playwright_api.expect
+    problems: list[str] = []
+    apk = tmp_path / "web.apk"
+    apk.write_bytes(build_apk(SimPackage(package="com.example.web", kind="app")))
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            context.set_default_timeout(TIMEOUT_MS)
+            page = await _sign_in(context, stack, stack.tokens["olivia"])
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            await page.click(f"a[href='/manage/{stack.device_id}']")
+            await page.wait_for_url(f"{stack.url}/manage/{stack.device_id}")
+
+            await page.click("button.read")
+            await expect(page.locator("table.health")).to_contain_text("°C")
+            await page.fill("#max-temp", "45")
+            await page.fill("#min-battery", "15")
+            await page.click("form.thresholds button")
+            await expect(page.locator("#max-temp")).to_have_value("45.0")
+
+            # Install with progress; the page shows the app the device reported.
+            await page.set_input_files("#apk", str(apk))
+            await page.click("form.upload button")
+            row = page.locator("table.apps tr", has_text="com.example.web")
+            await expect(row).to_have_count(1)
+            await page.screenshot(path=str(ARTIFACTS / "13-apps.png"), full_page=True)
+            await row.locator("button.launch").click()
+            await page.wait_for_url(f"{stack.url}/manage/{stack.device_id}")
+            assert await page.locator("p.error").count() == 0
+            await page.locator("table.apps tr", has_text="com.example.web").locator(
+                "button.uninstall").click()
+            await expect(page.locator("table.apps tr", has_text="com.example.web")).to_have_count(0)
+
+            # The device list shows the reading.
+            await page.click("nav >> text=Devices")
+            await expect(page.locator("tr", has_text=stack.device_id)).to_contain_text("°C")
+        finally:
+            await browser.close()
+    assert problems == []
+    async with stack.api("olivia") as api:
+        reset = await api.put(f"/v1/devices/{stack.device_id}/thresholds", json={})
+        assert reset.status_code == 200
