@@ -12,6 +12,7 @@ None of these routes is in the OpenAPI schema: they are HTML for people, not an 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from datetime import datetime
@@ -190,6 +191,10 @@ async def login(request: Request) -> Response:
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
+        audit = getattr(request.app.state, "audit", None)
+        if audit is not None:  # a refused sign-in is a decision too (never the token itself)
+            with contextlib.suppress(Exception):
+                await audit.record(None, "web.login", outcome="unauthorized", actor="anonymous")
         return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)

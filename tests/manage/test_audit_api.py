@@ -113,3 +113,18 @@ def test_cli_audit(live_controller: LiveController) -> None:
     assert "token.create" in table.stdout
     bad = runner.invoke(cli, ["audit", "--since", "never"], env=env)
     assert bad.exit_code == 2
+
+
+async def test_sign_ins_are_audited_refused_ones_too(api: Api) -> None:
+    origin = {"Origin": "http://controller.test"}
+    bad = await api.client.post("/login", data={"token": "dw_u_wrong"}, headers=origin)
+    assert bad.status_code == 401
+    good = await api.client.post("/login", data={"token": ADMIN_TOKEN}, headers=origin)
+    assert good.status_code == 303
+    page = await api.client.get("/v1/audit", params={"action": "web.login"},
+                                headers=bearer(ADMIN_TOKEN))
+    entries = page.json()["entries"]
+    assert [(e["actor"], e["outcome"]) for e in entries] == [
+        ("admin", "ok"), ("anonymous", "unauthorized")
+    ]
+    assert "dw_u_wrong" not in page.text
