@@ -28,6 +28,7 @@ import asyncio
 import collections
 import contextlib
 import posixpath
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -42,10 +43,13 @@ from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["CHUNK", "AppAction", "Installed", "install", "router"]
+__all__ = ["CHUNK", "TRANSFER_ROUTES", "AppAction", "Installed", "install", "router"]
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
+#: The routes whose bodies are transfers, bounded by ``max_transfer_bytes`` (their own,
+#: larger limit, checked while streaming): a limit on ordinary request bodies skips them.
+TRANSFER_ROUTES = re.compile(r"^/v1/devices/[^/]+/(apps|files)$|^/manage/[^/]+/apps$")
 CHUNK = 1024 * 1024  # bytes per stage.write / stage.read
 WINDOW = 4  # stage.write calls in flight at once (the bridge's write-ahead holds 16 MiB)
 DEFAULT_MAX_TRANSFER_BYTES = 1024**3

@@ -128,3 +128,13 @@ async def test_sign_ins_are_audited_refused_ones_too(api: Api) -> None:
         ("admin", "ok"), ("anonymous", "unauthorized")
     ]
     assert "dw_u_wrong" not in page.text
+
+
+def test_transfer_routes_are_named_for_a_body_limit_to_skip() -> None:
+    from controller.api.manage import TRANSFER_ROUTES
+
+    assert TRANSFER_ROUTES.match("/v1/devices/desk~SIM1/apps")
+    assert TRANSFER_ROUTES.match("/v1/devices/SIM1/files")
+    assert TRANSFER_ROUTES.match("/manage/desk~SIM1/apps")
+    assert not TRANSFER_ROUTES.match("/v1/devices/SIM1/shell")
+    assert not TRANSFER_ROUTES.match("/v1/devices/SIM1/apps/com.example")
