@@ -287,13 +287,13 @@ async def devices_page(request: Request) -> Response:
             owners.get(r.owner_id, ""),
             ", ".join(loans.get(r.id, [])),
             battery,
-            health_summary(reading.to_json() if reading is not None else None),
             android,
             info.get("model") or "",
+            health_summary(reading.to_json() if reading is not None else None),
             link(f"/manage/{path_segment(r.id)}", "apps & health") if live else "",
         ])
     body = table(
-        ["Device", "State", "Owner", "Lent to", "Battery", "Health", "Android", "Model", ""],
+        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model", "Health", ""],
         rows,
         empty="No devices you may see.",
     )
