@@ -35,12 +35,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
 from controller.api.errors import error_body
 from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.health import HealthMonitor, Thresholds
 from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
+from controller.store import Token, User
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["CHUNK", "TRANSFER_ROUTES", "AppAction", "Installed", "install", "router"]
@@ -135,6 +137,21 @@ class _Audit:
             )
 
 
+async def _still_allowed(hub: Hub, principal: Principal, device: DeviceRef) -> None:
+    """Between two chunks of a transfer: the loan still holds, the caller's token is not
+    revoked and their account not disabled (one indexed read) — else the transfer stops."""
+    await authorize(principal, device, Action.USE, store=hub.store)
+    async with hub.store.engine.connect() as conn:
+        row = (await conn.execute(
+            select(Token.revoked_at, User.disabled_at)
+            .join(User, Token.owner_id == User.id)
+            .where(Token.id == principal.token_id)
+        )).one_or_none()
+    if row is None or row.revoked_at is not None or row.disabled_at is not None:
+        raise RpcError(ErrorCode.FORBIDDEN, "access ended: the token was revoked or its "
+                       "account disabled", {"rule": "access_ended"})
+
+
 def _refuse(message: str) -> RpcError:
     return RpcError(ErrorCode.FORBIDDEN, message, {"rule": "loan_scope"})
 
@@ -187,7 +204,7 @@ async def _fill(
 
     async def send(data: bytes) -> None:
         nonlocal offset
-        await authorize(principal, device, Action.USE, store=hub.store)
+        await _still_allowed(hub, principal, device)
         while len(flying) >= WINDOW:
             await flying.popleft()
         params = {"stage": stage, "offset": offset, "data": data}
@@ -420,7 +437,7 @@ async def pull_file(
         offset = 0
         try:
             while offset < size:
-                await authorize(principal, ref, Action.USE, store=hub.store)
+                await _still_allowed(hub, principal, ref)
                 got = await hub.call(
                     ref, "stage.read",
                     {"stage": stage, "offset": offset, "length": min(CHUNK, size - offset)},

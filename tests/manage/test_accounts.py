@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -60,3 +61,29 @@ async def test_disable_and_enable(world: World) -> None:
     assert code == 3, err  # his token is refused while he is disabled
     code, _, err = await asyncio.to_thread(world.cli, "admin", "user", "enable", "bob")
     assert code == 0, err
+
+
+async def test_disabling_stops_an_upload_under_way(world: World) -> None:
+    http = world.ctl.http
+    grant = await http.post("/v1/grants", json={"device": world.sim.address, "user": "bob"},
+                            headers=bearer(world.tokens["olivia"]))
+    assert grant.status_code == 201
+    part = b"x" * (1024 * 1024)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield part
+        # The first chunk is on its way: now the admin disables bob.
+        assert (await http.post("/v1/users/bob/disable")).status_code == 200
+        yield part
+
+    stopped = await http.put(
+        world.base + "/files", params={"path": "big.bin"}, content=body(),
+        headers={**bearer(world.tokens["bob"]), "Content-Length": str(2 * len(part))},
+    )
+    assert stopped.status_code == 403, stopped.text
+    assert stopped.json()["error"]["rule"] == "access_ended"
+    folder = f"/data/local/tmp/droidwire/loans/{world.user_ids['bob']}"
+    assert not world.exists(f"{folder}/big.bin")
+    audit = (await http.get("/v1/audit", params={"user": "bob", "action": "files.push"})).json()
+    assert audit["entries"][0]["outcome"] == "forbidden"
+    assert (await http.post("/v1/users/bob/enable")).status_code == 200
