@@ -37,6 +37,7 @@ from typing import Any
 from device_bridge.agent.toolkit import AgentToolkit
 from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
+from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
 from device_bridge.screen import ScreenService
@@ -128,8 +129,9 @@ class Bridge:
             queue_batches=self.settings.stream_queue_batches,
         )
         self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
-        # device.screen.*, device.input (issue 17)
+        # device.screen.*, device.input
         self.screen = ScreenService.install(self.dispatcher, self.agent)
+        self.manage = ManageToolkit.install(self.dispatcher)  # stage.*, files.*, apps.*, health
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}
@@ -312,6 +314,7 @@ class Bridge:
         self.opened.clear()
         await self.dispatcher.end_streams()
         removed = await self.dispatcher.cleanup(timeout_s=max(5.0, self.settings.close_timeout_s))
+        self.manage.close()
         if removed:
             log.info("uninstalled what this bridge installed: %s", ", ".join(removed))
         for task in background:

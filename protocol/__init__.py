@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from protocol import (
     agent_methods,  # noqa: F401  (registers the agent toolkit's RPCs)
+    manage_methods,  # noqa: F401  (registers the device management RPCs)
     screen_methods,  # noqa: F401  (registers the live screen's RPCs)
 )
 from protocol.closecodes import CloseClass, CloseCode, classify, describe, is_terminal

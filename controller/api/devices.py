@@ -47,6 +47,9 @@ class DeviceOut(BaseModel):
     abi: str | None = None
     battery: int | None = None
     profile: str = "standard"
+    # The latest health reading (controller.health) with ``serving`` and ``reason``; None
+    # until the device was read.
+    health: dict[str, Any] | None = None
 
 
 class ShellIn(BaseModel):
@@ -81,7 +84,14 @@ def _hub(app_state: Any) -> Hub:
 @router.get("", response_model=list[DeviceOut])
 async def get_devices(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
     """Every device the caller may see, from connected bridges and from the store."""
-    return [r.to_json() for r in await list_devices(_hub(request.app.state), principal)]
+    health = getattr(request.app.state, "health", None)
+    out = []
+    for r in await list_devices(_hub(request.app.state), principal):
+        item = r.to_json()
+        reading = health.latest(r.ref) if health is not None else None
+        item["health"] = reading.to_json() if reading is not None else None
+        out.append(item)
+    return out
 
 
 @router.post("/{device}/shell", response_model=ShellOut)

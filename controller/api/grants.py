@@ -419,6 +419,9 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
     await _loan_ended(request, grant)
+    loans = getattr(state, "loans", None)
+    if loans is not None:  # the borrower's apps and files go with the loan (controller.loans)
+        await loans.sweep()
     return Response(status_code=204)
 
 

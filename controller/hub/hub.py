@@ -413,6 +413,9 @@ class Hub:
         self._closing = False
         self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
         self.screens = ScreenFeeds(self)  # live screens, one bridge stream per device
+        # Set by the app: refuses a call on a device that may not serve now (the owner's
+        # health thresholds, controller.health); raises RpcError.
+        self.gate: Callable[[DeviceRef], None] | None = None
 
     # -- lifecycle
 
@@ -677,6 +680,8 @@ class Hub:
         name = action or method
         try:
             await authorize(principal, device, Action.USE, store=self.store)
+            if self.gate is not None:
+                self.gate(device)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
             raise

@@ -29,6 +29,7 @@ from controller.auth import Action, Scope, authorize
 from controller.executor import ExecuteRequest, tool_schema
 from controller.hub import list_devices, resolve_device
 from controller.mcp.agent_tools import agent_tools
+from controller.mcp.manage_tools import manage_tools
 from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
@@ -310,6 +311,8 @@ TOOLS: dict[str, ToolSpec] = {
 
 # The agent toolkit's tools live with it (issue 11).
 TOOLS.update({spec.name: spec for spec in agent_tools()})
+# Apps (issue 18) too.
+TOOLS.update({spec.name: spec for spec in manage_tools()})
 
 
 def png_base64(png: bytes) -> str:

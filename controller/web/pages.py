@@ -12,6 +12,7 @@ None of these routes is in the OpenAPI schema: they are HTML for people, not an 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from datetime import datetime
@@ -37,6 +38,7 @@ from controller.auth import (
 )
 from controller.hub import Hub, list_devices, resolve_device
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
+from controller.web.health_view import health_summary
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
@@ -190,6 +192,10 @@ async def login(request: Request) -> Response:
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
+        audit = getattr(request.app.state, "audit", None)
+        if audit is not None:  # a refused sign-in is a decision too (never the token itself)
+            with contextlib.suppress(Exception):
+                await audit.record(None, "web.login", outcome="unauthorized", actor="anonymous")
         return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
@@ -257,6 +263,7 @@ async def devices_page(request: Request) -> Response:
     hub = _hub(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
+    health = getattr(request.app.state, "health", None)  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -274,6 +281,7 @@ async def devices_page(request: Request) -> Response:
         battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
         live = await may(principal, r.ref, Action.USE, store=store)
         name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
+        reading = health.latest(r.ref) if health is not None else None
         rows.append([
             name,
             Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
@@ -282,9 +290,11 @@ async def devices_page(request: Request) -> Response:
             battery,
             android,
             info.get("model") or "",
+            health_summary(reading.to_json() if reading is not None else None),
+            link(f"/manage/{path_segment(r.id)}", "apps & health") if live else "",
         ])
     body = table(
-        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model"],
+        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model", "Health", ""],
         rows,
         empty="No devices you may see.",
     )

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from adbutils import AdbClient, AdbConnection, adb_path
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
@@ -864,6 +864,60 @@ class AdbDevices:
                         {"serial": serial, "path": path},
                     )
             return bytes(out)
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")
+
+    async def push_file(
+        self,
+        serial: str,
+        local: str | BinaryIO,
+        path: str,
+        *,
+        mode: int = 0o644,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream the host file ``local`` (a name, or a readable binary file) to ``path`` on
+        the device (sync SEND, chunk by chunk: never whole in memory); the size written."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            # An open file, not its name: a directory at ``path`` is an error, never a file
+            # quietly written inside it under the host file's name.
+            if not isinstance(local, str):
+                return int(self._client.device(serial).sync.push(local, path, mode & 0o777))
+            with open(local, "rb") as src:
+                return int(self._client.device(serial).sync.push(src, path, mode & 0o777))
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"push {path}")
+
+    async def pull_file(
+        self,
+        serial: str,
+        path: str,
+        local: str,
+        *,
+        max_bytes: int,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream ``path`` from the device into the host file ``local`` (sync RECV); returns
+        its size; ``bad_request`` past ``max_bytes`` (the file is left partial)."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            size = 0
+            with open(local, "wb") as out:
+                for chunk in self._client.device(serial).sync.iter_content(path):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise RpcError(
+                            ErrorCode.BAD_REQUEST,
+                            f"{path} is larger than {max_bytes} bytes",
+                            {"serial": serial, "path": path, "reason": "too_large"},
+                        )
+                    out.write(chunk)
+            return size
 
         limit = self.long_timeout_s if timeout_s is None else timeout_s
         return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")

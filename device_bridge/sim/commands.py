@@ -523,6 +523,18 @@ async def _pm(p: Proc, args: list[str]) -> int:
         ]
         await p.out("".join(out))
         return 0
+    if sub == "resolve-activity":
+        # ``cmd package resolve-activity --brief [-c CATEGORY] PKG``: the launcher activity.
+        name = rest[-1] if rest else ""
+        inst = device.packages.get(name)
+        if inst is None or inst.pkg.kind != "app":
+            await p.out("No activity found\n")
+            return 0
+        await p.out(
+            "priority=0 preferredOrder=0 match=0x108000 specificIndex=-1 isDefault=false\n"
+            f"{name}/.MainActivity\n"
+        )
+        return 0
     if sub == "path":
         name = rest[-1] if rest else ""
         for pkg, path, _third in device.package_listing():
@@ -757,6 +769,22 @@ async def cmd(p: Proc) -> int:
         return 0
     await p.err(f"cmd: Can't find service: {service}\n")
     return 20
+
+
+@command("df")
+async def df(p: Proc) -> int:
+    """toybox ``df [-k] [PATH]``: /data is the simulated phone's file store, sized by its quota
+    (what it really accepts), so a health reading sees free space shrink as files arrive."""
+    files = p.device.files
+    total_k = files.quota // 1024
+    used_k = (files.used + 1023) // 1024
+    free_k = max(total_k - used_k, 0)
+    pct = (used_k * 100 + total_k - 1) // total_k if total_k else 0
+    await p.out(
+        "Filesystem     1K-blocks    Used Available Use% Mounted on\n"
+        f"/dev/block/dm-5 {total_k:>9} {used_k:>7} {free_k:>9} {pct:>3}% /data\n"
+    )
+    return 0
 
 
 # -- window manager, dumpsys, input, screencap --------------------------------------------

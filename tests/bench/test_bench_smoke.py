@@ -21,6 +21,7 @@ from bench import (
     bench_idle,
     bench_kotlinc,
     bench_link,
+    bench_push,
     bench_sandbox,
     bench_screen,
     bench_shell,
@@ -58,6 +59,13 @@ def test_kotlinc(kotlinc_checker: object) -> None:  # the fixture: skip/fail wit
 
 def test_link() -> None:
     check(bench_link.run(quick=True), {"rpc_rtt_p50", "rpc_rtt_p99", "logcat_lines_per_s"})
+
+
+@pytest.mark.adb
+@pytest.mark.slow
+def test_push() -> None:
+    [fig] = check(bench_push.run(quick=True, size_mib=1, reps=1), {"push_mb_per_s"})
+    assert fig["value"] > 0 and fig["baseline"] > 0
 
 
 @pytest.mark.adb

@@ -74,7 +74,7 @@ async def test_device_appears_and_bridge_is_listed(
         {
             "id": "pi~emulator-5554", "serial": "emulator-5554", "bridge": "pi",
             "state": "device", "model": "Pixel 7", "release": None, "sdk": 34, "abi": None,
-            "battery": None, "profile": "standard",
+            "battery": None, "profile": "standard", "health": None,
         }
     ]
     bridges = (await controller.http.get("/v1/bridges")).json()

@@ -24,6 +24,7 @@ from protocol.methods import (
 )
 from protocol.settings import DEFAULTS
 from tests.agent.examples import AGENT_EXAMPLES
+from tests.manage.examples import MANAGE_EXAMPLES
 
 SERIAL = "emulator-5554"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -92,6 +93,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
 }
 EXAMPLES.update(AGENT_EXAMPLES)  # the agent toolkit's methods (issue 11)
+EXAMPLES.update(MANAGE_EXAMPLES)  # device management: stages, files, apps, health (issue 18)
 
 #: Invalid params per method (each must be a bad_request).
 BAD: list[tuple[str, dict[str, Any]]] = [
