@@ -382,6 +382,10 @@ async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Reque
             "replaces": grant.replaces,
         },
     )
+    if grant.replaces:
+        # The new loan may end sooner than the one it replaces: work resting on it learns
+        # its new end now (controller.access), here and on every replica.
+        await _loan_ended(request, grant)
     return grant
 
 
@@ -427,7 +431,8 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
 
 async def _loan_ended(request: Request, grant: GrantOut) -> None:
     """The borrower's runs and streams on the device are re-checked now — here and, in
-    cluster mode, on every replica — so they stop within moments (controller.access)."""
+    cluster mode, on every replica — so they stop within moments, or learn when their loan
+    now ends (controller.access)."""
     state = request.app.state
     async with state.store.session() as session:
         user_id = (
