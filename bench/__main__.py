@@ -10,6 +10,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from bench.common import judged
+
 
 def _modules(selected: list[str]) -> list[str]:
     here = Path(__file__).parent
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"bench.{name}")
         try:
             for fig in module.run(quick=args.quick):
+                fig = judged(fig)
                 print(json.dumps(fig), flush=True)
                 figures.append(fig)
         except Exception:  # a broken benchmark is reported, the others still run
@@ -40,15 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         from rich.table import Table
 
         table = Table(title="droidwire benchmarks (ratio = value / baseline, same run)")
-        for col in ("name", "value", "unit", "baseline", "ratio"):
+        columns = ("name", "n", "value", "unit", "baseline", "ratio", "target")
+        for col in (*columns, "met"):
             table.add_column(col)
         for f in figures:
-            table.add_row(*(_fmt(f.get(c)) for c in ("name", "value", "unit", "baseline", "ratio")))
+            met = f.get("met")
+            verdict = "" if met is None else "met" if met else "missed"
+            table.add_row(*(_fmt(f.get(c)) for c in columns), verdict)
         Console(file=sys.stderr).print(table)
     return 1 if failed else 0
 
 
 def _fmt(v: object) -> str:
+    if v is None:
+        return ""
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 

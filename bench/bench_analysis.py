@@ -15,8 +15,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from bench.common import Figure, figure
+from bench.common import figure
+from bench.stack import noted
 from controller.analysis import analyze
 
 __all__ = ["generate", "run"]
@@ -94,7 +96,7 @@ def _best(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def run(quick: bool) -> list[Figure]:
+def run(quick: bool) -> list[dict[str, Any]]:
     lines = 100_000 if quick else 1_000_000
     grep = shutil.which("grep")
     with tempfile.TemporaryDirectory(prefix="droidwire-bench-") as tmp:
@@ -114,4 +116,5 @@ def run(quick: bool) -> list[Figure]:
 
         t_ours = _best(ours, 1 if not quick else 2)
         t_grep = _best(baseline, 3)
-    return [figure("analysis_lines_per_s", n / t_ours, "lines/s", n / t_grep)]
+    return [noted(figure("analysis_lines_per_s", n / t_ours, "lines/s", n / t_grep),
+                  f"{n} lines, analyze(read(file)) against grep -c StrictMode", n=n)]

@@ -31,7 +31,8 @@ import uvicorn
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from bench.common import Figure, figure, median, percentile
+from bench.common import figure, median, percentile
+from bench.stack import noted
 from protocol.methods import LogBatch
 
 __all__ = ["run"]
@@ -173,7 +174,7 @@ async def _stream_link(hub: Any, bridge: Any, lines: int) -> float:
     return lines / elapsed
 
 
-async def _run(quick: bool) -> list[Figure]:
+async def _run(quick: bool) -> list[dict[str, Any]]:
     # Medians of REPEATS interleaved repetitions (issue 9): baseline, link, baseline, link …
     # so a noisy neighbour on a shared machine hits both sides alike.
     pings = 200 if quick else 2000
@@ -196,12 +197,17 @@ async def _run(quick: bool) -> list[Figure]:
             base_rate.append(await _stream_baseline(lines))
             link_rate.append(await _stream_link(hub, bridge, lines))
     ms = 1000.0
+    rtt = f"median of {REPEATS} alternating repetitions of {pings} sequential pings"
+    rate = f"median of {REPEATS} alternating repetitions of {lines} lines"
     return [
-        figure("rpc_rtt_p50", median(link_p50) * ms, "ms", median(base_p50) * ms),
-        figure("rpc_rtt_p99", median(link_p99) * ms, "ms", median(base_p99) * ms),
-        figure("logcat_lines_per_s", median(link_rate), "lines/s", median(base_rate)),
+        noted(figure("rpc_rtt_p50", median(link_p50) * ms, "ms", median(base_p50) * ms),
+              rtt, n=pings),
+        noted(figure("rpc_rtt_p99", median(link_p99) * ms, "ms", median(base_p99) * ms),
+              rtt, n=pings),
+        noted(figure("logcat_lines_per_s", median(link_rate), "lines/s", median(base_rate)),
+              rate, n=lines),
     ]
 
 
-def run(quick: bool) -> list[Figure]:
+def run(quick: bool) -> list[dict[str, Any]]:
     return asyncio.run(_run(quick))

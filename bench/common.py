@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class Figure(TypedDict):
@@ -30,3 +30,30 @@ def percentile(samples: list[float], p: float) -> float:
 
 def median(samples: list[float]) -> float:
     return statistics.median(samples) if samples else float("nan")
+
+
+# The targets (issue 21; docs/benchmarks.md): figure → (what is bounded, ≤ or ≥, bound).
+TARGETS: dict[str, tuple[str, str, float]] = {
+    "rpc_rtt_p50": ("ratio", "≤", 1.3),
+    "logcat_lines_per_s": ("ratio", "≥", 0.65),
+    "analysis_lines_per_s": ("ratio", "≥", 0.2),
+    "fanout_cost": ("ratio", "≤", 1.2),
+    "idle_bridge_kb": ("ratio", "≤", 1.6),
+    "reconnect_storm_s": ("ratio", "≤", 1.2),
+    "loop_delay_p99_ms": ("value", "<", 10.0),
+    "fix_round_s": ("ratio", "≤", 0.2),
+    "fleet_throughput": ("ratio", "≥", 0.9),  # issue 16
+}
+
+
+def judged(fig: dict[str, Any]) -> dict[str, Any]:
+    """``fig`` with ``target`` (e.g. ``"ratio ≤ 1.3"``) and ``met`` when it has a target."""
+    target = TARGETS.get(str(fig.get("name")))
+    if target is None:
+        return fig
+    what, op, bound = target
+    x = fig.get(what)
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return {**fig, "target": f"{what} {op} {bound:g}", "met": False}
+    met = x <= bound if op == "≤" else x >= bound if op == "≥" else x < bound
+    return {**fig, "target": f"{what} {op} {bound:g}", "met": bool(met)}

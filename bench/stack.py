@@ -568,11 +568,15 @@ class DeviceStack:
     serials: list[str]
     adb: Any  # tests.adb_support.AdbServer
     app: Any
+    sims: list[Any] = field(default_factory=list)  # tests.adb_support.ConnectedSim
+    admin_token: str = ""
 
 
 @contextlib.asynccontextmanager
-async def device_stack(devices: int = 1) -> AsyncIterator[DeviceStack]:
-    """Everything ``droidwire demo`` starts, with ``devices`` simulated devices."""
+async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIterator[DeviceStack]:
+    """Everything ``droidwire demo`` starts, with ``devices`` simulated devices: threads of
+    this process, or (``processes``) each in a process of its own, as a lab's devices are
+    separate machines."""
     import httpx
     import uvicorn
 
@@ -588,7 +592,8 @@ async def device_stack(devices: int = 1) -> AsyncIterator[DeviceStack]:
         tmp = Path(tmp_name)
         adb = start_adb_server()
         sync.callback(adb.kill)
-        sims = [sync.enter_context(connected_sim(adb)) for _ in range(devices)]
+        start = _connected_sim_process if processes else connected_sim
+        sims = [sync.enter_context(start(adb)) for _ in range(devices)]
         serials = [s.address for s in sims]
         config = ControllerConfig(db_url=f"sqlite:///{tmp / 'controller.db'}",
                                   bootstrap_token=admin)
@@ -611,7 +616,8 @@ async def device_stack(devices: int = 1) -> AsyncIterator[DeviceStack]:
                 async with Bridge(host, token=created.json()["token"]) as bridge:
                     await bridge.wait_open(START_TIMEOUT_S)
                     await _wait_devices(http, set(serials))
-                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app)
+                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app,
+                                      sims=sims, admin_token=admin)
         finally:
             server.should_exit = True
             with contextlib.suppress(Exception):
@@ -653,15 +659,73 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+async def _serve_sim() -> None:
+    """One simulated device in this process, on a free port: says its address, then serves
+    until SIGTERM (or its parent's death)."""
+    from device_bridge.sim.device import SimDevice
+
+    device = SimDevice(port=0, noise_interval=None)
+    await device.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    _say({"address": device.address})
+    await stop.wait()
+    await device.stop()
+
+
+class _SimProcess:
+    """A simulated device in a process of its own, as :class:`ConnectedSim` wants it."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.stack", "sim", "--port", "0"], cwd=ROOT,
+            stdout=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.close()
+            raise RuntimeError("the simulated device process did not start")
+        self.address = str(json.loads(line)["address"])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def _connected_sim_process(adb: Any) -> Iterator[Any]:
+    from tests.adb_support import ConnectedSim
+
+    sim = _SimProcess()
+    try:
+        handle = ConnectedSim(adb, sim)
+        handle.connect()
+        try:
+            yield handle
+        finally:
+            handle.disconnect()
+    finally:
+        sim.close()
+
+
 def _main(argv: list[str] | None = None) -> None:
     _die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m bench.stack")
-    parser.add_argument("kind", choices=("controller", "bare"))
+    parser.add_argument("kind", choices=("controller", "bare", "sim"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--db")
     args = parser.parse_args(argv)
     if args.kind == "controller":
         asyncio.run(_serve_controller(args.port, args.db))
+    elif args.kind == "sim":
+        asyncio.run(_serve_sim())
     else:
         asyncio.run(_serve_bare(args.port))
 

@@ -38,7 +38,7 @@ from controller.auth import Action, DeviceRef, Principal, authorize, live_grant_
 from controller.store import Bridge, Device, Grant, Store, Token
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["ACCESS_REVOKED", "AccessWatch", "check_access", "lapse_reason"]
+__all__ = ["ACCESS_REVOKED", "AccessWatch", "check_access", "lapse_reason", "until_lapsed"]
 
 log = logging.getLogger("droidwire.controller.access")
 
@@ -246,3 +246,37 @@ class AccessWatch:
         if ends is not None:
             nxt = min(nxt, loop.time() + max(0.0, (ends - now()).total_seconds()) + _EPSILON_S)
         w.next_check = nxt
+
+
+async def until_lapsed(
+    watch: AccessWatch | None,
+    store: Store,
+    recheck_s: float,
+    principal: Principal,
+    device: DeviceRef,
+) -> str:
+    """Return the refusal (``"forbidden: …"``) once ``principal`` may no longer use
+    ``device``: its token revoked (owners and admins too), its loan revoked or expired. With
+    the app's ``watch`` it is told at once (a revocation anywhere in the cluster, a loan's
+    end); without one, re-checked every ``recheck_s``. Live streams (logcat, the screen) end
+    on it."""
+    if watch is not None:
+        lapsed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def lapse(reason: str) -> None:
+            if not lapsed.done():
+                lapsed.set_result(reason)
+
+        unwatch = watch.watch(principal, device, lapse)
+        try:
+            return await lapsed
+        finally:
+            unwatch()
+    while True:
+        await asyncio.sleep(recheck_s)
+        try:
+            await check_access(store, principal, device)
+        except RpcError as exc:
+            log.info("a stream of %s for %s ends: %s", device.serial, principal.actor, exc)
+            # Not exc.message: a lapsed loan answers not_found, which would name the device.
+            return lapse_reason(exc)

@@ -30,19 +30,33 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from controller.access import AccessWatch
-from controller.api import agent, bridges, devices, grants, ops, sandbox, tokens, users
+from controller.api import (
+    agent,
+    audit,
+    bridges,
+    devices,
+    grants,
+    manage,
+    ops,
+    reservations,
+    sandbox,
+    tokens,
+    users,
+)
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
 from controller.auth import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
+from controller.health import HealthMonitor
 from controller.hub import Hub
 from controller.hub import endpoint as hub_endpoint
 from controller.limits import BodyLimit
+from controller.loans import Loans
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
-from controller.web import SessionStore
+from controller.web import SessionStore, manage_pages
 from controller.web import router as web_router
 from protocol import redact
 from protocol.closecodes import CloseCode
@@ -227,6 +241,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             stack.callback(setattr, hub, "cluster", None)
             app.state.revocation_hooks.append(cluster.revoked)
             stack.callback(app.state.revocation_hooks.remove, cluster.revoked)
+        # What borrowers leave on lent devices goes when their loans end (controller.loans).
+        app.state.loans = await stack.enter_async_context(
+            Loans(store, hub, app.state.audit, sweep_s=config.loan_sweep_s).running()
+        )
+        # Device health: read every health_poll_s; the owner's thresholds gate device calls.
+        app.state.health = await stack.enter_async_context(
+            HealthMonitor(hub, poll_s=config.health_poll_s).running()
+        )
+        hub.gate = app.state.health.check
+        stack.callback(setattr, hub, "gate", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
@@ -281,7 +305,8 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     # Outermost: a body over its limit is refused before routing, authentication or a read.
     app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes,
-                       max_upload_bytes=config.max_upload_bytes)
+                       max_upload_bytes=config.max_upload_bytes,
+                       max_transfer_bytes=config.max_transfer_bytes)
     # These two also serve WebSocket routes (see _problem), which Starlette's stubs don't model.
     app.add_exception_handler(RpcError, _rpc_error)  # type: ignore[arg-type]
     app.add_exception_handler(Unauthenticated, _unauthenticated)  # type: ignore[arg-type]
@@ -295,9 +320,13 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(devices.router)
     app.include_router(agent.router)
     app.include_router(bridges.router)
-    app.include_router(users.router)
     app.include_router(sandbox.router)
+    app.include_router(audit.router)
+    app.include_router(manage.router)
+    app.include_router(users.router)
+    app.include_router(reservations.router)
     app.include_router(web_router)  # the dashboard: HTML pages at /, not in the schema
+    app.include_router(manage_pages.router)  # its booking and audit pages
     # Exactly /mcp, any method the transport uses (POST, GET, DELETE), no slash redirect.
     # A callable that is not a function is served as an ASGI app (Starlette's Route), which the
     # stubs do not model.

@@ -32,10 +32,12 @@ class AuditLog:
         device: str | None = None,
         outcome: str = OK,
         detail: Mapping[str, Any] | None = None,
+        actor: str | None = None,
     ) -> None:
-        """Append one entry. ``principal`` None is the controller itself (e.g. a scheduler)."""
+        """Append one entry. ``principal`` None is the controller itself (e.g. a scheduler),
+        or, with ``actor``, someone not authenticated (a refused sign-in: ``anonymous``)."""
         row = {
-            "actor": principal.actor if principal else "controller",
+            "actor": principal.actor if principal else (actor or "controller"),
             "actor_token_id": principal.token_id if principal else None,
             "action": action,
             "device": device,

@@ -327,7 +327,8 @@ async def authenticate(store: Store, header: str | None) -> Principal:
     digest = hash_token(parse_bearer(header))
     async with store.engine.connect() as conn:
         row = (await conn.execute(_TOKEN_BY_HASH, {"digest": digest})).one_or_none()
-    if row is None or row.revoked_at is not None:
+    if row is None or row.revoked_at is not None or row.disabled_at is not None:
+        # A disabled user's tokens answer as revoked ones do (docs/security.md, "Accounts").
         raise Unauthenticated("invalid or revoked token")
     principal = principal_for(
         token_id=row.id,
@@ -358,6 +359,7 @@ _TOKEN_BY_HASH = (
         User.id.label("user_id"),
         User.name.label("user_name"),
         User.is_admin,
+        User.disabled_at,
     )
     .join(User, Token.owner_id == User.id)
     .where(Token.hash == bindparam("digest"))

@@ -92,6 +92,11 @@ class ControllerConfig:
     borrower_streams_per_bridge: int = DEFAULT_BORROWER_STREAMS_PER_BRIDGE
     # Timings and limits shared with the bridge
     settings: Settings = DEFAULTS
+    # Uploads and downloads through /v1/devices/{device}/apps and /files (streamed, chunked):
+    # their own limit, larger than and exempt from any limit on ordinary request bodies.
+    max_transfer_bytes: int = 1024**3
+    loan_sweep_s: float = 10.0  # how soon what a borrower left is removed after a loan expires
+    health_poll_s: float = 30.0  # how often every connected device's health is read
 
     def __post_init__(self) -> None:
         try:

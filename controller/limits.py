@@ -10,8 +10,11 @@ body before reading gets the answer; past that the connection is closed. The
 bridge WebSocket does not pass here (it has its own frame cap); WebSockets never have bodies.
 
 Limits, per route: ``max_body_bytes`` for every request, ``max_upload_bytes`` for the routes
-that take prebuilt APKs (:data:`UPLOAD_PATHS`) — and only for a caller whose token is valid:
-a stranger's body is never read past ``max_body_bytes``, whatever the route.
+that take prebuilt APKs (:data:`UPLOAD_PATHS`), ``max_transfer_bytes`` for the app and file
+transfers that their handlers stream to the bridge chunk by chunk, never buffered
+(:data:`controller.api.manage.TRANSFER_ROUTES`) — the larger limits only for a caller whose
+token (or dashboard session) is valid: a stranger's body is never read past
+``max_body_bytes``, whatever the route.
 """
 
 from __future__ import annotations
@@ -30,28 +33,32 @@ DRAIN_BYTES = 8 * 1024 * 1024
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_upload_bytes: int,
+        max_transfer_bytes: int | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_upload_bytes = max_upload_bytes
+        self.max_transfer_bytes = max_upload_bytes if max_transfer_bytes is None else max_transfer_bytes
 
     async def limit_for(self, scope: Scope) -> int:
         """The route's limit; the upload limit only for an authenticated caller (one indexed
         read of the token), so a stranger's body is never read past ``max_body_bytes``."""
-        if scope.get("path", "").rstrip("/") not in UPLOAD_PATHS:
-            return self.max_body_bytes
-        from controller.auth import authenticate
+        from controller.api.manage import TRANSFER_ROUTES
 
-        store = getattr(getattr(scope.get("app"), "state", None), "store", None)
-        headers = dict(scope.get("headers", []))
-        authorization = headers.get(b"authorization")
-        if store is None or authorization is None:
+        path = scope.get("path", "").rstrip("/")
+        if path in UPLOAD_PATHS:
+            larger = self.max_upload_bytes
+        elif TRANSFER_ROUTES.match(path):
+            larger = self.max_transfer_bytes
+        else:
             return self.max_body_bytes
-        try:
-            await authenticate(store, authorization.decode("latin-1"))
-        except Exception:  # unknown, revoked, malformed: the route answers 401 itself
-            return self.max_body_bytes
-        return self.max_upload_bytes
+        return larger if await _authenticated(scope) else self.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,3 +143,23 @@ async def _too_large(send: Send, limit: int) -> None:
                     (b"content-length", str(len(data)).encode())],
     })
     await send({"type": "http.response.body", "body": data})
+
+
+async def _authenticated(scope: Scope) -> bool:
+    """Whether the request carries a valid token (one indexed read) or dashboard session."""
+    from starlette.requests import HTTPConnection
+
+    from controller.auth import authenticate
+    from controller.web.sessions import session_principal
+
+    store = getattr(getattr(scope.get("app"), "state", None), "store", None)
+    if store is None:
+        return False
+    authorization = dict(scope.get("headers", [])).get(b"authorization")
+    try:
+        if authorization is not None:
+            await authenticate(store, authorization.decode("latin-1"))
+            return True
+        return await session_principal(HTTPConnection(scope)) is not None
+    except Exception:  # unknown, revoked, malformed: the route answers 401 itself
+        return False

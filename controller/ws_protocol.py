@@ -8,16 +8,20 @@ the messages waiting for the app add up to :data:`QUEUE_HIGH_BYTES` (or
 all. Memory per connection stays bounded: that budget plus one message of at most
 ``ws_max_size``, where uvicorn's own bound is one message.
 
-uvicorn takes the class as ``ws=`` (see :func:`controller.cli.serve.uvicorn_config`).
+uvicorn takes :class:`RoutingProtocol` as ``ws=`` (see
+:func:`controller.cli.serve.uvicorn_config`): it serves ``/v1/bridge`` with websockets' own
+server connection (:mod:`controller.hub.wsserver`) and every other WebSocket with
+:class:`WebSocketProtocol`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "WebSocketProtocol"]
+__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "RoutingProtocol", "WebSocketProtocol"]
 
 QUEUE_HIGH_BYTES = 1 << 20
 QUEUE_HIGH_MESSAGES = 64
@@ -55,3 +59,62 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         else:  # a text message counts its UTF-8 bytes in and its characters out: never below 0
             self.queued_bytes = max(0, self.queued_bytes - _size(message))
         return message
+
+
+class RoutingProtocol(asyncio.Protocol):
+    """uvicorn's ``ws=`` protocol: picks the real one from the upgrade request's path.
+
+    uvicorn builds it with the connection's transport, replays the request it parsed into
+    :meth:`data_received`, then makes it the transport's protocol. A ``/v1/bridge`` request
+    goes to a :class:`controller.hub.wsserver.BridgeConnection` (when the app is the
+    controller's), anything else to :class:`WebSocketProtocol`; from then on this object only
+    passes the transport's calls on (one call per read).
+    """
+
+    __slots__ = ("app_state", "config", "inner", "server_state", "transport")
+
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: Any = None) -> None:
+        self.config = config
+        self.server_state = server_state
+        self.app_state = app_state
+        self.transport: Any = None
+        self.inner: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        inner = self.inner
+        if inner is None:
+            inner = self.inner = self._choose(data)
+            inner.connection_made(self.transport)
+        inner.data_received(data)
+
+    def _choose(self, request_head: bytes) -> asyncio.Protocol:
+        from controller.hub.wsserver import BridgeServer, is_bridge_upgrade
+
+        app = self.config.app
+        if is_bridge_upgrade(request_head) and hasattr(getattr(app, "state", None), "hub"):
+            bridges = getattr(self.server_state, "droidwire_bridges", None)
+            if bridges is None or bridges.app is not app:
+                bridges = BridgeServer(app, self.server_state)
+                self.server_state.droidwire_bridges = bridges
+            return bridges.connection()
+        return WebSocketProtocol(config=self.config, server_state=self.server_state,
+                                 app_state=self.app_state)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()

@@ -37,8 +37,10 @@ from typing import Any
 from device_bridge.agent.toolkit import AgentToolkit
 from device_bridge.config import ConfigError, HostConfig
 from device_bridge.connection import Link
+from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
+from device_bridge.screen import ScreenService
 from protocol import redact
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
 from protocol.errors import RpcError
@@ -127,6 +129,9 @@ class Bridge:
             queue_batches=self.settings.stream_queue_batches,
         )
         self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
+        # device.screen.*, device.input
+        self.screen = ScreenService.install(self.dispatcher, self.agent)
+        self.manage = ManageToolkit.install(self.dispatcher)  # stage.*, files.*, apps.*, health
         self.link: Link | None = None
         self.opened = asyncio.Event()
         self._devices: dict[str, DeviceInfo] = {}
@@ -316,6 +321,7 @@ class Bridge:
         self.opened.clear()
         await self.dispatcher.end_streams()
         removed = await self.dispatcher.cleanup(timeout_s=max(5.0, self.settings.close_timeout_s))
+        self.manage.close()
         if removed:
             log.info("uninstalled what this bridge installed: %s", ", ".join(removed))
         for task in background:

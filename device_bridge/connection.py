@@ -60,6 +60,8 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Event
 from websockets.protocol import State as WsState
 
 from protocol.closecodes import CloseCode, describe, is_terminal
@@ -67,6 +69,7 @@ from protocol.codec import Codec
 from protocol.eager import start_eagerly
 from protocol.envelope import (
     SUBPROTOCOL,
+    Ack,
     Capabilities,
     DeviceInfo,
     Req,
@@ -372,6 +375,16 @@ class Link:
         self._write_soon()
         return True
 
+    async def idle(self) -> bool:
+        """Wait until nothing waits in the send queue; ``False`` once the link is down.
+
+        A stream that must skip rather than queue (the live screen) sends only then, so RPC
+        results and logcat batches never wait behind a queue of its frames."""
+        while self.is_open and self._out:
+            self._room.clear()
+            await self._room.wait()
+        return self.is_open
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Connect, serve, reconnect until ``stop`` is set; :class:`LinkError` if it gives up."""
         if self._started:
@@ -489,6 +502,7 @@ class Link:
             proxy=None,
             ssl=self._ssl if url.startswith("wss://") else None,
             user_agent_header=f"droidwire-bridge/{self.software}",
+            create_connection=LinkConnection,
         )
 
     async def _serve(self, ws: ClientConnection, stop: asyncio.Event) -> tuple[bool, Failure]:
@@ -499,6 +513,8 @@ class Link:
                 terminal=True,
             )
         self._ws = ws
+        if isinstance(ws, LinkConnection):
+            ws.frame_hook = functools.partial(self._frame_now, ws)
         self._out = collections.deque()
         self._writer = None
         self._room = asyncio.Event()
@@ -643,7 +659,48 @@ class Link:
         if isinstance(outcome, WelcomeOutcome):
             assert isinstance(frame, Welcome)
             self._welcome(frame, outcome)
-        elif isinstance(outcome, Admission):
+        else:
+            self._outcome(frame, outcome)
+        self._flush()
+        return True
+
+    def _frame_now(self, ws: ClientConnection, data: bytes) -> bool:
+        """A small ``req`` or ``ack`` handled in the transport's read callback — the reader
+        is idle with nothing queued (:class:`LinkConnection` checks that), so frames keep
+        their order — instead of one more trip through the event loop to wake the reader.
+        The same steps as :meth:`_on_frame`; False (anything else, or a frame that does not
+        decode): the reader reads it as usual."""
+        if self._ws is not ws or len(data) > FAST_FRAME_BYTES or not self.session.is_open:
+            return False
+        try:
+            frame = self.codec.decode(data)
+        except DecodeError:
+            return False
+        if not isinstance(frame, Req | Ack):
+            return False
+        try:
+            outcome = self.session.receive(frame, self._clock())
+        except (HandshakeRefused, UnexpectedFrame) as exc:
+            # The reader would close: the same, in a task (closing waits for the peer).
+            task = asyncio.get_running_loop().create_task(self._violation(ws, str(exc)))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return True
+        except Exception as exc:  # as in the reader: a bug ends the connection, not the loop
+            self.log.exception("link reader failed")
+            self.drop(f"reader failed: {type(exc).__name__}")
+            return True
+        try:
+            self._outcome(frame, outcome)
+            self._flush()
+        except Exception as exc:
+            self.log.exception("link reader failed")
+            self.drop(f"reader failed: {type(exc).__name__}")
+        return True
+
+    def _outcome(self, frame: Any, outcome: Any) -> None:
+        """What a frame's outcome (other than ``welcome``'s) asks of the link."""
+        if isinstance(outcome, Admission):
             assert isinstance(frame, Req)
             if outcome is Admission.RUN:
                 self._start(frame)
@@ -656,8 +713,6 @@ class Link:
                 task.cancel()
             # Answer it, outside the outbox (nobody waits: the controller drops it as a duplicate).
             self._send_direct(Res.failure(rid, RpcError(ErrorCode.CANCELLED, "cancelled")))
-        self._flush()
-        return True
 
     def _welcome(self, welcome: Welcome, outcome: WelcomeOutcome) -> None:
         self.welcomes += 1
@@ -868,6 +923,28 @@ class Link:
 
 # Link._writer while a writer runs eagerly, in the step that queued a frame.
 _EAGER = object()
+# Frames up to this size may be handled in the read callback (Link._frame_now).
+FAST_FRAME_BYTES = 64 * 1024
+
+
+class LinkConnection(ClientConnection):
+    """websockets' client connection, with one hook: a complete binary frame that arrives
+    while the link's reader waits with nothing queued is offered to ``frame_hook`` in the
+    read callback (True: handled, not queued). Saves the reader's wake-up — a trip through
+    the event loop — per request on the RPC path (docs/benchmarks.md)."""
+
+    frame_hook: Callable[[bytes], bool] | None = None
+
+    def process_event(self, event: Event) -> None:
+        hook = self.frame_hook
+        if (hook is not None and isinstance(event, Frame) and event.opcode is Opcode.BINARY
+                and event.fin):
+            queue = self.recv_messages
+            if queue.get_in_progress and not queue.frames.queue and not queue.paused:
+                data = event.data
+                if hook(data if isinstance(data, bytes) else bytes(data)):
+                    return
+        super().process_event(event)
 
 
 async def _close(ws: ClientConnection, code: int, reason: str) -> None:

@@ -178,6 +178,9 @@ class Dispatcher:
         self._screens: dict[str, tuple[int, int] | None] = {}
         self._subs: dict[str, _Subscription] = {}
         self._indexes: dict[str, Any] = {}  # project name -> fixer SourceCodeIndex
+        # Other services' streams end with the link too; cached facts go with a device.
+        self.stream_enders: list[Callable[[], Awaitable[None]]] = []
+        self.forgetters: list[Callable[[str], None]] = []
         # The handlers that never wait (no I/O, no await): the link may run them in the step
         # that read the request (:meth:`immediate`). Each is also served the ordinary way.
         self._immediate: dict[str, Immediate] = {
@@ -323,6 +326,8 @@ class Dispatcher:
     def forget(self, serial: str) -> None:
         """A device changed state: cached facts about it are stale."""
         self._screens.pop(serial, None)
+        for forget in self.forgetters:
+            forget(serial)
 
     # -- bridge --------------------------------------------------------------------------------
 
@@ -533,6 +538,9 @@ class Dispatcher:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await sub.task
         self._subs.clear()
+        for end in self.stream_enders:
+            with contextlib.suppress(Exception):
+                await end()
 
     @property
     def subscriptions(self) -> list[str]:

@@ -12,7 +12,11 @@ Modules: :mod:`protocol.envelope` (frames), :mod:`protocol.codec` (msgpack, size
 
 from __future__ import annotations
 
-from protocol import agent_methods  # noqa: F401  (registers the agent toolkit's RPCs)
+from protocol import (
+    agent_methods,  # noqa: F401  (registers the agent toolkit's RPCs)
+    manage_methods,  # noqa: F401  (registers the device management RPCs)
+    screen_methods,  # noqa: F401  (registers the live screen's RPCs)
+)
 from protocol.closecodes import CloseClass, CloseCode, classify, describe, is_terminal
 from protocol.codec import Codec, decode, decode_raw, encode, encode_event, encode_result
 from protocol.envelope import (

@@ -30,6 +30,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from controller.access import check_access
 from controller.agent import (
     AgentRunner,
     DbFrameStore,
@@ -141,6 +142,9 @@ class _Session:
         self.ref = ref
 
     async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        # Each step of an agent's loop re-checks the token too (``device_call`` checks the
+        # loan and scope): a token revoked mid-loop stops it at its next step.
+        await check_access(self.hub.store, self.principal)
         return await self.hub.device_call(
             self.principal, self.ref, method, params, action=f"agent.{method}"
         )

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
-from controller.access import AccessWatch, check_access, lapse_reason
+from controller.access import until_lapsed
 from controller.api.refusals import audited_refusal
-from controller.auth import DeviceRef, Principal, UserPrincipal
+from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.retire import forget_device
 from controller.hub.streams import LogChunk
@@ -57,6 +57,9 @@ class DeviceOut(BaseModel):
     pool: str | None = Field(default=None, description="an admin's pool, else the owner's")
     uid: str | None = Field(default=None,
                             description="opaque store id: the device label of /metrics series")
+    # The latest health reading (controller.health) with ``serving`` and ``reason``; None
+    # until the device was read.
+    health: dict[str, Any] | None = None
 
 
 class LabelsIn(BaseModel):
@@ -100,7 +103,14 @@ def _hub(app_state: Any) -> Hub:
 @router.get("", response_model=list[DeviceOut])
 async def get_devices(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
     """Every device the caller may see, from connected bridges and from the store."""
-    return [r.to_json() for r in await list_devices(_hub(request.app.state), principal)]
+    health = getattr(request.app.state, "health", None)
+    out = []
+    for r in await list_devices(_hub(request.app.state), principal):
+        item = r.to_json()
+        reading = health.latest(r.ref) if health is not None else None
+        item["health"] = reading.to_json() if reading is not None else None
+        out.append(item)
+    return out
 
 
 @router.put("/{device}/labels", response_model=DeviceOut)
@@ -241,34 +251,50 @@ async def logcat_stream(
         await hub.unsubscribe(stream)
 
 
+@router.websocket("/{device}/screen/stream")
+async def screen_stream(
+    websocket: WebSocket,
+    device: str,
+    principal: UserPrincipal,
+    codec: Annotated[str, Query(pattern="^(jpeg|png|h264)$")] = "jpeg",
+) -> None:
+    """The device's live screen, and remote control over the same socket (docs/screen.md):
+    binary frames (a 4-byte header length, a JSON header, the picture or H.264 access unit),
+    text ``{"type": "hello"|"input"|"eof", …}``; the client sends input messages. One bridge
+    stream per device and codec, shared by every viewer."""
+    from controller.api.screen import serve_screen
+
+    await serve_screen(websocket, _hub(websocket.app.state), principal, device, codec)
+
+
+@router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
+async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
+    """The newest frame of the device's live screen as a picture, without a new ``screencap``
+    (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
+    hub = _hub(request.app.state)
+    record = await resolve_device(hub, principal, device)
+    action = "device.screen.latest"
+    try:
+        await authorize(principal, record.ref, Action.USE, store=hub.store)
+        frame = await hub.screens.latest_picture(record.ref)
+        if frame is None:
+            raise RpcError(ErrorCode.CONFLICT, "no live picture of this device: nobody watches "
+                           "its screen (take a screenshot instead)", {"reason": "no_live_screen"})
+    except RpcError as exc:
+        await hub.audit_device(principal, action, record.ref, exc)
+        raise
+    await hub.audit_device(principal, action, record.ref, None)
+    return Response(frame.data, media_type=f"image/{frame.codec}",
+                    headers={"X-Frame-Number": str(frame.n), "X-Frame-Time": f"{frame.ts:.0f}",
+                             "Cache-Control": "no-store"})
+
+
 async def _until_unauthorized(
     state: Any, hub: Hub, principal: Principal, device: DeviceRef
 ) -> str:
-    """Return the refusal (``"forbidden: …"``) once ``principal`` may no longer use
-    ``device``: its token revoked (owners and admins too), its loan revoked or expired. The
-    app's :class:`controller.access.AccessWatch` tells at once (a revocation anywhere in the
-    cluster, a loan's end); without one, re-checked every ``stream_reauth_s``."""
-    access: AccessWatch | None = getattr(state, "access", None)
-    if access is not None:
-        lapsed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-        def lapse(reason: str) -> None:
-            if not lapsed.done():
-                lapsed.set_result(reason)
-
-        unwatch = access.watch(principal, device, lapse)
-        try:
-            return await lapsed
-        finally:
-            unwatch()
-    while True:
-        await asyncio.sleep(hub.settings.stream_reauth_s)
-        try:
-            await check_access(hub.store, principal, device)
-        except RpcError as exc:
-            log.info("logcat stream of %s for %s ends: %s", device.serial, principal.actor, exc)
-            # Not exc.message: a lapsed loan answers not_found, which would name the device.
-            return lapse_reason(exc)
+    """The refusal that ends ``principal``'s stream of ``device`` (:func:`until_lapsed`)."""
+    return await until_lapsed(getattr(state, "access", None), hub.store,
+                              hub.settings.stream_reauth_s, principal, device)
 
 
 async def _until_closed(websocket: WebSocket) -> None:

@@ -382,6 +382,10 @@ async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Reque
             "replaces": grant.replaces,
         },
     )
+    if grant.replaces:
+        # The new loan may end sooner than the one it replaces: work resting on it learns
+        # its new end now (controller.access), here and on every replica.
+        await _loan_ended(request, grant)
     return grant
 
 
@@ -419,12 +423,16 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
     await _loan_ended(request, grant)
+    loans = getattr(state, "loans", None)
+    if loans is not None:  # the borrower's apps and files go with the loan (controller.loans)
+        await loans.sweep()
     return Response(status_code=204)
 
 
 async def _loan_ended(request: Request, grant: GrantOut) -> None:
     """The borrower's runs and streams on the device are re-checked now — here and, in
-    cluster mode, on every replica — so they stop within moments (controller.access)."""
+    cluster mode, on every replica — so they stop within moments, or learn when their loan
+    now ends (controller.access)."""
     state = request.app.state
     async with state.store.session() as session:
         user_id = (

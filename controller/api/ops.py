@@ -1,6 +1,7 @@
 """Unauthenticated operations endpoints: ``/healthz`` and ``/metrics`` (docs/design.md §6).
 
-Neither reveals a secret or a serial.
+Neither reveals a secret or a serial to an unauthenticated caller; an authenticated scrape of
+``/metrics`` adds the per-device health gauges of the caller's devices.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import logging
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from controller.auth import current_principal, current_user
+from controller.health import render_gauges
+from controller.hub import list_devices
 from controller.metrics import CONTENT_TYPE
 
 __all__ = ["router"]
@@ -32,4 +36,19 @@ async def healthz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
+    """Without credentials: aggregates only, no serials. With a Bearer token (a user's or an
+    admin's): also the per-device health gauges of the devices that caller may see
+    (controller.health); a bad token is 401."""
+    body = request.app.state.metrics.render()
+    if request.headers.get("authorization") is not None:
+        principal = await current_user(await current_principal(request))
+        health = getattr(request.app.state, "health", None)
+        hub = getattr(request.app.state, "hub", None)
+        if health is not None and hub is not None:
+            readings = [
+                reading
+                for record in await list_devices(hub, principal)
+                if (reading := health.latest(record.ref)) is not None
+            ]
+            body += render_gauges(readings)
+    return Response(body, media_type=CONTENT_TYPE)

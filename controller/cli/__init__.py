@@ -41,6 +41,11 @@ _NOUNS: tuple[tuple[str, str, str | None], ...] = (
     ("controller.cli.fixer", "app", "fixer"),
     ("controller.cli.token", "app", "token"),
     ("controller.cli.grant", "app", "grant"),
+    ("controller.cli.audit", "audit", None),
+    ("controller.cli.manage", "apps", "app"),
+    ("controller.cli.manage", "files", "file"),
+    ("controller.cli.users", "app", "user"),
+    ("controller.cli.reserve", "app", "reserve"),
 )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import Annotated, Any, NoReturn
@@ -205,6 +205,50 @@ class Client:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+    def upload(
+        self,
+        method: str,
+        path: str,
+        chunks: Iterable[bytes],
+        size: int,
+        *,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Send ``size`` bytes from ``chunks`` as the body (streamed, never whole in memory);
+        the decoded JSON answer, or :class:`ApiError`. No deadline on the transfer itself.
+        Sent to the controller in use (a streamed body cannot go to another URL after)."""
+        headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
+        try:
+            response = self._http.request(
+                method, self.base_url + path, content=chunks, headers=headers, params=params,
+                timeout=httpx.Timeout(None, connect=DEFAULT_TIMEOUT_S),
+            )
+        except httpx.TransportError as exc:
+            raise ApiError(0, "unavailable", f"cannot reach {self.base_url}: {exc}") from exc
+        if not response.is_success:
+            raise _error_from(response)
+        return response.json() if response.content else None
+
+    def download(
+        self, path: str, sink: Callable[[bytes], object], *, params: Mapping[str, Any] | None = None
+    ) -> int:
+        """Stream a GET's body into ``sink`` chunk by chunk; the bytes received."""
+        total = 0
+        try:
+            with self._http.stream(
+                "GET", self.base_url + path, params=params,
+                timeout=httpx.Timeout(None, connect=DEFAULT_TIMEOUT_S),
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _error_from(response)
+                for chunk in response.iter_bytes():
+                    total += len(chunk)
+                    sink(chunk)
+        except httpx.TransportError as exc:
+            raise ApiError(0, "unavailable", f"cannot reach {self.base_url}: {exc}") from exc
+        return total
 
 
 def _router_404(response: httpx.Response) -> bool:

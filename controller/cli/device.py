@@ -1,12 +1,13 @@
-"""``droidwire device list|shell|logcat|state|screenshot|forget``: devices behind any bridge (§9).
+"""``droidwire device list|shell|logcat|state|screenshot|view|forget``: devices behind any
+bridge (§9).
 
 ``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
 ``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
 the device's policy exits 3 and names the rule. Every command takes ``--json``: ``device
 logcat --json`` prints ``{"lines": [...]}``, and with ``-f`` one JSON object per stream chunk
 (``{"lines", "dropped"?, "eof"?, "reason"?}``, a line of its own each); ``device screenshot
---json`` prints ``{"path", "bytes"}``. ``logcat -f`` runs until Ctrl-C (exit 0); a stream the
-controller ends exits 3 when the caller's access ended (``forbidden: …``) and 5 for any
+--json`` prints ``{"path", "bytes"}``; ``device view --json`` prints ``{"url", "opened"}``.
+``logcat -f`` runs until Ctrl-C (exit 0); a stream the controller ends exits 3 when the caller's access ended (``forbidden: …``) and 5 for any
 other reason (``bridge_moved``, the bridge gone, sharing paused, a shutdown).
 """
 
@@ -211,6 +212,43 @@ def screenshot(
         print_json({"path": str(output), "bytes": len(response.content)})
         return
     typer.echo(f"wrote {output} ({len(response.content)} bytes)")
+
+
+@app.command()
+def view(
+    device: DeviceArg,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the page's URL; open nothing.")
+    ] = False,
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Open the device's page in the dashboard: live screen, controls, live logcat.
+
+    Prints the URL (and opens nothing) when there is no browser here. The page signs in with
+    your token in its form once; the token never goes into the URL."""
+    import webbrowser
+
+    with cli_errors(), Client(controller, token) as client:
+        devices: list[dict[str, Any]] = client.get("/v1/devices")
+        matches = [d for d in devices if device in (d.get("id"), d.get("serial"))]
+        if not matches:
+            raise ApiError(404, "not_found", f"no device {device!r} you may use")
+        if len(matches) > 1:
+            ids = ", ".join(str(d.get("id")) for d in matches)
+            raise ApiError(409, "conflict", f"{device!r} is on several bridges: {ids}")
+        url = f"{client.base_url}/devices/{quote(str(matches[0]['id']), safe='~:')}"
+    opened = False
+    if not no_browser:
+        try:
+            opened = webbrowser.open(url)
+        except webbrowser.Error:
+            opened = False
+    if json_out:
+        print_json({"url": url, "opened": opened})
+        return
+    typer.echo(url if not opened else f"opened {url}")
 
 
 def _api_error(status: int, body: bytes) -> ApiError:

@@ -207,14 +207,16 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """The uvicorn configuration for ``config``; ``overrides`` (tests) win over ours."""
     from controller.app import create_app
-    from controller.ws_protocol import WebSocketProtocol
+    from controller.ws_protocol import RoutingProtocol
 
     settings = config.settings
     options: dict[str, Any] = dict(
         host=config.host,
         port=config.port,
         lifespan="on",
-        ws=WebSocketProtocol,  # uvicorn's websockets-sansio, paused by bytes queued
+        # /v1/bridge on websockets' own server connection, other WebSockets on uvicorn's
+        # websockets-sansio (paused by bytes queued): controller.ws_protocol
+        ws=RoutingProtocol,
         ws_ping_interval=settings.ping_interval_s,
         ws_ping_timeout=settings.ping_timeout_s,
         ws_max_size=settings.max_frame_bytes,

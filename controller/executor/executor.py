@@ -1685,7 +1685,7 @@ class SandboxExecutor:
 
     async def _caller(self, token_id: str | None, user_id: str) -> Principal | None:
         """The principal of a run's recorded token (its user's), or None if the token is gone,
-        revoked or not that user's."""
+        revoked or not that user's, or the user is disabled (as authentication answers)."""
         if self.store is None or not token_id:
             return None
         async with self.store.session() as session:
@@ -1693,7 +1693,7 @@ class SandboxExecutor:
                 select(Token, User).join(User, Token.owner_id == User.id)
                 .where(Token.id == token_id, User.id == user_id)
             )).one_or_none()
-        if row is None or row[0].revoked_at is not None:
+        if row is None or row[0].revoked_at is not None or row[1].disabled_at is not None:
             return None
         token, user = row
         return principal_for(

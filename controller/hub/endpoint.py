@@ -1,4 +1,9 @@
-"""``/v1/bridge``: where bridges dial in (docs/design.md §3).
+"""``/v1/bridge``: where bridges dial in (docs/design.md §3) — the ASGI endpoint.
+
+``droidwire controller`` serves this path with websockets' own server connection instead
+(:mod:`controller.hub.wsserver`, routed by :class:`controller.ws_protocol.RoutingProtocol`),
+with the same checks; this endpoint serves it when the app runs on a server without that
+protocol class (another ASGI server, Starlette's test client).
 
 The bridge token is checked before the WebSocket is accepted (HTTP 401 for a missing,
 unknown or revoked token, 403 for a token that is not a bridge's), and so is the subprotocol

@@ -52,12 +52,12 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
-from starlette.websockets import WebSocket
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
 from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
 from controller.hub.inventory import admissible
+from controller.hub.screen import ScreenFeeds
 from controller.hub.streams import LogStream
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
@@ -96,7 +96,7 @@ from protocol.session import (
 )
 from protocol.settings import Settings
 
-__all__ = ["BridgeEntry", "BridgeState", "ClusterHooks", "Connection", "Hub"]
+__all__ = ["BridgeEntry", "BridgeSocket", "BridgeState", "ClusterHooks", "Connection", "Hub"]
 
 log = logging.getLogger("droidwire.controller.hub")
 
@@ -149,6 +149,16 @@ class HubMetrics:
         histogram.observe(seconds)
 
 
+class BridgeSocket(Protocol):
+    """What the hub uses of a bridge's WebSocket: Starlette's (the ASGI endpoint,
+    :mod:`controller.hub.endpoint`) or websockets' own server connection
+    (:mod:`controller.hub.wsserver`, what ``droidwire controller`` serves)."""
+
+    async def receive(self) -> Any: ...  # an ASGI message: websocket.receive / .disconnect
+    async def send_bytes(self, data: bytes) -> None: ...
+    async def close(self, code: int = ..., reason: str = ...) -> None: ...
+
+
 class BridgeState(StrEnum):
     CONNECTED = "connected"  # a connection is up (handshake or open)
     RECONNECTING = "reconnecting"  # dropped less than grace_period_s ago: calls wait for it
@@ -170,7 +180,7 @@ class Connection:
     )
 
     def __init__(
-        self, websocket: WebSocket, drain: Callable[[Connection], Coroutine[Any, Any, None]]
+        self, websocket: BridgeSocket, drain: Callable[[Connection], Coroutine[Any, Any, None]]
     ) -> None:
         self.ws = websocket
         self.drain = drain  # the writer's body: sends what the session has, then returns
@@ -269,6 +279,11 @@ class _StreamHold:
 
 # Connection.writer while a drain runs eagerly, in the caller's own step.
 _EAGER = object()
+# BridgeSocket.frame_hook where the socket has none (Starlette's).
+_NO_HOOK = object()
+# Results up to this size may be handled in the read callback (Hub._result_now); larger
+# ones are left to the reader.
+FAST_RESULT_BYTES = 64 * 1024
 
 
 # What a waiter's future gets when its call's deadline passed (Hub._expire).
@@ -304,6 +319,9 @@ class BridgeEntry:
     waiters: dict[str, _Waiter] = field(default_factory=dict)
     streams: dict[str, LogStream] = field(default_factory=dict)  # by live channel
     subscriptions: set[LogStream] = field(default_factory=set)  # across reconnects
+    # Live screens (controller/hub/screen.py) by channel: each takes its evt frames, and
+    # ends with the connection (the bridge ends its screen streams with the link).
+    screens: dict[str, ScreenChannel] = field(default_factory=dict)
     grace_task: asyncio.Task[None] | None = None
     # Fires at the earliest deadline of the pending calls (Hub._arm), whatever the connection.
     deadline_timer: asyncio.TimerHandle | None = None
@@ -322,6 +340,13 @@ class BridgeEntry:
     def live_devices(self) -> dict[str, DeviceInfo]:
         """The inventory while the session is open, else nothing."""
         return dict(self.devices) if self.is_open else {}
+
+
+class ScreenChannel(Protocol):
+    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`)."""
+
+    def on_event(self, evt: Evt) -> None: ...
+    def end(self, reason: str) -> None: ...
 
 
 class ClusterHooks(Protocol):
@@ -387,6 +412,10 @@ class Hub:
         self._started = 0.0
         self._closing = False
         self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
+        self.screens = ScreenFeeds(self)  # live screens, one bridge stream per device
+        # Set by the app: refuses a call on a device that may not serve now (the owner's
+        # health thresholds, controller.health); raises RpcError.
+        self.gate: Callable[[DeviceRef], None] | None = None
 
     # -- lifecycle
 
@@ -661,6 +690,8 @@ class Hub:
         name = action or method
         try:
             await authorize(principal, device, Action.USE, store=self.store)
+            if self.gate is not None:
+                self.gate(device)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
             raise
@@ -832,7 +863,14 @@ class Hub:
                 timeout_s=self.settings.rpc_timeout_s,
             )
 
+    def _end_screens(self, entry: BridgeEntry, reason: str) -> None:
+        screens = list(entry.screens.values())
+        entry.screens.clear()
+        for screen in screens:
+            screen.end(reason)
+
     def _end_streams(self, entry: BridgeEntry, reason: str) -> None:
+        self._end_screens(entry, reason)
         for stream in entry.subscriptions:
             stream.end(reason)
         entry.subscriptions.clear()
@@ -840,7 +878,7 @@ class Hub:
 
     # -- the bridge endpoint
 
-    async def serve(self, websocket: WebSocket, principal: Principal) -> None:
+    async def serve(self, websocket: BridgeSocket, principal: Principal) -> None:
         """Run one accepted bridge WebSocket until it ends (the ``/v1/bridge`` handler)."""
         assert principal.bridge_id is not None
         # The live connection of this bridge is replaced only by one that has proved itself:
@@ -880,6 +918,9 @@ class Hub:
         self.metrics.reconnects.inc()
         if self._closing:
             conn.kick(CloseCode.GOING_AWAY, "controller shutting down")
+        hook = getattr(websocket, "frame_hook", _NO_HOOK)
+        if hook is None:  # websockets' own connection (controller.hub.wsserver)
+            websocket.frame_hook = lambda data: self._result_now(entry, conn, data)  # type: ignore[attr-defined]
         try:
             if not conn.ending:
                 # This task reads; a kick (another connection of the bridge, liveness,
@@ -918,6 +959,7 @@ class Hub:
         entry.conn = None
         entry.session.connection_lost()
         entry.streams.clear()  # the bridge ends its streams with the link; resumed on return
+        self._end_screens(entry, "bridge_disconnected")
         if self.cluster is not None:
             await self._persist(self.cluster.released(entry))
         entry.away_since = asyncio.get_running_loop().time()
@@ -946,7 +988,7 @@ class Hub:
         log.info("bridge %s is disconnected (grace over, %d calls failed)", entry.name,
                  len(failed))
 
-    async def _await_hello(self, websocket: WebSocket, name: str) -> Hello | None:
+    async def _await_hello(self, websocket: BridgeSocket, name: str) -> Hello | None:
         """The first frame of a new connection, if it is a valid ``hello`` of our protocol
         version; else the connection is closed (4400 garbage, 4426 another version, 1013 no
         hello in time, 1001 shutting down) and None returned."""
@@ -1000,9 +1042,15 @@ class Hub:
         session = entry.session
         loop = asyncio.get_running_loop()
         first = True
+        message: Any = None
+        frame: Any = None
+        outcome: Any = None
         while True:
+            # Nothing of the previous frame stays alive while this waits (for hours, on an
+            # idle bridge: the hello, the welcome): about 2.5 KB per idle bridge.
+            message = frame = outcome = data = None
             if first:
-                frame: Any = hello
+                frame = hello
             else:
                 message = await conn.ws.receive()
                 if message["type"] == "websocket.disconnect":
@@ -1046,6 +1094,47 @@ class Hub:
                 await self._on_resume(entry, outcome)
             else:
                 conn.wake()  # a pong to the bridge's ping
+
+    def _result_now(self, entry: BridgeEntry, conn: Connection, data: bytes) -> bool:
+        """A small ``res`` frame, handled in the transport's read callback — the reader task
+        is idle with nothing queued (the connection checks that), so the order of frames is
+        the same as if it had read it — instead of one more trip through the event loop to
+        wake the reader. The same steps as :meth:`_read` for a result; False (anything else:
+        hello, events, pongs, a frame that does not decode, a large one): the reader reads
+        it as usual."""
+        if (len(data) > FAST_RESULT_BYTES or entry.conn is not conn or conn.ending
+                or not entry.session.is_open):
+            return False
+        try:
+            frame = self.codec.decode(data)
+        except DecodeError:
+            return False
+        if not isinstance(frame, Res):
+            return False
+        try:
+            outcome = entry.session.receive(frame, asyncio.get_running_loop().time())
+        except HandshakeRefused as exc:
+            conn.kick(exc.close_code, str(exc))
+            return True
+        except (UnexpectedFrame, InvalidState) as exc:
+            conn.kick(CloseCode.BAD_REQUEST, str(exc))
+            return True
+        except Exception as exc:  # as in the reader: a bug ends the connection, not the loop
+            conn._failed(exc)
+            return True
+        try:
+            if isinstance(outcome, Completion):
+                self._complete(entry, outcome)
+                if entry.conn is conn:
+                    self._ack(entry, conn)
+            elif isinstance(outcome, Relay):
+                self._spawn(self._relay(entry, conn, outcome.res))
+            elif isinstance(outcome, Duplicate):
+                log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
+                self._ack(entry, conn)
+        except Exception as exc:
+            conn._failed(exc)
+        return True
 
     def _bad_frame(
         self, entry: BridgeEntry, conn: Connection, exc: DecodeError, first: bool
@@ -1157,6 +1246,10 @@ class Hub:
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
             return
+        screen = entry.screens.get(evt.ch)
+        if screen is not None:
+            screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
+            return
         stream = entry.streams.get(evt.ch)
         if stream is None:
             log.debug("bridge %s: event on unknown channel %s", entry.name, evt.ch)
@@ -1170,9 +1263,13 @@ class Hub:
         if stream.ended:
             entry.streams.pop(evt.ch, None)
             entry.subscriptions.discard(stream)
-        # Let the stream's consumer run before the next frame is read: a burst read in one go
-        # would otherwise fill its queue before it had a chance to drain it.
-        await asyncio.sleep(0)
+        elif stream.queued * 2 >= stream.max_batches:
+            # Let the stream's consumer run before the next frame is read: a burst read in one
+            # go would otherwise fill its queue before it had a chance to drain it. Only from
+            # half full: a turn of the event loop per batch was a tenth of the relay's cost
+            # (docs/benchmarks.md), and the reader gives the consumer its turn anyway whenever
+            # it waits for the socket.
+            await asyncio.sleep(0)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         if self.cluster is not None:

@@ -93,6 +93,11 @@ class LogStream:
     def ended(self) -> bool:
         return self._eof is not None
 
+    @property
+    def queued(self) -> int:
+        """Chunks waiting for the consumer."""
+        return len(self._queue)
+
     def feed(self, batch: LogBatch, *, lost_batches: int = 0) -> None:
         """Take one batch from the bridge (never blocks, never raises). ``lost_batches``: the
         source already lost that many batches before this one (a stream relayed from another

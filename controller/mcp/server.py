@@ -384,7 +384,8 @@ def _mcp_error(exc: RpcError) -> MCPError:
 def _result(outcome: Outcome) -> types.CallToolResult:
     content: list[types.ContentBlock] = []
     if outcome.image_png is not None:
-        content.append(types.ImageContent(data=png_base64(outcome.image_png), mime_type="image/png"))
+        content.append(types.ImageContent(data=png_base64(outcome.image_png),
+                                          mime_type=outcome.image_type))
     if outcome.data is not None:
         content.append(types.TextContent(text=json.dumps(outcome.data)))
     return types.CallToolResult(content=content, structured_content=outcome.data)

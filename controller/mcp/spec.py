@@ -55,6 +55,7 @@ class Outcome:
 
     data: dict[str, Any] | None = None
     image_png: bytes | None = None
+    image_type: str = "image/png"  # image_png's media type (a live frame may be a JPEG)
     devices: list[str] = field(default_factory=list)
     # Extra audit entries' details (the sandbox: one per run).
     runs: list[dict[str, Any]] = field(default_factory=list)

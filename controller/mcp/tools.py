@@ -25,10 +25,11 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.auth import Scope
+from controller.auth import Action, Scope, authorize
 from controller.executor import ExecuteRequest, tool_schema
 from controller.hub import list_devices, resolve_device
 from controller.mcp.agent_tools import agent_tools
+from controller.mcp.manage_tools import manage_tools
 from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
@@ -166,6 +167,21 @@ async def _screenshot(caller: Caller, args: dict[str, Any]) -> Outcome:
     return Outcome(image_png=out.png, devices=[record.id])
 
 
+async def _live_frame(caller: Caller, args: dict[str, Any]) -> Outcome:
+    """The newest frame of the device's live screen: no new screencap (docs/screen.md)."""
+    a = _parse(_DeviceArgs, args)
+    hub = caller.hub
+    record = await resolve_device(hub, caller.principal, a.device)
+    await authorize(caller.principal, record.ref, Action.USE, store=hub.store)
+    frame = await hub.screens.latest_picture(record.ref)
+    if frame is None:
+        raise RpcError(ErrorCode.CONFLICT, "no live picture of this device: nobody watches its "
+                       "screen (take a screenshot instead)", {"reason": "no_live_screen"})
+    return Outcome(image_png=frame.data, image_type=f"image/{frame.codec}",
+                   data={"n": frame.n, "ts": frame.ts, "width": frame.w, "height": frame.h},
+                   devices=[record.id])
+
+
 async def _get_run(caller: Caller, args: dict[str, Any]) -> Outcome:
     a = _parse(_RunArgs, args)
     return Outcome(data=await _load_run(caller, a.run_id))
@@ -288,6 +304,14 @@ TOOLS: dict[str, ToolSpec] = {
             read_only=True,
         ),
         ToolSpec(
+            "live_frame",
+            "The newest frame of the device's live screen (while someone watches it in the "
+            "dashboard), without taking a new screenshot.",
+            _object({"device": _DEVICE_PROP}, ["device"]),
+            _live_frame,
+            read_only=True,
+        ),
+        ToolSpec(
             "get_run",
             "A sandbox run by id: status, verdict, request, result and its step log.",
             _object({"run_id": {"type": "string"}}, ["run_id"]),
@@ -300,6 +324,8 @@ TOOLS: dict[str, ToolSpec] = {
 
 # The agent toolkit's tools live with it (issue 11).
 TOOLS.update({spec.name: spec for spec in agent_tools()})
+# Apps (issue 18) too.
+TOOLS.update({spec.name: spec for spec in manage_tools()})
 
 
 def png_base64(png: bytes) -> str:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -111,6 +112,8 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by an admin (``/v1/users/{name}/disable``): every token of the user is refused.
+    disabled_at: Mapped[datetime | None] = mapped_column(default=None)
     # Quotas an admin sets (PUT /v1/users/{user}/limits); None: no limit.
     max_running: Mapped[int | None] = mapped_column(Integer, default=None)  # runs started at once
     max_queued: Mapped[int | None] = mapped_column(Integer, default=None)  # runs not started yet
@@ -281,3 +284,56 @@ class AuditEntry(Base):
     device: Mapped[str | None] = mapped_column(String(255), default=None)
     outcome: Mapped[str] = mapped_column(String(32))
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class LoanItem(Base):
+    """Something a borrower left on a lent device: an app they installed (``kind`` "app",
+    ``name`` its package, as the device reported it) or their loan's working folder (``kind``
+    "folder"). Removed from the device — and the row deleted — once the borrower no longer
+    holds a live grant of it (``controller.loans``)."""
+
+    __tablename__ = "loan_items"
+    __table_args__ = (
+        UniqueConstraint("user_id", "bridge_id", "serial", "kind", "name", name="uq_loan_items"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    bridge_id: Mapped[str] = mapped_column(ForeignKey("bridges.id"), index=True)
+    serial: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(1024))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeviceThresholds(Base):
+    """The owner's health limits for one device (``controller.health``): above
+    ``max_temperature_c`` or below ``min_battery`` percent, the controller stops serving it."""
+
+    __tablename__ = "device_thresholds"
+
+    bridge_id: Mapped[str] = mapped_column(ForeignKey("bridges.id"), primary_key=True)
+    serial: Mapped[str] = mapped_column(String(255), primary_key=True)
+    max_temperature_c: Mapped[float | None] = mapped_column(Float, default=None)
+    min_battery: Mapped[int | None] = mapped_column(Integer, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Reservation(Base):
+    """A loan booked in advance (``controller.api.reservations``): ``user_id`` may use the
+    device from ``starts_at`` until ``ends_at``. When it starts, a grant until ``ends_at`` is
+    made (``grant_id``); reservations of one device never overlap."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (Index("ix_reservations_device", "device_id", "starts_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    device_id: Mapped[str] = mapped_column(ForeignKey("devices.id"))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"))  # the device's owner then
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    starts_at: Mapped[datetime] = mapped_column(index=True)
+    ends_at: Mapped[datetime]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    cancelled_at: Mapped[datetime | None] = mapped_column(default=None)
+    grant_id: Mapped[str | None] = mapped_column(ForeignKey("grants.id"), default=None)

@@ -5,7 +5,8 @@ Sign in once with a token (``POST /login`` → an HttpOnly, SameSite=Strict sess
 restart and work on every cluster replica), then: devices (state, owner, lent to, battery, Android
 version), runs (verdict, device, timings), a run (step log with every RPC including refused
 ones, compile rounds with diffs, per-test results, logcat with the evidence highlighted) and
-a device's live logcat tail over a same-origin WebSocket (:mod:`controller.web.pages`).
+a device's live logcat tail over a same-origin WebSocket (:mod:`controller.web.pages`); loans
+(lend, extend, revoke) and the audit log (:mod:`controller.web.manage_pages`).
 Everything is served by the controller itself, CSS and JS included: it works offline.
 """
 

@@ -33,7 +33,7 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 
-NAV = (("/devices", "Devices"), ("/runs", "Runs"))
+NAV = (("/devices", "Devices"), ("/runs", "Runs"), ("/loans", "Loans"), ("/audit", "Audit"))
 
 
 class Markup(str):

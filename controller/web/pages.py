@@ -12,6 +12,7 @@ None of these routes is in the OpenAPI schema: they are HTML for people, not an 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from datetime import datetime
@@ -25,6 +26,7 @@ from sqlalchemy import select
 
 from controller.api import devices as devices_api
 from controller.api.grants import list_grants
+from controller.api.screen import may_control, serve_screen
 from controller.auth import (
     QUERY_TOKEN_PARAMS,
     Action,
@@ -36,6 +38,7 @@ from controller.auth import (
 )
 from controller.hub import Hub, list_devices, resolve_device
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
+from controller.web.health_view import health_summary
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
@@ -189,6 +192,10 @@ async def login(request: Request) -> Response:
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
+        audit = getattr(request.app.state, "audit", None)
+        if audit is not None:  # a refused sign-in is a decision too (never the token itself)
+            with contextlib.suppress(Exception):
+                await audit.record(None, "web.login", outcome="unauthorized", actor="anonymous")
         return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
@@ -256,6 +263,7 @@ async def devices_page(request: Request) -> Response:
     hub = _hub(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
+    health = getattr(request.app.state, "health", None)  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -273,6 +281,7 @@ async def devices_page(request: Request) -> Response:
         battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
         live = await may(principal, r.ref, Action.USE, store=store)
         name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
+        reading = health.latest(r.ref) if health is not None else None
         rows.append([
             name,
             Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
@@ -281,9 +290,11 @@ async def devices_page(request: Request) -> Response:
             battery,
             android,
             info.get("model") or "",
+            health_summary(reading.to_json() if reading is not None else None),
+            link(f"/manage/{path_segment(r.id)}", "apps & health") if live else "",
         ])
     body = table(
-        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model"],
+        ["Device", "State", "Owner", "Lent to", "Battery", "Android", "Model", "Health", ""],
         rows,
         empty="No devices you may see.",
     )
@@ -309,19 +320,81 @@ async def device_page(device: str, request: Request) -> Response:
           f"{info['battery']}%" if isinstance(info.get("battery"), int) else "",
           info.get("profile") or "standard"]],
     )
-    if await may(principal, record.ref, Action.USE, store=request.app.state.store):
-        stream = f"/devices/{path_segment(record.id)}/logcat/stream?tail={LIVE_TAIL_LINES}"
-        live = Markup(
-            '<h2>Live logcat</h2>'
-            f'<p class="status" id="logcat-status">connecting…</p>'
-            f'<pre class="logcat live" id="logcat" data-stream="{esc(stream)}"></pre>'
+    store = request.app.state.store
+    owners = await _user_names(request, {record.owner_id})
+    loans = [
+        f"{grant.user} until {_when(grant.until)}" if grant.until else f"{grant.user} (no end)"
+        for grant in await list_grants(store, principal) if grant.device == record.id
+    ]
+    holders = Markup(
+        f'<p class="holders" id="holders">Owner: {esc(owners.get(record.owner_id, "?"))}'
+        f' · Lent to: {esc(", ".join(loans) or "nobody")}</p>'
+    )
+    if await may(principal, record.ref, Action.USE, store=store):
+        base = f"/devices/{path_segment(record.id)}"
+        stream = f"{base}/logcat/stream?tail={LIVE_TAIL_LINES}"
+        control = await may_control(_hub(request), principal, record.ref)
+        screen = Markup(
+            '<section class="screen-pane"><h2>Screen</h2>'
+            '<p class="status" id="screen-status">connecting…</p>'
+            f'<div id="screen" data-stream="{esc(base)}/screen/stream" '
+            f'data-control="{"1" if control else "0"}">'
+            '<canvas id="screen-canvas" width="360" height="800"></canvas></div>'
+            + (_CONTROLS if control else
+               Markup('<p class="notice" id="screen-readonly">Read-only: you watch this '
+                      'device, you do not hold it.</p>'))
+            + '</section>'
         )
-        scripts: tuple[str, ...] = ("/static/dashboard.js",)
+        live = Markup(
+            '<section class="logcat-pane"><h2>Live logcat</h2>'
+            f'<p class="status" id="logcat-status">connecting…</p>'
+            f'<pre class="logcat live" id="logcat" data-stream="{esc(stream)}"></pre></section>'
+        )
+        body = Markup(facts + holders + '<div class="device-live">' + screen + live + "</div>")
+        scripts: tuple[str, ...] = ("/static/dashboard.js", "/static/screen.js")
     else:
-        live = Markup('<p class="notice">This token may not read this device\'s log.</p>')
+        body = Markup(facts + holders + Markup(
+            '<p class="notice">This token may not read this device\'s log.</p>'))
         scripts = ()
-    return _html(page(record.id, Markup(facts + live), principal=principal, active="/devices",
+    return _html(page(record.id, body, principal=principal, active="/devices",
                       scripts=scripts))
+
+
+_CONTROLS = Markup(
+    '<div class="controls" id="screen-controls">'
+    + "".join(
+        f'<button type="button" data-key="{key}">{label}</button>'
+        for key, label in (("back", "Back"), ("home", "Home"), ("recents", "Recents"),
+                           ("volume_down", "Vol −"), ("volume_up", "Vol +"),
+                           ("power", "Power"))
+    )
+    + '<form id="screen-text"><input id="screen-text-input" maxlength="500" '
+    'placeholder="type on the device"><button type="submit">Send</button></form></div>'
+)
+
+
+@router.websocket("/devices/{device}/screen/stream")
+async def device_screen_stream(
+    websocket: WebSocket,
+    device: str,
+    codec: Annotated[str, Query(pattern="^(jpeg|png|h264)$")] = "jpeg",
+) -> None:
+    """The dashboard's live screen and remote control: ``/v1/devices/{device}/screen/stream``
+    with the session cookie, refused without a session or from another site's page."""
+    sessions_of(websocket.app)
+    if not same_origin(websocket):
+        raise RpcError(ErrorCode.FORBIDDEN, "cross-site WebSocket refused", {"rule": "origin"})
+    principal = await session_principal(websocket)
+    if principal is None:
+        raise Unauthenticated("sign in to the dashboard first")
+    await serve_screen(websocket, _hub_ws(websocket), principal, device, codec)
+
+
+def _hub_ws(websocket: WebSocket) -> Hub:
+    hub: Hub | None = getattr(websocket.app.state, "hub", None)
+    if hub is None:
+        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
+    return hub
 
 
 @router.websocket("/devices/{device}/logcat/stream")

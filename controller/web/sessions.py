@@ -158,7 +158,8 @@ class SessionStore:
                 return None
             web, token, user = row.WebSession, row.Token, row.User
             kind = TokenKind(token.kind)
-            if web.expires_at <= at or token.revoked_at is not None or kind is TokenKind.BRIDGE:
+            if (web.expires_at <= at or token.revoked_at is not None
+                    or user.disabled_at is not None or kind is TokenKind.BRIDGE):
                 await _best_effort(session, delete(WebSession).where(WebSession.id_hash == key))
                 return None
             principal = _principal(token, user)

@@ -16,6 +16,7 @@ from device_bridge.adb.client import (
     AdbDevices,
     DeviceFacts,
     DeviceState,
+    ShellSocket,
     default_server_port,
 )
 from device_bridge.adb.errors import translate
@@ -33,6 +34,7 @@ __all__ = [
     "LineBuffer",
     "LineStream",
     "NetworkKeeper",
+    "ShellSocket",
     "default_server_port",
     "translate",
 ]

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from adbutils import AdbClient, AdbConnection, adb_path
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
@@ -51,6 +51,7 @@ __all__ = [
     "DeviceFacts",
     "DeviceState",
     "Installed",
+    "ShellSocket",
     "default_server_port",
 ]
 
@@ -93,6 +94,26 @@ class DeviceState:
 
     serial: str
     state: str
+
+
+class ShellSocket:
+    """An open adb stream socket; :meth:`close` (any thread, idempotent) frees its slot."""
+
+    def __init__(self, sock: socket.socket, release: Callable[[], object]) -> None:
+        self.sock = sock
+        self._release: Callable[[], object] | None = release
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            release, self._release = self._release, None
+        if release is None:
+            return
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -780,6 +801,26 @@ class AdbDevices:
         self._live.add(stream)
         return stream.start()
 
+    async def open_socket(self, serial: str, service: str, *, what: str) -> ShellSocket:
+        """A raw socket on ``service`` of ``serial`` (a persistent shell, ``exec:`` output
+        read as bytes). It counts as one of the bridge's device streams until closed."""
+        self._check_serial(serial)
+        if not self._streams.acquire(blocking=False):
+            raise RpcError(ErrorCode.BUSY, "too many device streams open on this bridge")
+        try:
+            conn = await self._call(
+                lambda abort: self._open(abort, serial, service, self.connect_timeout_s),
+                serial=serial,
+                what=what,
+                release=lambda abandoned: abandoned.close(),
+            )
+        except BaseException:
+            self._streams.release()
+            raise
+        sock: socket.socket = conn.conn
+        sock.settimeout(None)
+        return ShellSocket(sock, self._streams.release)
+
     # -- files and packages --------------------------------------------------------------------
 
     async def push(
@@ -823,6 +864,60 @@ class AdbDevices:
                         {"serial": serial, "path": path},
                     )
             return bytes(out)
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")
+
+    async def push_file(
+        self,
+        serial: str,
+        local: str | BinaryIO,
+        path: str,
+        *,
+        mode: int = 0o644,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream the host file ``local`` (a name, or a readable binary file) to ``path`` on
+        the device (sync SEND, chunk by chunk: never whole in memory); the size written."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            # An open file, not its name: a directory at ``path`` is an error, never a file
+            # quietly written inside it under the host file's name.
+            if not isinstance(local, str):
+                return int(self._client.device(serial).sync.push(local, path, mode & 0o777))
+            with open(local, "rb") as src:
+                return int(self._client.device(serial).sync.push(src, path, mode & 0o777))
+
+        limit = self.long_timeout_s if timeout_s is None else timeout_s
+        return await self._call(run, serial=serial, timeout_s=limit, what=f"push {path}")
+
+    async def pull_file(
+        self,
+        serial: str,
+        path: str,
+        local: str,
+        *,
+        max_bytes: int,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream ``path`` from the device into the host file ``local`` (sync RECV); returns
+        its size; ``bad_request`` past ``max_bytes`` (the file is left partial)."""
+        self._check_serial(serial)
+
+        def run(abort: _Abort) -> int:
+            size = 0
+            with open(local, "wb") as out:
+                for chunk in self._client.device(serial).sync.iter_content(path):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise RpcError(
+                            ErrorCode.BAD_REQUEST,
+                            f"{path} is larger than {max_bytes} bytes",
+                            {"serial": serial, "path": path, "reason": "too_large"},
+                        )
+                    out.write(chunk)
+            return size
 
         limit = self.long_timeout_s if timeout_s is None else timeout_s
         return await self._call(run, serial=serial, timeout_s=limit, what=f"pull {path}")

@@ -523,6 +523,18 @@ async def _pm(p: Proc, args: list[str]) -> int:
         ]
         await p.out("".join(out))
         return 0
+    if sub == "resolve-activity":
+        # ``cmd package resolve-activity --brief [-c CATEGORY] PKG``: the launcher activity.
+        name = rest[-1] if rest else ""
+        inst = device.packages.get(name)
+        if inst is None or inst.pkg.kind != "app":
+            await p.out("No activity found\n")
+            return 0
+        await p.out(
+            "priority=0 preferredOrder=0 match=0x108000 specificIndex=-1 isDefault=false\n"
+            f"{name}/.MainActivity\n"
+        )
+        return 0
     if sub == "path":
         name = rest[-1] if rest else ""
         for pkg, path, _third in device.package_listing():
@@ -759,6 +771,22 @@ async def cmd(p: Proc) -> int:
     return 20
 
 
+@command("df")
+async def df(p: Proc) -> int:
+    """toybox ``df [-k] [PATH]``: /data is the simulated phone's file store, sized by its quota
+    (what it really accepts), so a health reading sees free space shrink as files arrive."""
+    files = p.device.files
+    total_k = files.quota // 1024
+    used_k = (files.used + 1023) // 1024
+    free_k = max(total_k - used_k, 0)
+    pct = (used_k * 100 + total_k - 1) // total_k if total_k else 0
+    await p.out(
+        "Filesystem     1K-blocks    Used Available Use% Mounted on\n"
+        f"/dev/block/dm-5 {total_k:>9} {used_k:>7} {free_k:>9} {pct:>3}% /data\n"
+    )
+    return 0
+
+
 # -- window manager, dumpsys, input, screencap --------------------------------------------
 
 
@@ -908,6 +936,63 @@ async def screencap(p: Proc) -> int:
     except OSError as exc:
         await p.err(f"Error opening file: {exc}\n")
         return 1
+    return 0
+
+
+@command("screenrecord")
+async def screenrecord(p: Proc) -> int:
+    """``screenrecord --output-format=h264 [--size WxH] [--bit-rate N] [--time-limit S] -``:
+    the screen as raw H.264 on stdout (device_bridge/sim/video.py). Only stdout output, as
+    the simulated phone has no muxer; a file target is refused."""
+    from device_bridge.sim import screen as sim_screen
+    from device_bridge.sim import video
+
+    prof = p.device.profile
+    size = (prof.width * 360 // max(prof.width, prof.height) * 2,
+            prof.height * 360 // max(prof.width, prof.height) * 2)
+    bit_rate, limit, fmt, target = 2_000_000, 180.0, "mp4", None
+    for a in p.argv[1:]:
+        key, _, value = a.partition("=")
+        try:
+            if key == "--output-format":
+                fmt = value
+            elif key == "--size":
+                w, _, h = value.partition("x")
+                size = (int(w), int(h))
+            elif key == "--bit-rate":
+                bit_rate = int(value)
+            elif key == "--time-limit":
+                limit = min(float(value), 180.0)
+            elif key in ("--bugreport", "--verbose"):
+                pass
+            elif a.startswith("-") and a != "-":
+                await p.err(f"Unknown option {a}\n")
+                return 2
+            else:
+                target = a
+        except ValueError:
+            await p.err(f"Bad value in {a}\n")
+            return 2
+    if fmt != "h264" or target != "-":
+        await p.err("the simulated screenrecord writes --output-format=h264 to stdout (-) only\n")
+        return 1
+    if not (16 <= size[0] <= 4096 and 16 <= size[1] <= 4096) or not video.available():
+        await p.err("Unable to get output buffers (err=-38)\n")
+        return 1
+    encoder = video.H264Encoder(size[0], size[1], bit_rate=bit_rate)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    interval = 1.0 / video.FPS
+    try:
+        while loop.time() < end:
+            started = loop.time()
+            image = sim_screen.picture(p.device.screen())
+            data = await asyncio.to_thread(encoder.encode, image)
+            if data:
+                await p.stdout.write(data)
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+    except (ConnectionError, OSError, EOFError):
+        return 0  # the host stopped reading
     return 0
 
 

@@ -144,6 +144,7 @@ class SimDevice:
         self.system_packages = (*SYSTEM_PACKAGES, self.launcher.split("/", 1)[0])
         self.recent: list[str] = [self.launcher]
         self.battery_level = 87
+        self.battery_temperature = 285  # tenths of a degree Celsius, as dumpsys prints it
         self.app_ui = DemoUi()  # the demo app's screens (ui_demo), on its own UI clock
         self._server: StreamListener | None = None
         self._connections: set[Connection] = set()

@@ -82,7 +82,8 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             "  Wireless powered: false\n  Max charging current: 500000\n"
             "  Max charging voltage: 5000000\n  Charge counter: 2770000\n  status: 2\n"
             f"  health: 2\n  present: true\n  level: {dev.battery_level}\n  scale: 100\n"
-            "  voltage: 4258\n  temperature: 285\n  technology: Li-ion\n"
+            "  voltage: 4258\n"
+            f"  temperature: {dev.battery_temperature}\n  technology: Li-ion\n"
         )
     if service == "display":
         return (

@@ -25,7 +25,7 @@ from xml.sax.saxutils import quoteattr
 
 from PIL import Image, ImageDraw
 
-__all__ = ["Screen", "UiNode", "hit", "layout", "render_png", "render_raw", "render_ui_xml"]
+__all__ = ["Screen", "UiNode", "hit", "layout", "picture", "render_png", "render_raw", "render_ui_xml"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,11 @@ def _image(s: Screen) -> Image.Image:
     if s.keyboard:
         draw.rectangle((0, s.height * 6 // 10, s.width, s.height - 2 * bar), fill=(60, 60, 60))
     return img
+
+
+def picture(s: Screen) -> Image.Image:
+    """The rendered screen as a picture (cached; do not change it)."""
+    return _image(s)
 
 
 @lru_cache(maxsize=16)

@@ -22,7 +22,9 @@ from bench import (
     bench_idle,
     bench_kotlinc,
     bench_link,
+    bench_push,
     bench_sandbox,
+    bench_screen,
     bench_shell,
     bench_storm,
 )
@@ -63,6 +65,13 @@ def test_link() -> None:
 
 @pytest.mark.adb
 @pytest.mark.slow
+def test_push() -> None:
+    [fig] = check(bench_push.run(quick=True, size_mib=1, reps=1), {"push_mb_per_s"})
+    assert fig["value"] > 0 and fig["baseline"] > 0
+
+
+@pytest.mark.adb
+@pytest.mark.slow
 def test_shell() -> None:
     [fig] = check(bench_shell.run(quick=True, batch=2, reps=1), {"remote_shell_p50"})
     assert fig["value"] > 0 and fig["baseline"] > 0
@@ -99,6 +108,19 @@ def test_idle() -> None:
     assert "notes" in fig
 
 
+@pytest.mark.adb
+@pytest.mark.slow
+def test_screen() -> None:
+    import os
+
+    names = {"stream_cost"}
+    if os.path.exists(bench_screen.CHROMIUM):
+        names |= {"screen_fps", "screen_latency_p50", "screen_latency_p95", "tap_to_frame_ms"}
+    figures = check(bench_screen.run(quick=True, window_s=1.0, taps=1, viewers=2), names)
+    fps = [f for f in figures if f["name"] == "screen_fps"]
+    assert all(f["baseline"] > 0 for f in fps)  # the phone produced frames in the window
+
+
 @pytest.mark.slow
 def test_storm() -> None:
     storm, loop = sorted(check(bench_storm.run(quick=True, n=10, reps=1),
@@ -122,3 +144,44 @@ def test_runner_prints_one_json_line_per_figure(
     assert runner.main(["--quick"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [fake(True)[0]]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "ratio", "met"),
+    [
+        ("rpc_rtt_p50", 0.1, 1.3, True),
+        ("rpc_rtt_p50", 0.1, 1.31, False),
+        ("logcat_lines_per_s", 1e6, 0.65, True),
+        ("logcat_lines_per_s", 1e6, 0.5, False),
+        ("loop_delay_p99_ms", 9.9, 5.0, True),  # a bound on the value, not the ratio
+        ("loop_delay_p99_ms", 10.0, 0.5, False),
+        ("remote_shell_p50", 30.0, 1.2, None),  # no target
+    ],
+)
+def test_each_figure_is_judged_against_its_target(
+    name: str, value: float, ratio: float, met: bool | None
+) -> None:
+    from bench.common import judged
+
+    fig = judged({"name": name, "value": value, "unit": "x", "baseline": 1.0, "ratio": ratio})
+    assert fig.get("met") is met
+    assert ("target" in fig) is (met is not None)
+
+
+def test_the_table_shows_targets(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake(quick: bool) -> list[dict[str, Any]]:
+        return [{"name": "rpc_rtt_p50", "value": 0.2, "unit": "ms", "baseline": 0.1,
+                 "ratio": 2.0, "n": 300}]
+
+    module = types.ModuleType("bench.bench_fake")
+    module.run = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.bench_fake", module)
+    monkeypatch.setattr(runner, "_modules", lambda names: ["bench_fake"])
+    monkeypatch.setenv("COLUMNS", "200")
+    assert runner.main(["--quick"]) == 0
+    out = capsys.readouterr()
+    [line] = [json.loads(x) for x in out.out.splitlines()]
+    assert line["target"] == "ratio ≤ 1.3" and line["met"] is False
+    assert "ratio ≤ 1.3" in out.err and "missed" in out.err

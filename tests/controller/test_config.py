@@ -75,7 +75,8 @@ def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatc
     app = typer.Typer()
     app.command()(serve.controller)
     result = CliRunner().invoke(
-        app, ["--db", "sqlite:///x.db", "--agent-frame-traces", "3", "--agent-frame-bytes", "9"]
+        app, ["--db", "sqlite:///x.db", "--agent-frame-traces", "3", "--agent-frame-bytes", "9",
+              "--bootstrap-token", "b" * 24],  # a first start needs an admin (docs/cli.md)
     )
     assert result.exit_code == 0, result.output
     assert (seen[0].agent_frame_traces, seen[0].agent_frame_bytes) == (3, 9)

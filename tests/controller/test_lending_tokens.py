@@ -192,7 +192,7 @@ def test_token_rotate_cli(live_controller: LiveController) -> None:
     result = runner.invoke(
         cli, ["token", "create", "--kind", "user", "bob", "--scope", "root"], env=env
     )
-    assert result.exit_code == 1 and "bad_request" in result.stderr
+    assert result.exit_code == 2 and "bad_request" in result.stderr  # a rejected request
 
 
 # -- scopes

@@ -74,3 +74,26 @@ async def test_the_upload_limit_is_for_a_valid_token_only(small: Api) -> None:
                                    headers={**bearer(ADMIN_TOKEN),
                                             "content-type": "application/json"})
     assert _refused(huge)["limit"] == UPLOAD
+
+
+async def test_file_and_app_transfers_have_their_own_larger_limit_for_a_valid_caller(
+    sqlite_url: str,
+) -> None:
+    """A push (``PUT …/files``) is streamed to the bridge chunk by chunk, so it is bounded by
+    ``max_transfer_bytes``, not by the ordinary body limit — for a valid token only."""
+    transfer = 256 * 1024
+    app = create_app(ControllerConfig(db_url=sqlite_url, bootstrap_token=ADMIN_TOKEN,
+                                      max_body_bytes=LIMIT, max_upload_bytes=UPLOAD,
+                                      max_transfer_bytes=transfer))
+    async for api in _api(app):
+        path = "/v1/devices/nope~serial/files?path=/data/local/tmp/x"
+        body = b"x" * (LIMIT * 4)
+        # A stranger never gets past the ordinary limit.
+        _refused(await api.client.put(path, content=body))
+        # The owner of a valid token does: the route answers (here: no such device).
+        response = await api.client.put(path, content=body, headers=bearer(ADMIN_TOKEN))
+        assert response.status_code == 404, response.text
+        # Past the transfer limit, refused unread even for a valid token.
+        error = _refused(await api.client.put(path, content=b"x" * (transfer + 1),
+                                              headers=bearer(ADMIN_TOKEN)))
+        assert error["limit"] == transfer

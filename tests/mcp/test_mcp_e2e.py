@@ -58,8 +58,11 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         templates = (await session.list_resource_templates()).resource_templates
     assert set(listed) == {
         "sandbox_executor", "list_devices", "device_shell", "logcat_dump", "screenshot", "get_run",
+        "live_frame",  # the live screen's newest frame (issue 17)
         # the agent toolkit's (issue 11)
         "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
+        # apps (issue 18)
+        "list_apps", "install_app", "app_action",
     }
     sandbox = listed["sandbox_executor"].input_schema
     base = tool_schema()["function"]["parameters"]

@@ -24,6 +24,7 @@ from protocol.methods import (
 )
 from protocol.settings import DEFAULTS
 from tests.agent.examples import AGENT_EXAMPLES
+from tests.manage.examples import MANAGE_EXAMPLES
 
 SERIAL = "emulator-5554"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -54,6 +55,15 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "device.logcat.subscribe": ({"serial": SERIAL, "tail": 10}, {"channel": "logcat-1"}),
     "device.logcat.unsubscribe": ({"channel": "logcat-1"}, {}),
     "device.screenshot": ({"serial": SERIAL}, {"png": PNG}),
+    "device.screen.subscribe": (
+        {"serial": SERIAL, "codec": "h264", "max_fps": 10, "max_side": 720},
+        {"channel": "sc-1", "codec": "jpeg", "source": "screencap"},
+    ),
+    "device.screen.unsubscribe": ({"channel": "sc-1"}, {}),
+    "device.input": (
+        {"serial": SERIAL, "action": "swipe", "x": 0.1, "y": 0.2, "x2": 0.5, "y2": 0.9},
+        {"ok": True, "exit_code": 0, "argv": ["input", "swipe", "108", "480", "540", "2160"]},
+    ),
     "device.push": (
         {"serial": SERIAL, "path": "/data/local/tmp/droidwire/a.txt", "data": b"abc"},
         {"size": 3},
@@ -83,6 +93,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
 }
 EXAMPLES.update(AGENT_EXAMPLES)  # the agent toolkit's methods (issue 11)
+EXAMPLES.update(MANAGE_EXAMPLES)  # device management: stages, files, apps, health (issue 18)
 
 #: Invalid params per method (each must be a bad_request).
 BAD: list[tuple[str, dict[str, Any]]] = [

@@ -80,8 +80,11 @@ async def queued_runs_stop(stack: Stack, runs: int = 6) -> Stopped:
         if step["kind"] == "rpc" and step["detail"].get("method") in DEVICE_STEPS
         and step["status"] != "refused" and _at(step["at"]) > revoked_at
     )
-    # Runs that ended before the revocation keep their verdicts; every other one stopped.
-    stopped = [s for s in states if s["finished_at"] is None or _at(s["finished_at"]) > revoked_at]
+    # Runs whose tests had started before the revocation may have finished them in that
+    # moment and keep their verdicts; every other one was stopped.
+    stopped = [s for s in states if not any(
+        step["detail"].get("method") == "device.instrument" and _at(step["at"]) < revoked_at
+        for step in s["steps"])]
     return Stopped(seconds, after, [str(s["result"]["reason_code"]) for s in stopped])
 
 
@@ -109,13 +112,10 @@ async def stream_stops(stack: Stack, how: str) -> Stopped:
     """
     alice, bob = stack["alice"], stack["bob"]
     until = None
-    if how == "expiry":
-        until = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
     device = bob.device_id if how == "admin_token" else alice.device_id
     grant = None
     if how in ("grant", "expiry", "dashboard"):
-        grant = await stack.lend("alice", alice.device_id, "bob",
-                                 **({"until": until} if until else {}))
+        grant = await stack.lend("alice", alice.device_id, "bob")
     holder = {"owner_token": "alice", "admin_token": "admin"}.get(how, "bob")
     token = await stack.token(holder, as_token=stack.controller.http.headers["authorization"]
                               .removeprefix("Bearer ") if holder == "admin" else None)
@@ -142,9 +142,12 @@ async def stream_stops(stack: Stack, how: str) -> Stopped:
             revoker = alice.http if how == "owner_token" else stack.controller.http
             response = await revoker.delete(f"/v1/tokens/{token['id']}")
             assert response.status_code == 204, response.text
-        else:  # expiry: the clock starts at the loan's end
-            assert until is not None
-            started += (datetime.fromisoformat(until) - datetime.now(UTC)).total_seconds()
+        else:
+            # expiry: alice shortens the loan while the stream runs (a new loan replaces the
+            # old one) to end a moment from now; the clock starts at that end.
+            until = datetime.now(UTC) + timedelta(seconds=1.0)
+            await stack.lend("alice", alice.device_id, "bob", until=until.isoformat())
+            started += (until - datetime.now(UTC)).total_seconds()
         last = await _read_to_eof(ws)
         seconds = max(0.0, time.monotonic() - started)
         async with asyncio.timeout(WAIT_S):

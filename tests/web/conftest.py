@@ -44,6 +44,7 @@ class Stack:
     run_id: str  # olivia's CONFIRMED run
     refused_run_id: str  # sam's run with no usable device
     bridge: Bridge
+    sim: Any = None  # tests.adb_support.ConnectedSim: the simulated phone itself
 
     @property
     def url(self) -> str:
@@ -120,6 +121,6 @@ async def stack(
                                 json={"test_code": llm_style_test("formatTitle(\"a\", 1)")}))
                         assert refused["verification_status"] == "PENDING", refused
                         yield Stack(controller, sim.address, device_id, tokens, bridge_token,
-                                    result["run_id"], refused["run_id"], bridge)
+                                    result["run_id"], refused["run_id"], bridge, sim)
                 finally:
                     await adb.aclose()

@@ -1,8 +1,8 @@
 """Per-user quotas an admin sets: runs started at once (``max_running``) and runs waiting to
 start (``max_queued``); NULL is no limit.
 
-Revision ID: 0006_user_quotas
-Revises: 0005_device_labels
+Revision ID: 0010_user_quotas
+Revises: 0009_device_labels
 Create Date: 2026-12-01
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_user_quotas"
-down_revision = "0005_device_labels"
+revision = "0010_user_quotas"
+down_revision = "0009_device_labels"
 branch_labels = None
 depends_on = None
 

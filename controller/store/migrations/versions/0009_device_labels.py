@@ -1,8 +1,8 @@
 """Device labels and pool set by an admin (placement selectors ``label=`` and ``pool=``);
 added to those the bridge's owner configures, which travel in the bridge's inventory.
 
-Revision ID: 0005_device_labels
-Revises: 0004_bridge_shared
+Revision ID: 0009_device_labels
+Revises: 0008_reservations
 Create Date: 2026-12-01
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_device_labels"
-down_revision = "0004_bridge_shared"
+revision = "0009_device_labels"
+down_revision = "0008_reservations"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,625 @@
+"""The live screen and remote control on the bridge (issue 17, docs/screen.md).
+
+:class:`ScreenService` serves ``device.screen.subscribe``/``unsubscribe`` and ``device.input``
+(merged into the dispatcher's table, which has applied the exposure and pause checks).
+
+Screen streams (one per subscription; the controller subscribes once per device and codec and
+fans the frames out to every viewer):
+
+* **source** — ``codec: h264``: ``screenrecord --output-format=h264 -`` over ``exec:`` (the
+  phone's own encoder), cut into access units on the bridge (:class:`AnnexB`); when the device
+  gives no H.264 picture within ``probe_s`` (no ``screenrecord``, an old Android, a refusal) the
+  stream falls back to ``screencap`` pictures as JPEG, and the subscribe result says so
+  (``codec``, ``source``). ``jpeg``/``png``: ``screencap -p`` polled at most ``max_fps`` times a
+  second, scaled to ``max_side``; a picture identical to the last one sent is not sent again
+  (a still screen costs the link nothing);
+* **back-pressure** — a frame is sent only when the link's send queue is empty
+  (:meth:`device_bridge.connection.Link.idle`): RPC results and logcat batches never wait
+  behind a queue of pictures, at most behind the one being written. A screencap source reads
+  the next picture only then (the frame rate follows the link); an H.264 source keeps reading
+  the device and *skips* what the link cannot take — and since a skipped picture breaks the
+  ones that refer to it, it then skips up to the next key frame. Stale frames are never queued.
+
+Remote control: every ``device.input`` passes ``Policy.check_ui`` and then the very argv
+checks an agent's ``ui.*`` action meets (:meth:`AgentToolkit._command`: the ``standard``
+allow-list with the screen's bounds, or the ``full`` profile's own), then goes down **one
+persistent shell per device** (:class:`InputShell`, a ``shell,v2,raw:`` session kept open),
+not one adb connection per event. Coordinates arrive as fractions of the screen as shown and
+are mapped with ``wm size`` and the current rotation (``dumpsys window``). ``power`` is a key
+like the others: the profile's allow-list decides (``standard`` allows ``input keyevent``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import io
+import itertools
+import logging
+import shlex
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from device_bridge.agent.state import parse_rotation
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import validate_params
+from protocol.screen_methods import (
+    INPUT_KEYS,
+    MAX_FRAME_DATA,
+    InputParams,
+    ScreenFrame,
+    ScreenSubscribeParams,
+    ScreenUnsubscribeParams,
+)
+
+if TYPE_CHECKING:
+    from device_bridge.adb import AdbDevices, ShellSocket
+    from device_bridge.agent.toolkit import AgentToolkit
+    from device_bridge.rpc import Dispatcher
+
+__all__ = ["AnnexB", "InputShell", "ScreenService", "to_picture"]
+
+log = logging.getLogger("droidwire.bridge.screen")
+
+MAX_SCREEN_STREAMS = 8
+LONG_PRESS_MS = 800
+INPUT_TIMEOUT_S = 15.0
+PROBE_S = 5.0
+_MARK = "@dw-input"
+
+
+class IdleSink(Protocol):
+    """The link as a screen stream sees it (:class:`~device_bridge.connection.Link`)."""
+
+    async def emit(self, ch: str, d: Any) -> bool: ...
+    async def idle(self) -> bool: ...
+
+
+# -- pictures and access units ---------------------------------------------------------------
+
+
+def to_picture(png: bytes, codec: str, max_side: int) -> tuple[bytes, int, int]:
+    """``screencap -p`` output → (``codec`` bytes, width, height), scaled to ``max_side``."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as opened:
+        opened.load()
+        img: Image.Image = opened
+        w, h = img.size
+        scale = min(1.0, max_side / max(w, h))
+        if scale < 1.0 or codec == "jpeg":
+            if scale < 1.0:
+                size = (max(1, round(w * scale)), max(1, round(h * scale)))
+                img = img.resize(size, Image.Resampling.BILINEAR)
+            out = io.BytesIO()
+            if codec == "jpeg":
+                img.convert("RGB").save(out, "JPEG", quality=70)
+            else:
+                img.save(out, "PNG", compress_level=1)
+            return out.getvalue(), img.size[0], img.size[1]
+        return png, w, h
+
+
+class AnnexB:
+    """An H.264 Annex B byte stream → access units (bytes), with a key-frame flag.
+
+    An access unit starts at an access unit delimiter, an SPS/PPS/SEI that follows a picture,
+    or a picture slice whose ``first_mb_in_slice`` is 0 after another picture. Bounded: an
+    access unit longer than :data:`MAX_FRAME_DATA` is dropped (and counted).
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._unit = bytearray()
+        self._has_picture = False
+        self._key = False
+        self.oversized = 0
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
+        self._buf += data
+        out: list[tuple[bytes, bool]] = []
+        while True:
+            head = self._buf.find(b"\x00\x00\x01")
+            start = self._buf.find(b"\x00\x00\x01", head + 3) if head >= 0 else -1
+            if start < 0:
+                break
+            # A 4-byte start code belongs to the next NAL unit.
+            cut = start - 1 if self._buf[start - 1] == 0 else start
+            self._nal(bytes(self._buf[:cut]), out)
+            del self._buf[:cut]
+        if len(self._buf) > MAX_FRAME_DATA:
+            self._buf.clear()
+            self._unit.clear()
+            self._has_picture = False
+            self.oversized += 1
+        return out
+
+    def finish(self) -> list[tuple[bytes, bool]]:
+        out: list[tuple[bytes, bool]] = []
+        if self._buf:
+            self._nal(bytes(self._buf), out)
+            self._buf.clear()
+        self._emit(out)
+        return out
+
+    def _emit(self, out: list[tuple[bytes, bool]]) -> None:
+        if self._has_picture and self._unit:
+            if len(self._unit) <= MAX_FRAME_DATA:
+                out.append((bytes(self._unit), self._key))
+            else:
+                self.oversized += 1
+        self._unit.clear()
+        self._has_picture = False
+        self._key = False
+
+    def _nal(self, nal: bytes, out: list[tuple[bytes, bool]]) -> None:
+        head = nal.find(b"\x00\x00\x01")
+        if head < 0 or head + 3 >= len(nal):
+            return
+        kind = nal[head + 3] & 0x1F
+        picture = kind in (1, 5)
+        if self._has_picture:
+            if kind in (6, 7, 8, 9):
+                self._emit(out)
+            elif picture and head + 4 < len(nal) and nal[head + 4] & 0x80:
+                self._emit(out)  # first_mb_in_slice == 0 (ue(v) "1"): a new picture
+        self._unit += nal
+        if picture:
+            self._has_picture = True
+        if kind == 5:
+            self._key = True
+
+
+# -- the persistent input shell --------------------------------------------------------------
+
+
+class InputShell:
+    """One ``shell,v2,raw:`` session on a device, kept open for its input commands.
+
+    Each command is written as one line ending in ``; echo @dw-input N $?``; a reader thread
+    finds that line in the output and completes the caller's future with the exit code. One
+    command runs at a time (the lock), so events arrive in order.
+    """
+
+    def __init__(self, sock: ShellSocket, *, serial: str) -> None:
+        self.serial = serial
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._lock = asyncio.Lock()
+        self._count = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[int]] = {}
+        self.closed = False
+        self._thread = threading.Thread(target=self._read, name=f"input {serial}", daemon=True)
+        self._thread.start()
+
+    async def run(self, argv: list[str], *, timeout_s: float = INPUT_TIMEOUT_S) -> int:
+        async with self._lock:
+            if self.closed:
+                raise RpcError(ErrorCode.DEVICE_OFFLINE, f"the input shell of {self.serial} ended")
+            n = next(self._count)
+            future: asyncio.Future[int] = self._loop.create_future()
+            self._waiting[n] = future
+            line = f"{shlex.join(argv)}; echo {_MARK} {n} $?\n".encode()
+            packet = bytes([0]) + len(line).to_bytes(4, "little") + line  # v2 stdin
+            try:
+                await asyncio.to_thread(self._sock.sock.sendall, packet)
+                async with asyncio.timeout(timeout_s):
+                    return await future
+            except TimeoutError as exc:
+                self.close()
+                raise RpcError(ErrorCode.TIMEOUT, f"input on {self.serial} got no answer") from exc
+            except OSError as exc:
+                self.close()
+                raise RpcError(ErrorCode.DEVICE_OFFLINE, f"input shell lost: {exc}") from exc
+            finally:
+                self._waiting.pop(n, None)
+
+    def _read(self) -> None:
+        buf = bytearray()
+        text = bytearray()
+        try:
+            while True:
+                data = self._sock.sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 5:
+                    length = int.from_bytes(buf[1:5], "little")
+                    if len(buf) < 5 + length:
+                        break
+                    kind, payload = buf[0], bytes(buf[5:5 + length])
+                    del buf[:5 + length]
+                    if kind == 3:
+                        return
+                    if kind == 1:
+                        text += payload
+                        self._lines(text)
+                if len(text) > 65536:  # output nobody asked for: keep memory bounded
+                    del text[:-1024]
+        except OSError:
+            pass
+        finally:
+            self._loop.call_soon_threadsafe(self._ended)
+
+    def _lines(self, text: bytearray) -> None:
+        while (nl := text.find(b"\n")) >= 0:
+            line = text[:nl].decode(errors="replace").strip()
+            del text[:nl + 1]
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == _MARK and parts[1].isdigit():
+                code = int(parts[2]) if parts[2].isdigit() else 255
+                self._loop.call_soon_threadsafe(self._done, int(parts[1]), code)
+
+    def _done(self, n: int, code: int) -> None:
+        future = self._waiting.get(n)
+        if future is not None and not future.done():
+            future.set_result(code)
+
+    def _ended(self) -> None:
+        self.closed = True
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(
+                    RpcError(ErrorCode.DEVICE_OFFLINE, f"the input shell of {self.serial} ended"))
+
+    def close(self) -> None:
+        self.closed = True
+        self._sock.close()
+
+
+# -- screen streams --------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Stream:
+    channel: str
+    serial: str
+    codec: str
+    max_fps: int
+    max_side: int
+    task: asyncio.Task[None] | None = None
+    sock: ShellSocket | None = None
+    reason: str | None = None
+    sent: int = 0
+    skipped: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ScreenService:
+    """The bridge's screen streams and input shells (see the module docstring)."""
+
+    def __init__(self, rpc: Dispatcher, toolkit: AgentToolkit, *, probe_s: float = PROBE_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.rpc = rpc
+        self.toolkit = toolkit
+        self.probe_s = probe_s
+        self._clock = clock
+        self._streams: dict[str, _Stream] = {}
+        self._shells: dict[str, InputShell] = {}
+        self._shell_locks: dict[str, asyncio.Lock] = {}
+
+    @classmethod
+    def install(cls, rpc: Dispatcher, toolkit: AgentToolkit, **options: Any) -> ScreenService:
+        service = cls(rpc, toolkit, **options)
+        for method, handler in service.handlers().items():
+            rpc.add(method, handler, replace=True)
+        rpc.stream_enders.append(service.end_streams)
+        rpc.forgetters.append(service.forget)
+        return service
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
+        return {
+            "device.screen.subscribe": self._subscribe,
+            "device.screen.unsubscribe": self._unsubscribe,
+            "device.input": self._input,
+        }
+
+    def _adb(self) -> AdbDevices:
+        assert self.rpc.devices is not None
+        return self.rpc.devices
+
+    @property
+    def streams(self) -> list[str]:
+        return list(self._streams)
+
+    # -- subscribe -------------------------------------------------------------------------
+
+    async def _subscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.screen.subscribe", params)
+        assert isinstance(p, ScreenSubscribeParams)
+        self.rpc.policy.check_ui(p.serial)
+        self.rpc.policy.check_screenshot(p.serial)
+        sink = self.rpc.sink
+        if sink is None or not hasattr(sink, "idle"):
+            raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
+        if len(self._streams) >= MAX_SCREEN_STREAMS:
+            raise RpcError(ErrorCode.BUSY, f"at most {MAX_SCREEN_STREAMS} screen streams")
+        stream = _Stream(f"sc-{uuid.uuid4().hex}", p.serial, p.codec, p.max_fps, p.max_side)
+        source = "screencap"
+        reader: _H264Reader | None = None
+        if p.codec == "h264":
+            reader = await self._start_h264(stream)
+            if reader is None:
+                stream.codec = "jpeg"
+            else:
+                source = "screenrecord"
+        self._streams[stream.channel] = stream
+        loop = asyncio.get_running_loop()
+        pump = self._pump_h264(stream, sink, reader) if reader is not None else (
+            self._pump_pictures(stream, sink))
+        stream.task = loop.create_task(pump, name=f"droidwire-screen-{p.serial}")
+        log.info("screen of %s streaming on %s (%s, %s)", p.serial, stream.channel,
+                 stream.codec, source)
+        return {"channel": stream.channel, "codec": stream.codec, "source": source}
+
+    async def _start_h264(self, stream: _Stream) -> _H264Reader | None:
+        """Start ``screenrecord``; None when it gives no picture within ``probe_s``."""
+        size = await self._oriented_size(stream.serial)
+        scale = min(1.0, stream.max_side / max(size))
+        w, h = (max(2, int(size[0] * scale)) & ~1, max(2, int(size[1] * scale)) & ~1)
+        argv = ["screenrecord", "--output-format=h264", f"--size={w}x{h}",
+                "--bit-rate=2000000", "--time-limit=180", "-"]
+        try:
+            sock = await self._adb().open_socket(
+                stream.serial, "exec:" + shlex.join(argv), what="screenrecord")
+        except RpcError as exc:
+            log.info("screenrecord on %s unavailable: %s", stream.serial, exc)
+            return None
+        reader = _H264Reader(sock, asyncio.get_running_loop(), w, h, self._clock)
+        try:
+            async with asyncio.timeout(self.probe_s):
+                await reader.first.wait()
+        except TimeoutError:
+            pass
+        if not reader.units:
+            reader.close()
+            log.info("screenrecord on %s gave no H.264 picture: screencap instead", stream.serial)
+            return None
+        stream.sock = sock
+        return reader
+
+    async def _pump_pictures(self, stream: _Stream, sink: Any) -> None:
+        last_digest = b""
+        n = 0
+        interval = 1.0 / stream.max_fps
+        try:
+            while True:
+                if not await sink.idle():
+                    return
+                if self.rpc.policy.paused:
+                    stream.reason = "paused"  # the owner's kill switch ends live streams too
+                    return
+                started = time.monotonic()
+                png = await self._adb().screenshot(stream.serial)
+                n += 1
+                digest = hashlib.sha256(png).digest()
+                if digest != last_digest:
+                    data, w, h = await asyncio.to_thread(to_picture, png, stream.codec,
+                                                         stream.max_side)
+                    last_digest = digest
+                    frame = ScreenFrame(codec=stream.codec, data=data, key=True, w=w, h=h, n=n,
+                                        ts=self._clock() * 1000)
+                    if not await sink.emit(stream.channel, frame.to_wire()):
+                        return
+                    stream.sent += 1
+                rest = interval - (time.monotonic() - started)
+                if rest > 0:
+                    await asyncio.sleep(rest)
+        except RpcError as exc:
+            stream.reason = f"{exc.code.value}: {exc.message}"[:200]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("screen stream %s failed", stream.channel)
+            stream.reason = "internal"
+        finally:
+            await self._finish(stream, sink)
+
+    async def _pump_h264(self, stream: _Stream, sink: Any, reader: _H264Reader) -> None:
+        need_key = False
+        try:
+            while True:
+                unit = await reader.next()
+                if unit is None:
+                    # screenrecord stops at its time limit (3 minutes on a phone): start it
+                    # again while someone watches; a start that fails ends the stream.
+                    reader.close()
+                    again = await self._start_h264(stream) if reader.sent else None
+                    if again is None:
+                        stream.reason = reader.reason or "closed"
+                        return
+                    reader = again
+                    need_key = True
+                    continue
+                reader.sent += 1
+                data, key, n, ts = unit
+                if need_key and not key:
+                    stream.skipped += 1
+                    continue
+                if reader.backlog() > 0 and not key:
+                    # The link fell behind the device: skip to the next key frame.
+                    need_key = True
+                    stream.skipped += 1
+                    continue
+                if not await sink.idle():
+                    return
+                if self.rpc.policy.paused:
+                    stream.reason = "paused"  # the owner's kill switch ends live streams too
+                    return
+                need_key = False
+                frame = ScreenFrame(codec="h264", data=data, key=key, w=reader.w, h=reader.h,
+                                    n=n, ts=ts)
+                if not await sink.emit(stream.channel, frame.to_wire()):
+                    return
+                stream.sent += 1
+        finally:
+            reader.close()
+            await self._finish(stream, sink)
+
+    async def _finish(self, stream: _Stream, sink: Any) -> None:
+        if self._streams.pop(stream.channel, None) is not None and stream.reason != "link":
+            with contextlib.suppress(Exception):
+                end = ScreenFrame(eof=True, reason=stream.reason or "closed")
+                await sink.emit(stream.channel, end.to_wire())
+        stream.done.set()
+
+    async def _unsubscribe(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.screen.unsubscribe", params)
+        assert isinstance(p, ScreenUnsubscribeParams)
+        stream = self._streams.get(p.channel)
+        if stream is None:
+            return {}
+        stream.reason = "unsubscribed"
+        await self._stop(stream)
+        return {}
+
+    async def _stop(self, stream: _Stream) -> None:
+        if stream.sock is not None:
+            stream.sock.close()
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await stream.task
+
+    async def end_streams(self) -> None:
+        """The link dropped: end every stream (the controller subscribes again)."""
+        for stream in list(self._streams.values()):
+            stream.reason = "link"
+            self._streams.pop(stream.channel, None)
+            await self._stop(stream)
+        for shell in self._shells.values():
+            shell.close()
+        self._shells.clear()
+
+    def forget(self, serial: str) -> None:
+        shell = self._shells.pop(serial, None)
+        if shell is not None:
+            shell.close()
+
+    # -- input -----------------------------------------------------------------------------
+
+    async def _oriented_size(self, serial: str) -> tuple[int, int]:
+        size = await self.toolkit.screen_size(serial)
+        window = await self._adb().shell(serial, ["dumpsys", "window"])
+        rotation = parse_rotation(window.stdout)
+        return size if rotation % 2 == 0 else (size[1], size[0])
+
+    def argv_for(self, p: InputParams, size: tuple[int, int]) -> list[str]:
+        """The ``input`` argv of one remote-control event, in pixels of the rotated screen."""
+        w, h = size
+
+        def px(fx: float | None, fy: float | None) -> list[str]:
+            assert fx is not None and fy is not None
+            return [str(min(int(fx * w), w - 1)), str(min(int(fy * h), h - 1))]
+
+        if p.action == "tap":
+            return ["input", "tap", *px(p.x, p.y)]
+        if p.action == "long_press":
+            at = px(p.x, p.y)
+            return ["input", "swipe", *at, *at, str(p.duration_ms or LONG_PRESS_MS)]
+        if p.action == "swipe":
+            return ["input", "swipe", *px(p.x, p.y), *px(p.x2, p.y2), str(p.duration_ms or 300)]
+        if p.action == "text":
+            assert p.text is not None
+            return ["input", "text", p.text.replace(" ", "%s")]
+        assert p.key is not None
+        return ["input", "keyevent", INPUT_KEYS[p.key]]
+
+    async def _input(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.input", params)
+        assert isinstance(p, InputParams)
+        self.rpc.policy.check_ui(p.serial)
+        size = await self._oriented_size(p.serial) if p.x is not None else (1, 1)
+        argv = await self.toolkit._command(p.serial, self.argv_for(p, size))
+        shell = await self._shell(p.serial)
+        code = await shell.run(argv)
+        return {"ok": code == 0, "exit_code": code, "argv": argv}
+
+    async def _shell(self, serial: str) -> InputShell:
+        lock = self._shell_locks.setdefault(serial, asyncio.Lock())
+        async with lock:
+            shell = self._shells.get(serial)
+            if shell is None or shell.closed:
+                sock = await self._adb().open_socket(serial, "shell,v2,raw:", what="input shell")
+                shell = self._shells[serial] = InputShell(sock, serial=serial)
+            return shell
+
+
+class _H264Reader:
+    """A thread reading ``screenrecord`` output into access units; the loop takes the newest.
+
+    Holds at most ``keep`` units: when the consumer is slower than the device, older units
+    are dropped here (counted as ``backlog`` for the consumer, which then waits for a key
+    frame) — the device is never held back and nothing stale piles up.
+    """
+
+    def __init__(self, sock: ShellSocket, loop: asyncio.AbstractEventLoop, w: int, h: int,
+                 clock: Callable[[], float], keep: int = 8) -> None:
+        self.sock = sock
+        self.w, self.h = w, h
+        self._loop = loop
+        self._clock = clock
+        self._keep = keep
+        self.units: list[tuple[bytes, bool, int, float]] = []
+        self.sent = 0  # units taken by the consumer
+        self._lost = 0
+        self.first = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._ended = False
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="screenrecord", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        parser = AnnexB()
+        n = 0
+        try:
+            while True:
+                data = self.sock.sock.recv(65536)
+                if not data:
+                    break
+                units = parser.feed(data)
+                if units:
+                    with self._lock:
+                        for unit, key in units:
+                            n += 1
+                            self.units.append((unit, key, n, self._clock() * 1000))
+                        while len(self.units) > self._keep:
+                            self.units.pop(0)
+                            self._lost += 1
+                    self._loop.call_soon_threadsafe(self._ready)
+            self.reason = "closed"
+        except OSError as exc:
+            self.reason = f"connection lost: {exc}"
+        finally:
+            self._ended = True
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._ready)
+
+    def _ready(self) -> None:
+        self.first.set()
+        self._wake.set()
+
+    def backlog(self) -> int:
+        with self._lock:
+            lost, self._lost = self._lost, 0
+            return lost + len(self.units)
+
+    async def next(self) -> tuple[bytes, bool, int, float] | None:
+        while True:
+            with self._lock:
+                if self.units:
+                    return self.units.pop(0)
+            if self._ended:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+
+    def close(self) -> None:
+        self.sock.close()
