@@ -119,9 +119,9 @@ async def test_a_loan_revoked_on_one_replica_stops_runs_on_another(
         async with asyncio.timeout(WAIT_S):
             while not await on_device():  # noqa: ASYNC110 - bounded poll of other processes
                 await asyncio.sleep(0.02)
-        revoked_at = datetime.now(UTC)
         response = await api_a.delete(f"/v1/grants/{lent.json()['id']}")
         assert response.status_code == 204, response.text
+        revoked_at = datetime.now(UTC)  # committed once answered
         async with asyncio.timeout(WAIT_S):
             while any(r["status"] in ("queued", "running")  # noqa: ASYNC110 - bounded poll
                       for r in await runs()):

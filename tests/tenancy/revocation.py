@@ -63,10 +63,12 @@ async def queued_runs_stop(stack: Stack, runs: int = 6) -> Stopped:
     async with asyncio.timeout(WAIT_S):
         while not await on_device():  # noqa: ASYNC110 - bounded poll of the runs' logs
             await asyncio.sleep(0.02)
-    revoked_at = datetime.now(UTC)
     started = time.monotonic()
     response = await alice.http.delete(f"/v1/grants/{grant['id']}")
     assert response.status_code == 204, response.text
+    # The revocation is committed once it is answered (a step that began while the request
+    # was on its way ran under a live loan): later than this, nothing may start.
+    revoked_at = datetime.now(UTC)
     async with asyncio.timeout(WAIT_S):
         while True:
             states = [await run(r) for r in run_ids]

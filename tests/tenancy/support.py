@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,8 @@ async def tenancy_stack(
         finally:
             for name in USERS:
                 await stack.stop_bridge(name)
+    # Anything this stack left unclosed is reported now, against the test that made it.
+    gc.collect()
 
 
 @contextlib.contextmanager
