@@ -95,10 +95,11 @@ async def test_a_borrower_installs_pushes_pulls_and_leaves_nothing(
     ok = (await world.ctl.http.get("/v1/audit", params={"user": "bob", "action": "apps.install"}))
     assert ok.json()["entries"][0]["detail"]["package"] == PACKAGE
 
-    # Too large for this controller's transfer limit: 413 before anything is sent.
+    # Too large for this controller's transfer limit: 413 before anything is read or sent
+    # (the body limit knows each transfer route's own limit: controller/limits.py).
     big = await world.call("bob", "PUT", "/files", params={"path": "big"},
                            content=b"x" * (4 * 1024 * 1024 + 1))
-    assert big.status_code == 413 and big.json()["error"]["reason"] == "too_large"
+    assert big.status_code == 413 and big.json()["error"]["rule"] == "body_too_large"
 
     assert PACKAGE in world.packages() and world.exists(f"{folder}/in/data.bin")
     revoked = await world.ctl.http.delete(f"/v1/grants/{grant}",

@@ -114,11 +114,12 @@ async def test_lend_extend_revoke_and_read_the_audit_page(
             await page.wait_for_url(stack.url + "/loans")
             await expect(page.locator("table.reservations tr", has_text="bob")).to_have_count(0)
 
-            # A refused lend comes back as the page with the reason.
+            # A refused lend comes back as the page with the reason (the same words for an
+            # unknown user as for an unknown device: docs/security.md, "Threat model").
             await page.select_option("#lend-device", stack.device_id)
             await page.fill("#lend-user", "nobody-like-this")
             await page.click("form.lend button[type=submit]")
-            await expect(page.locator("p.error")).to_contain_text("no user")
+            await expect(page.locator("p.error")).to_contain_text("no such device, or no such user")
 
             # The admin reads it all on the audit page, and filters it.
             admin_ctx = await browser.new_context(viewport={"width": 1400, "height": 900})
