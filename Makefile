@@ -29,10 +29,14 @@ demo: setup
 system-deps:
 	@sh tests/tools/system_deps.sh
 
-## test: setup and system-deps, then run the whole suite
+## test: setup and system-deps, then run the whole suite — in TEST_WORKERS pytest processes
+## (pytest-xdist, one test file per worker at a time; most tests wait on sockets and
+## subprocesses, so 4 workers on 2 cores keep both busy). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 test: setup system-deps
 	@$(BIN)/python -m device_bridge.kotlinc  # again: system-deps may just have brought the JDK
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 \
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,) $(PYTEST_ARGS)
 
 ## check: lint, then the whole suite — what CI runs
 check: lint test
