@@ -5,7 +5,8 @@ outlasts a call — a queued or running sandbox run, a live logcat stream (REST,
 dashboard's live tail) — is *watched*: :class:`AccessWatch` re-checks it, and calls its
 ``on_lapse`` once the caller's right no longer holds. A right lapses when:
 
-* its token is revoked or rotated (every principal, owners and admins included);
+* its token is revoked or rotated, or its user disabled (every principal, owners and admins
+  included);
 * the loan it rests on is revoked or expires (a borrower);
 * the token's scopes or the device's ownership no longer allow it.
 
@@ -35,7 +36,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from controller.auth import Action, DeviceRef, Principal, authorize, live_grant_filter, now
-from controller.store import Bridge, Device, Grant, Store, Token
+from controller.store import Bridge, Device, Grant, Store, Token, User
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["ACCESS_REVOKED", "AccessWatch", "check_access", "lapse_reason", "until_lapsed"]
@@ -56,9 +57,12 @@ async def check_access(
     — with a device — :func:`authorize` still allows ``action`` on it, now."""
     async with store.session() as session:
         revoked = (await session.execute(
-            select(Token.revoked_at).where(Token.id == principal.token_id)
+            select(Token.revoked_at, User.disabled_at)
+            .join(User, User.id == Token.owner_id)
+            .where(Token.id == principal.token_id)
         )).one_or_none()
-    if revoked is None or revoked[0] is not None:
+    # A disabled user's tokens end their work as revoked ones do (docs/security.md).
+    if revoked is None or revoked[0] is not None or revoked[1] is not None:
         raise RpcError(ErrorCode.FORBIDDEN, "the token was revoked", {"rule": ACCESS_REVOKED,
                                                                         "why": "token"})
     if device is None:

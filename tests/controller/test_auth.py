@@ -263,3 +263,26 @@ async def test_a_bridges_devices_belong_to_its_owner(store: Store) -> None:
         )
     with pytest.raises(ValueError):
         DeviceRef.on_bridge(alice, "emulator-5554")
+
+
+async def test_a_disabled_users_work_no_longer_passes_its_re_check(store: Store) -> None:
+    """Work that outlasts its call (runs, streams) is re-checked by
+    :func:`controller.access.check_access`; a disabled user's token fails it as a revoked one
+    does, so their runs and streams end (docs/security.md), and enabled again it passes."""
+    from controller.access import check_access
+    from controller.store import User, utcnow
+
+    issued = await create_token(store, await admin(store), TokenKind.USER, "dora")
+    dora = await authenticate(store, f"Bearer {issued.secret}")
+    await check_access(store, dora)  # live
+    async with store.session() as session, session.begin():
+        user = (await session.execute(select(User).where(User.name == "dora"))).scalar_one()
+        user.disabled_at = utcnow()
+    with pytest.raises(RpcError) as refused:
+        await check_access(store, dora)
+    assert refused.value.code is ErrorCode.FORBIDDEN
+    assert (refused.value.data or {})["rule"] == "access_revoked"
+    async with store.session() as session, session.begin():
+        user = (await session.execute(select(User).where(User.name == "dora"))).scalar_one()
+        user.disabled_at = None
+    await check_access(store, dora)
