@@ -30,12 +30,13 @@ def test_new_request_ids_are_canonical_uuid4_and_distinct() -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        str(uuid.uuid4()).upper(),
-        str(uuid.uuid1()),
-        uuid.uuid4().hex,
-        "{" + str(uuid.uuid4()) + "}",
-        str(uuid.uuid4()) + "\n",
-        str(uuid.uuid4())[:19] + "c" + str(uuid.uuid4())[20:],  # not the RFC 4122 variant
+        # Fixed values (not generated), so every pytest worker collects the same test ids.
+        "5FBF9DA2-AAE4-45CC-8148-951175B2C586",  # upper case
+        "a24d30bc-eda1-11f1-8d45-02fc00000001",  # version 1
+        "c2cad549349c49eab5b6ec6efb4313a7",  # hex without dashes
+        "{4ed6e8f4-fa86-4095-b4b9-6947e6256ba5}",  # braces
+        "7e7f3548-035b-4155-981e-59978fe29553\n",  # a trailing newline
+        "376541d8-189e-4033-cd59-2c4fd9a7134a",  # not the RFC 4122 variant
         "",
         None,
     ],

@@ -175,7 +175,7 @@ async def test_a_session_expires_on_every_replica(db_url: str) -> None:  # noqa:
     [
         "garbage!!",
         "x" * 4000,  # far beyond any id of ours
-        secrets.token_urlsafe(32),  # well-formed, unknown
+        "b_uV1e4yNTeIgVEeJMQQPF4mChqMXLARuuMXlf1TU_A",  # well-formed, unknown (fixed: stable ids)
         '"quoted; value"',
         b"\xe9\xff-not-ascii",
         "",
