@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.adb
 
 WAIT_S = 20.0 * TIME_SCALE
 MAX_CONNECTIONS = 30  # more than any operation here opens
+MIB = 1 << 20
 
 
 class HoldingProxy:
@@ -102,6 +105,9 @@ OPERATIONS: dict[str, Callable[[AdbDevices, str], Awaitable[Any]]] = {
     "instrument": lambda d, s: d.instrument(s, "com.example.missing.test"),
     "push": lambda d, s: d.push(s, "/data/local/tmp/droidwire/x.bin", b"x" * 1000),
     "pull": lambda d, s: d.pull(s, "/system/build.prop"),
+    "push_file": lambda d, s: d.push_file(s, io.BytesIO(b"x" * 1000),
+                                          "/data/local/tmp/droidwire/y.bin"),
+    "pull_file": lambda d, s: d.pull_file(s, "/system/build.prop", os.devnull, max_bytes=MIB),
     "exec_out": lambda d, s: d.exec_out(s, ["echo", "hi"]),
     "screenshot": lambda d, s: d.screenshot(s),
     "devices": lambda d, s: d.devices(),
