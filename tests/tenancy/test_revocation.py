@@ -20,6 +20,7 @@ import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+import controller.access as access_module
 import controller.api.grants as grants_module
 import controller.executor.executor as executor_module
 from controller.access import check_access as real_check_access
@@ -54,46 +55,49 @@ async def test_revoking_a_loan_stops_the_borrowers_queued_and_running_runs(
 class StepAcrossTheRevocation:
     """Forces the interleaving the threat model allows: bob's run passes the re-check of a
     device step (its test APK's install) just before alice's revocation commits, and begins
-    that step only once it has committed. ``skip_after``: every re-check once the
-    revocation took effect passes without reading the store — a gap the count must see."""
+    that step only once the revocation was answered — before the access watch, which heard
+    of it, stops the run (its re-checks begun after the commit wait for that step to begin).
+    ``skip_after``: every re-check of the run once the revocation was answered passes
+    without reading the store — a gap the count must see."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, skip_after: bool = False) -> None:
         self.held = asyncio.Event()  # the step passed its re-check and waits
         self.committed = asyncio.Event()  # the revocation is in the store
-        self.begun = asyncio.Event()  # the held step began (is in the run's log)
         self.effective = asyncio.Event()  # the 204 came back
-        self.skip_after = skip_after
+        self.begun = asyncio.Event()  # the held step began (is in the run's log)
         self._device_checks = 0
-        check, revoke, begin = real_check_access, grants_module.revoke_grant, StepLog.begin
+        begin, revoke = StepLog.begin, grants_module.revoke_grant
 
-        async def check_access(store: Any, principal: Any, device: Any = None,
-                               action: Action = Action.USE) -> None:
-            if self.skip_after and self.effective.is_set():
+        async def run_check(store: Any, principal: Any, device: Any = None,
+                            action: Action = Action.USE) -> None:
+            if skip_after and self.effective.is_set():
                 return
-            await check(store, principal, device, action)
+            await real_check_access(store, principal, device, action)
             if device is not None:
                 self._device_checks += 1
                 if self._device_checks == 3:  # clear, the app's install, then the test's
                     self.held.set()
-                    await self.committed.wait()
-                    if self.skip_after:
-                        await self.effective.wait()
+                    await self.effective.wait()
+
+        async def watch_check(store: Any, principal: Any, device: Any = None,
+                              action: Action = Action.USE) -> None:
+            if self.committed.is_set():
+                await self.begun.wait()
+            await real_check_access(store, principal, device, action)
 
         async def revoke_grant(*args: Any, **kwargs: Any) -> Any:
             grant = await revoke(*args, **kwargs)
             self.committed.set()
-            if not self.skip_after:
-                # The watch hears of it only after this returns: the step begins first.
-                await self.begun.wait()
             return grant
 
         async def begin_step(log: StepLog, kind: str, **detail: Any) -> Any:
             step = await begin(log, kind, **detail)
-            if self.committed.is_set() and detail.get("method") == "device.install":
+            if self.effective.is_set() and detail.get("method") == "device.install":
                 self.begun.set()
             return step
 
-        monkeypatch.setattr(executor_module, "check_access", check_access)
+        monkeypatch.setattr(executor_module, "check_access", run_check)
+        monkeypatch.setattr(access_module, "check_access", watch_check)
         monkeypatch.setattr(grants_module, "revoke_grant", revoke_grant)
         monkeypatch.setattr(StepLog, "begin", begin_step)
 
@@ -101,10 +105,10 @@ class StepAcrossTheRevocation:
 async def test_a_step_reauthorized_just_before_the_revocation_may_begin_after_it(
     tmp_path: Path, adb_server: AdbServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The held step begins after the revocation committed, yet was rightly re-authorized
-    before it: not a step run after the revocation (before, counted from when the request was
-    sent, it was: ``after == 1``, the intermittent failure of the test above). The watch
-    stops it, and every run says why."""
+    """The held step begins after the revocation was answered, yet was rightly re-authorized
+    before it committed: not a step run after the revocation (counted from when it began, it
+    was: ``after == 1``, the intermittent failure of the test above). The watch stops it, and
+    every run says why."""
     forced = StepAcrossTheRevocation(monkeypatch)
     async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
                              bridges=("alice", "bob")) as stack:
