@@ -210,15 +210,20 @@ class _RecordingGateway:
             shown["apk_bytes"] = len(params["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
         if check and self.reauth is not None:
+            # When the re-check began: it read the store as of then or later, so a step whose
+            # re-check began after a revocation committed cannot have passed it.
+            checked = {"reauth_at": utcnow().isoformat()}
             try:
                 await self.reauth(target)
             except RpcError as exc:
                 await self.steps.record(
-                    "rpc", "refused", method=method, target=where,
+                    "rpc", "refused", method=method, target=where, **checked,
                     error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
                 )
                 raise
-        extra_in: dict[str, Any] = {}
+            extra_in: dict[str, Any] = dict(checked)
+        else:
+            extra_in = {}
         request_id: str | None = None
         session_of = getattr(self.gateway, "session_of", None)
         if resume is not None and isinstance(target, DeviceRef) and callable(session_of):
@@ -227,8 +232,8 @@ class _RecordingGateway:
             bridge_session = session_of(target.bridge_id)
             if isinstance(bridge_session, str):
                 request_id = new_request_id()
-                extra_in = {"request_id": request_id, "bridge_session": bridge_session,
-                            "resume": dict(resume)}
+                extra_in.update(request_id=request_id, bridge_session=bridge_session,
+                                resume=dict(resume))
         step = await self.steps.begin("rpc", method=method, target=where, params=shown, **extra_in)
         started = time.monotonic()
         try:

@@ -195,11 +195,19 @@ _current = threading.local()  # the _Abort of the call running in this worker th
 
 
 class _Abort:
-    """The sockets of one blocking exchange, so the loop can shut them if it gives up."""
+    """The sockets of one blocking exchange, so the loop can shut them if it gives up, and
+    the worker close them all when the exchange fails.
+
+    Shutting (from the loop) only wakes the worker: the socket stays open until closed. adbutils
+    does not close every connection it opened when an exchange fails (``open_transport`` leaves
+    its connection to the caller, who never receives it when the handshake raises), so the
+    worker closes whatever it registered once ``fn`` raised (:meth:`close_all`).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
+        self._opened: list[socket.socket] = []  # every one registered, shut or not
         self.aborted = False
 
     def register(self, conn: AdbConnection) -> AdbConnection:
@@ -208,6 +216,7 @@ class _Abort:
                 conn.close()
                 raise RpcError(ErrorCode.CANCELLED, "the call was abandoned")
             self._socks.append(conn.conn)
+            self._opened.append(conn.conn)
         return conn
 
     def abort(self) -> None:
@@ -217,6 +226,14 @@ class _Abort:
         for sock in socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def close_all(self) -> None:
+        """Close every connection of the exchange (it failed: nobody will use them)."""
+        with self._lock:
+            socks, self._opened, self._socks = self._opened, [], []
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 class AdbDevices:
@@ -313,9 +330,12 @@ class AdbDevices:
             _current.abort = abort
             try:
                 return fn(abort)
-            except RpcError:
-                raise
-            except Exception as exc:
+            except BaseException as exc:
+                # Failed (abandoned or not): no result holds a connection of this exchange,
+                # and one adbutils left open would otherwise wait for the garbage collector.
+                abort.close_all()
+                if isinstance(exc, RpcError) or not isinstance(exc, Exception):
+                    raise
                 if abort.aborted:
                     raise RpcError(ErrorCode.CANCELLED, f"{what} was abandoned") from exc
                 raise translate(exc, serial) from exc

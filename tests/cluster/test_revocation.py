@@ -131,7 +131,9 @@ async def test_a_loan_revoked_on_one_replica_stops_runs_on_another(
              if s["kind"] == "rpc" and s["status"] != "refused"
              and s["detail"].get("method") in ("device.install", "device.instrument",
                                                "device.logcat.dump")
-             and datetime.fromisoformat(s["at"]) > revoked_at]
+             # when its re-check began: one begun before the commit may run (the watch
+             # stops it); one begun after it must have been refused
+             and datetime.fromisoformat(s["detail"].get("reauth_at") or s["at"]) > revoked_at]
     assert after == [], after
     stopped = [r for r in states
                if datetime.fromisoformat(r["finished_at"]) > revoked_at]

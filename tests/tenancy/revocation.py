@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +27,9 @@ DEVICE_STEPS = ("device.install", "device.instrument", "device.logcat.dump", "de
 @dataclass
 class Stopped:
     seconds: float  # from the revocation to the last run or stream stopped
-    after: int  # device steps (install, instrument, logcat) started after the revocation
+    # Device steps (install, instrument, logcat) that ran although their re-authorization
+    # began after the revocation took effect (see queued_runs_stop).
+    after: int
     reasons: list[str]
 
 
@@ -34,9 +37,23 @@ def _at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-async def queued_runs_stop(stack: Stack, runs: int = 6) -> Stopped:
+def _authorized(step: dict[str, Any]) -> datetime:
+    """When a device step's re-authorization began (when it began, had it none)."""
+    return _at(step["detail"].get("reauth_at") or step["at"])
+
+
+async def queued_runs_stop(
+    stack: Stack,
+    runs: int = 6,
+    *,
+    before: Callable[[], Awaitable[object]] | None = None,
+    revoked: Callable[[], object] | None = None,
+) -> Stopped:
     """Bob queues ``runs`` runs on alice's lent device; alice revokes the loan while the
-    first one runs. Every run ends; none installs or runs anything after the revocation."""
+    first one runs. Every run ends; none installs or runs anything after the revocation.
+
+    ``before`` is awaited once a run is on the device, before the revocation is sent;
+    ``revoked`` is called once it took effect (tests forcing an interleaving)."""
     alice, bob = stack["alice"], stack["bob"]
     grant = await stack.lend("alice", alice.device_id, "bob")
     run_ids = []
@@ -63,12 +80,17 @@ async def queued_runs_stop(stack: Stack, runs: int = 6) -> Stopped:
     async with asyncio.timeout(WAIT_S):
         while not await on_device():  # noqa: ASYNC110 - bounded poll of the runs' logs
             await asyncio.sleep(0.02)
+        if before is not None:
+            await before()
     started = time.monotonic()
     response = await alice.http.delete(f"/v1/grants/{grant['id']}")
     assert response.status_code == 204, response.text
-    # The revocation is committed once it is answered (a step that began while the request
-    # was on its way ran under a live loan): later than this, nothing may start.
+    # The 204 comes after the revocation committed: from here on every re-check refuses.
+    # (Not the time the request was sent, nor the grant's stored revoked_at, both taken
+    # before the commit: a step re-authorized in between rightly passed.)
     revoked_at = datetime.now(UTC)
+    if revoked is not None:
+        revoked()
     async with asyncio.timeout(WAIT_S):
         while True:
             states = [await run(r) for r in run_ids]
@@ -76,17 +98,21 @@ async def queued_runs_stop(stack: Stack, runs: int = 6) -> Stopped:
                 break
             await asyncio.sleep(0.02)
     seconds = time.monotonic() - started
-    # A step recorded later than the revocation by more than the store's clock skew: none.
+    # Every device step re-authorizes when it runs (docs/security.md, threat model): a step
+    # whose re-check began once the revocation had taken effect must have been refused. One
+    # re-checked just before it may run; the access watch then stops it at once. A step
+    # without a re-check (none should be) counts from when it began.
     after = sum(
         1 for s in states for step in s["steps"]
         if step["kind"] == "rpc" and step["detail"].get("method") in DEVICE_STEPS
-        and step["status"] != "refused" and _at(step["at"]) > revoked_at
+        and step["status"] != "refused"
+        and _authorized(step) > revoked_at
     )
-    # Runs whose tests had started before the revocation may have finished them in that
-    # moment and keep their verdicts; every other one was stopped.
+    # Runs whose tests were re-authorized before the revocation took effect may have
+    # finished them in that moment and keep their verdicts; every other one was stopped.
     stopped = [s for s in states if not any(
-        step["detail"].get("method") == "device.instrument" and _at(step["at"]) < revoked_at
-        for step in s["steps"])]
+        step["detail"].get("method") == "device.instrument" and step["status"] != "refused"
+        and _authorized(step) <= revoked_at for step in s["steps"])]
     return Stopped(seconds, after, [str(s["result"]["reason_code"]) for s in stopped])
 
 

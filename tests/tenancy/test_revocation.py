@@ -13,14 +13,21 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+import controller.access as access_module
+import controller.api.grants as grants_module
+import controller.executor.executor as executor_module
+from controller.access import check_access as real_check_access
+from controller.auth import Action
 from controller.executor import SandboxExecutor
 from controller.executor.hub_gateway import HubGateway
+from controller.executor.steps import StepLog
 from tests.adb_support import AdbServer
 from tests.controller.conftest import bearer
 from tests.controller.test_hub_support import fast_settings
@@ -43,6 +50,89 @@ async def test_revoking_a_loan_stops_the_borrowers_queued_and_running_runs(
         # 40 queued runs still installed and ran), and every run says why it stopped.
         assert stopped.after == 0
         assert set(stopped.reasons) == {"access_revoked"}, stopped.reasons
+
+
+class StepAcrossTheRevocation:
+    """Forces the interleaving the threat model allows: bob's run passes the re-check of a
+    device step (its test APK's install) just before alice's revocation commits, and begins
+    that step only once the revocation was answered — before the access watch, which heard
+    of it, stops the run (its re-checks begun after the commit wait for that step to begin).
+    ``skip_after``: every re-check of the run once the revocation was answered passes
+    without reading the store — a gap the count must see."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, skip_after: bool = False) -> None:
+        self.held = asyncio.Event()  # the step passed its re-check and waits
+        self.committed = asyncio.Event()  # the revocation is in the store
+        self.effective = asyncio.Event()  # the 204 came back
+        self.begun = asyncio.Event()  # the held step began (is in the run's log)
+        self._device_checks = 0
+        begin, revoke = StepLog.begin, grants_module.revoke_grant
+
+        async def run_check(store: Any, principal: Any, device: Any = None,
+                            action: Action = Action.USE) -> None:
+            if skip_after and self.effective.is_set():
+                return
+            await real_check_access(store, principal, device, action)
+            if device is not None:
+                self._device_checks += 1
+                if self._device_checks == 3:  # clear, the app's install, then the test's
+                    self.held.set()
+                    await self.effective.wait()
+
+        async def watch_check(store: Any, principal: Any, device: Any = None,
+                              action: Action = Action.USE) -> None:
+            if self.committed.is_set():
+                await self.begun.wait()
+            await real_check_access(store, principal, device, action)
+
+        async def revoke_grant(*args: Any, **kwargs: Any) -> Any:
+            grant = await revoke(*args, **kwargs)
+            self.committed.set()
+            return grant
+
+        async def begin_step(log: StepLog, kind: str, **detail: Any) -> Any:
+            step = await begin(log, kind, **detail)
+            if self.effective.is_set() and detail.get("method") == "device.install":
+                self.begun.set()
+            return step
+
+        monkeypatch.setattr(executor_module, "check_access", run_check)
+        monkeypatch.setattr(access_module, "check_access", watch_check)
+        monkeypatch.setattr(grants_module, "revoke_grant", revoke_grant)
+        monkeypatch.setattr(StepLog, "begin", begin_step)
+
+
+async def test_a_step_reauthorized_just_before_the_revocation_may_begin_after_it(
+    tmp_path: Path, adb_server: AdbServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held step begins after the revocation was answered, yet was rightly re-authorized
+    before it committed: not a step run after the revocation (counted from when it began, it
+    was: ``after == 1``, the intermittent failure of the test above). The watch stops it, and
+    every run says why."""
+    forced = StepAcrossTheRevocation(monkeypatch)
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        stopped = await queued_runs_stop(stack, runs=3, before=forced.held.wait,
+                                         revoked=forced.effective.set)
+        assert forced.begun.is_set()
+        assert stopped.after == 0
+        assert set(stopped.reasons) == {"access_revoked"}, stopped.reasons
+
+
+async def test_a_step_not_reauthorized_after_the_revocation_is_counted(
+    tmp_path: Path, adb_server: AdbServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count can fail: with re-checks that pass without reading the store once the
+    revocation took effect, and no watch to stop the run, the steps that follow the held one
+    are counted as run after the revocation."""
+    forced = StepAcrossTheRevocation(monkeypatch, skip_after=True)
+    async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
+                             bridges=("alice", "bob")) as stack:
+        app = stack.controller.app
+        app.state.executor = SandboxExecutor(HubGateway(stack.controller.hub), app.state.store)
+        stopped = await queued_runs_stop(stack, runs=1, before=forced.held.wait,
+                                         revoked=forced.effective.set)
+        assert stopped.after >= 1  # at least the instrumentation
 
 
 @pytest.mark.parametrize("how", ["grant", "expiry", "owner_token", "admin_token", "dashboard"])
