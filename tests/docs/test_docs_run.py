@@ -7,7 +7,8 @@ What changes, and nothing else (the placeholders of the pages):
   simulated phone (its serial, or its id ``my-desk~SERIAL``);
 * the example run, token, grant and reservation ids are real ones made for each page (a
   finished run of the example test, a fresh user token, a fresh loan, a booking of the phone
-  for ``ci-bot`` in a far-future hour of its own, made only for a page that shows that id);
+  for ``bob`` in an hour of its own two days ahead, made only for a page that shows that id:
+  the pages' own bookings are months ahead, and bob's loans do not conflict with his booking);
 * the users and bridge the pages name exist: ``bob``, ``mallory`` and ``ci-bot`` (a user token
   each), ``pixel`` (a bridge token that never connected: the bridge ``device forget pixel
   --bridge`` retires); the phone is in pool ``ci`` and labelled ``lab-a`` (set by an admin);
@@ -32,6 +33,7 @@ import json
 import shlex
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -148,9 +150,11 @@ def test_every_shown_command_runs_as_shown(stack: Stack, page: str) -> None:
         GRANT_ID: _new_id(stack, "grant", "create", stack.serial, "bob", "--for", "1h"),
     }
     text = (DOCS / page).read_text(encoding="utf-8")
-    if RESERVATION_ID in text:  # an hour of 2032 for each page, clear of what the pages book
-        ids[RESERVATION_ID] = _new_id(stack, "reserve", "create", stack.serial, "ci-bot", "--from",
-                                      f"2032-06-02T{PAGES.index(page):02d}:00Z", "--for", "1h")
+    if RESERVATION_ID in text:
+        start = (datetime.now(UTC) + timedelta(days=2, hours=PAGES.index(page))).strftime(
+            "%Y-%m-%dT%H:00Z")
+        ids[RESERVATION_ID] = _new_id(stack, "reserve", "create", stack.serial, "bob",
+                                      "--from", start, "--for", "1h")
     ran = 0
     failures = []
     for shown in droidwire_commands(text):
