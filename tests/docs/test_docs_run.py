@@ -5,11 +5,19 @@ What changes, and nothing else (the placeholders of the pages):
 
 * the example device ``R58M123ABC`` / ``pixel~R58M123ABC`` / ``127.0.0.1:5555`` is the stack's
   simulated phone (its serial, or its id ``my-desk~SERIAL``);
-* the example run, token and grant ids are real ones made for each page (a finished run of
-  the example test, a fresh user token, a fresh loan);
+* the example run, token, grant and reservation ids are real ones made for each page (a
+  finished run of the example test, a fresh user token, a fresh loan, a booking of the phone
+  for ``bob`` in an hour of its own two days ahead, made only for a page that shows that id:
+  the pages' own bookings are months ahead, and bob's loans do not conflict with his booking);
+* the users and bridge the pages name exist: ``bob``, ``mallory`` and ``ci-bot`` (a user token
+  each), ``pixel`` (a bridge token that never connected: the bridge ``device forget pixel
+  --bridge`` retires); the phone is in pool ``ci`` and labelled ``lab-a`` (set by an admin);
+* the example package ``com.example.app`` is real: ``build/app-debug.apk`` is an APK of it
+  built for the simulated phone (``device_bridge.sim.apk``), installed by the page itself;
 * the example files are made in the folder the commands run in: ``MyTest.kt`` (the example
   test of ``gradle-workspace``), ``run.log`` (that run's logcat), ``instrument.txt`` (``am
-  instrument -r`` output) and ``build.log`` (a failed Kotlin compile), next to a link to the
+  instrument -r`` output) and ``build.log`` (a failed Kotlin compile), ``Suite.kt`` (the example test
+  again, for ``--shard``), ``data.bin`` (bytes to push), next to a link to the
   clone's ``gradle-workspace`` (README's commands run at the clone's root);
 * ``--until`` dates stay as written (the pages use future ones).
 
@@ -25,11 +33,14 @@ import json
 import shlex
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.cli.stack import DROIDWIRE, Stack, live_stack
+from device_bridge.sim.apk import SimPackage, build_apk
+from tests.cli.stack import ADMIN, DROIDWIRE, Stack, live_stack
 from tests.conftest import TIME_SCALE
 from tests.docs.test_docs import CHECKED_PAGES, DOCS, ROOT, droidwire_commands
 
@@ -40,6 +51,8 @@ PAGES = [p for p in CHECKED_PAGES if p != "index.md"] + ["../README.md"]
 RUN_ID, TOKEN_ID, GRANT_ID = ("0b5e2c7d9a1f4e3b8c6d2a0f1e9b7c5d",
                               "4c1f0e8a9b2d4e6f8a0b1c2d3e4f5a6b",
                               "9d8e7f6a5b4c4d3e8f1a2b3c4d5e6f70")
+RESERVATION_ID = "5e0c1d2b3a4f4e5d8c7b6a5f4e3d2c1b"
+PACKAGE = "com.example.app"
 # command as the page shows it → (exit code, why the page expects it)
 EXPECTED: dict[str, tuple[int, str]] = {
     "runs cancel 0b5e2c7d9a1f4e3b8c6d2a0f1e9b7c5d --no-wait":
@@ -47,6 +60,8 @@ EXPECTED: dict[str, tuple[int, str]] = {
     "run MyTest.kt --device 'sdk>=30' --device 2 --retries 1 --junit report.xml "
     "--fail-on CONFIRMED --fail-on PENDING": (1, "--fail-on CONFIRMED matches"),
     "device shell 127.0.0.1:5555 -- reboot": (3, "refused: rule reboot"),
+    "device forget 'pixel~R58M123ABC'":
+        (1, "conflict: the stack's phone is attached, and an attached device is not forgotten"),
 }
 INSTRUMENT = """INSTRUMENTATION_STATUS: class=com.example.FooTest
 INSTRUMENTATION_STATUS: test=works
@@ -69,8 +84,18 @@ pytestmark = [pytest.mark.adb, pytest.mark.timeout(1200 * TIME_SCALE)]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with live_stack(tmp_path_factory.mktemp("docs-stack")) as live:
-        for user in ("bob",):
-            assert live.cli("token", "create", "--kind", "user", user).code == 0
+        for kind, name in (("user", "bob"), ("user", "mallory"), ("user", "ci-bot"),
+                           ("bridge", "pixel")):
+            assert live.cli("token", "create", "--kind", kind, name).code == 0
+        labelled = httpx.put(f"{live.url}/v1/devices/{live.device_id}/labels",
+                             json={"labels": ["lab-a"], "pool": "ci"},
+                             headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+        assert labelled.is_success, labelled.text
+        (live.root / "build").mkdir()
+        (live.root / "build/app-debug.apk").write_bytes(
+            build_apk(SimPackage(package=PACKAGE, kind="app")))
+        (live.root / "data.bin").write_bytes(bytes(range(256)) * 16)
+        (live.root / "Suite.kt").write_text(EXAMPLE.read_text())
         (live.root / "MyTest.kt").write_text(EXAMPLE.read_text())
         (live.root / "gradle-workspace").symlink_to(ROOT / "gradle-workspace")
         done = live.cli("run", "MyTest.kt", "--json")
@@ -124,14 +149,20 @@ def test_every_shown_command_runs_as_shown(stack: Stack, page: str) -> None:
         TOKEN_ID: _new_id(stack, "token", "create", "--kind", "user", f"docs-{Path(page).stem}"),
         GRANT_ID: _new_id(stack, "grant", "create", stack.serial, "bob", "--for", "1h"),
     }
+    text = (DOCS / page).read_text(encoding="utf-8")
+    if RESERVATION_ID in text:
+        start = (datetime.now(UTC) + timedelta(days=2, hours=PAGES.index(page))).strftime(
+            "%Y-%m-%dT%H:00Z")
+        ids[RESERVATION_ID] = _new_id(stack, "reserve", "create", stack.serial, "bob",
+                                      "--from", start, "--for", "1h")
     ran = 0
     failures = []
-    for shown in droidwire_commands((DOCS / page).read_text(encoding="utf-8")):
+    for shown in droidwire_commands(text):
         if not shown or shown[0] in SERVERS:
             continue
-        text = shlex.join(shown)
+        command = shlex.join(shown)
         argv = _substitute(shown, stack, ids)
-        want, why = EXPECTED.get(text, (0, "ok"))
+        want, why = EXPECTED.get(command, (0, "ok"))
         if "-f" in argv and "logcat" in argv:
             code, err = _follow(stack, argv)
         else:
@@ -139,6 +170,6 @@ def test_every_shown_command_runs_as_shown(stack: Stack, page: str) -> None:
             code, err = done.code, done.err
         ran += 1
         if code != want or "Traceback" in err:
-            failures.append(f"droidwire {text}\n  exit {code}, expected {want} ({why})\n  {err[-600:]}")
+            failures.append(f"droidwire {command}\n  exit {code}, expected {want} ({why})\n  {err[-600:]}")
     assert ran, f"{page} shows no client command"
     assert not failures, f"docs/{page}:\n" + "\n".join(failures)
