@@ -51,7 +51,7 @@ from controller.auth import (
     now,
     visible_devices,
 )
-from controller.store import Bridge, Device, Grant, Store, User
+from controller.store import Bridge, Device, Grant, Reservation, Store, User
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -204,6 +204,28 @@ async def create_grant(
                 ErrorCode.BAD_REQUEST,
                 f"{body.user!r} owns this device already",
                 {"field": "user"},
+            )
+        # A booking of someone else's in the loan's time is in the way (a loan to the booked
+        # user themselves is fine: it is what the booking will give them).
+        booked = list(
+            (
+                await session.execute(
+                    select(Reservation.id).where(
+                        Reservation.device_id == device.device_id,
+                        Reservation.user_id != user.id,
+                        Reservation.cancelled_at.is_(None),
+                        Reservation.ends_at > at,
+                        *([Reservation.starts_at < body.until] if body.until else []),
+                    )
+                )
+            ).scalars()
+        )
+        if booked:
+            raise RpcError(
+                ErrorCode.CONFLICT,
+                "the device is booked for someone else in that time: end the loan before the "
+                "booking starts, or cancel the booking",
+                {"conflicts": booked},
             )
         # One live loan per device and user: a new grant replaces the old (see module doc).
         replaced = list(

@@ -1,5 +1,6 @@
 """Reservations: a device booked in advance (from–until) for a CI window; overlaps and loans in
-the way are refused; the loan starts when the window does; cancelling ends it."""
+the way are refused, and so is a loan to someone else over a booking; the loan starts when the
+window does; cancelling ends it."""
 
 from __future__ import annotations
 
@@ -62,13 +63,18 @@ async def test_book_a_ci_window(api: Api) -> None:
     await api.app.state.loans.sweep(at=t0 + timedelta(hours=1, minutes=2))  # idempotent
     assert len((await api.client.get("/v1/grants", headers=ci)).json()) == 1
 
-    # A loan to someone else in the way is a conflict too.
-    lent = await api.client.post("/v1/grants", json={"device": "SIM1", "user": "bob"},
-                                 headers=olivia)
-    assert lent.status_code == 201
-    blocked = await reserve(olivia, "ci", 10, 12)
+    # A loan to someone else over ci's booking is refused; one that ends before it is not.
+    forever = await api.client.post("/v1/grants", json={"device": "SIM1", "user": "bob"},
+                                    headers=olivia)
+    assert forever.status_code == 409, forever.text
+    assert booked["id"] in forever.json()["error"]["conflicts"]
+    lent = await api.client.post("/v1/grants", headers=olivia, json={
+        "device": "SIM1", "user": "bob", "until": (t0 + timedelta(minutes=30)).isoformat()})
+    assert lent.status_code == 201, lent.text
+    # …and a loan to someone else in the way of a new booking is a conflict too.
+    blocked = await reserve(olivia, "ci", 0, 1)
     assert blocked.status_code == 409 and lent.json()["id"] in blocked.json()["error"]["conflicts"]
-    assert (await reserve(bearer(tokens["bob"]), "ci", 10, 12)).status_code == 403  # borrower
+    assert (await reserve(bearer(tokens["bob"]), "ci", 0, 1)).status_code == 403  # borrower
 
     # Cancelling a started reservation ends its loan.
     gone = await api.client.delete(f"/v1/reservations/{booked['id']}", headers=olivia)
