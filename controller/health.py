@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from controller.auth import DeviceRef
+from controller.periodic import every
 from controller.store import DeviceThresholds, retrying
 from protocol.errors import ErrorCode, RpcError
 
@@ -174,22 +175,10 @@ class HealthMonitor:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[HealthMonitor]:
-        task = asyncio.create_task(self._loop(), name="droidwire-health")
-        try:
+        """Poll every ``poll_s`` while inside (the controller's lifespan)."""
+        async with every(self.poll_s, self.poll_once, name="droidwire-health", log=log,
+                         what="health poll"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            # Sleep first: bridges are still connecting when the controller starts.
-            await asyncio.sleep(self.poll_s)
-            try:
-                await self.poll_once()
-            except Exception:  # a failed round is logged; the next one tries again
-                log.exception("health poll failed")
 
 
 def render_gauges(readings: Iterable[Reading]) -> bytes:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from controller.api.reservations import activate_due
 from controller.auth import DeviceRef, Principal, live_grant_filter, now
+from controller.periodic import every
 from controller.store import Bridge, Device, Grant, LoanItem, retrying
 from protocol.errors import ErrorCode, RpcError
 
@@ -193,21 +194,9 @@ class Loans:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Loans]:
         """Sweep every ``sweep_s`` while inside (the controller's lifespan)."""
-        task = asyncio.create_task(self._loop(), name="droidwire-loan-sweeper")
-        try:
+        async with every(self.sweep_s, self.sweep, name="droidwire-loan-sweeper", log=log,
+                         what="loan sweep"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_s)
-            try:
-                await self.sweep()
-            except Exception:  # a bad sweep is logged; the next one tries again
-                log.exception("loan sweep failed")
 
 
 def _of(user_id: str, device: DeviceRef) -> tuple[Any, ...]:
