@@ -22,6 +22,7 @@ WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY protocol ./protocol
 COPY controller ./controller
+COPY droidwire ./droidwire
 COPY device_bridge ./device_bridge
 COPY fixer ./fixer
 COPY gradle-workspace ./gradle-workspace

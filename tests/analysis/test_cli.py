@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from controller.cli import app
+from droidwire import app
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from controller.cli.client import ApiError, Client
+from droidwire.client import ApiError, Client
 
 A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.cli.help import plain_type
-from controller.cli.output import NO_WRAP_WIDTH, console
-from controller.cli.run import outcome_code, stages
 from controller.executor.executor import compile_failed_detail
 from controller.executor.selection import parse_selector
+from droidwire.help import plain_type
+from droidwire.output import NO_WRAP_WIDTH, console
+from droidwire.run import outcome_code, stages
 from protocol.errors import RpcError
 
 
@@ -85,7 +85,7 @@ def test_a_usage_error_off_a_terminal_is_one_line(tmp_path: object) -> None:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-c", "from controller.cli import main; main()", "run", "no-such.kt"],
+        [sys.executable, "-c", "from droidwire import main; main()", "run", "no-such.kt"],
         capture_output=True, text=True, timeout=120, check=False,
         env={"COLUMNS": "40", "PATH": "/usr/bin:/bin"},
     )
@@ -102,7 +102,7 @@ def test_no_help_text_holds_what_rich_would_take_as_markup() -> None:
 
     import typer.main
 
-    from controller.cli import app
+    from droidwire import app
 
     def walk(command: object, path: list[str]) -> list[tuple[list[str], object]]:
         out = [(path, command)]

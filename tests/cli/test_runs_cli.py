@@ -15,9 +15,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
 from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
+from droidwire import app as cli
 from tests.adb_support import AdbServer, connected_sim
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
 from tests.controller.test_hub_support import FakeBridge, InLoopController, in_loop_controller
@@ -174,7 +174,7 @@ async def test_device_logcat_json(controller: InLoopController) -> None:
 
 
 def test_stage_of_a_queued_or_cancelled_run() -> None:
-    from controller.cli.run import stage_of
+    from droidwire.run import stage_of
 
     busy = {"kind": "device_busy", "status": "running", "detail": {"device": "desk~emu"}}
     assert stage_of({"status": "running", "steps": [busy]}).startswith("waiting for the device")

@@ -162,7 +162,7 @@ def test_the_pause_file_shows_everywhere(stack: Stack) -> None:
 
 
 def _commands() -> list[list[str]]:
-    from controller.cli import app
+    from droidwire import app
 
     out: list[list[str]] = []
 
@@ -180,7 +180,7 @@ def test_help_reads_as_prose(stack: Stack) -> None:
     """Every command's --help (in-process, wide), and the ones the issue named in a terminal."""
     from typer.testing import CliRunner
 
-    from controller.cli import app
+    from droidwire import app
 
     bad_marks = ("<bool>", "<str>", "<list", "``", ":func:", ":class:", "unless )")
     runner = CliRunner()

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
-from controller.cli.client import ExitCode
-from controller.cli.grant import parse_duration, parse_until
 from controller.store import Store, devices_seen
+from droidwire import app as cli
+from droidwire.client import ExitCode
+from droidwire.grant import parse_duration, parse_until
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
 
 runner = CliRunner()

@@ -70,7 +70,7 @@ def cli_context(argv: list[str]) -> Any:
 
     Returns the click context (typer vendors its own click: duck-typed here).
     """
-    from controller.cli import app
+    from droidwire import app
 
     command: Any = typer.main.get_command(app)
     args = list(argv)

@@ -24,7 +24,7 @@ def test_demo_json_exits_0_with_the_three_verdicts() -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANDROID_ADB_SERVER_PORT", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
     done = subprocess.run(
-        [sys.executable, "-c", "from controller.cli import main; main()", "demo", "--json"],
+        [sys.executable, "-c", "from droidwire import main; main()", "demo", "--json"],
         env=env, capture_output=True, text=True, timeout=180 * TIME_SCALE,
         stdin=subprocess.DEVNULL, check=False,
     )

@@ -15,10 +15,10 @@ import pytest
 from fastapi import FastAPI
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
-from controller.cli.run import stage_of
 from controller.config import ControllerConfig
 from controller.executor import SandboxExecutor
+from droidwire import app as cli
+from droidwire.run import stage_of
 from tests.controller.conftest import ADMIN_TOKEN, LiveController
 from tests.executor.conftest import SETTINGS
 from tests.executor.support import LocalGateway, llm_style_test

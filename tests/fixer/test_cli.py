@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from controller.cli.fixer import app
+from droidwire.fixer import app
 
 OUTPUT = (
     "> Task :app:compileDebugAndroidTestKotlin FAILED\n"

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
-from controller.cli.serve import uvicorn_config
 from controller.config import ControllerConfig
+from droidwire import app as cli
+from droidwire.serve import uvicorn_config
 from protocol.settings import DEFAULTS
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
@@ -40,7 +40,7 @@ async def test_serve_migrates_bootstraps_serves_and_stops_on_sigterm(tmp_path: P
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        "from controller.cli import main; main()",
+        "from droidwire import main; main()",
         "controller",
         "--port",
         "0",

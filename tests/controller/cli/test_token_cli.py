@@ -9,8 +9,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
-from controller.cli.client import ExitCode
+from droidwire import app as cli
+from droidwire.client import ExitCode
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
 
 runner = CliRunner()

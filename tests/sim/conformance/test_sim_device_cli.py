@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app
+from droidwire import app
 from tests.adb_support import free_port
 from tests.sim.conformance.conftest import CLIENT_TIMEOUT_S, HostKey
 

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from controller.analysis import InstrumentationResult, parse_instrumentation
-from controller.cli.logcat import read_input
-from controller.cli.output import console
+from droidwire.logcat import read_input
+from droidwire.output import console
 
 __all__ = ["app"]
 

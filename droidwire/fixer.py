@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from controller.cli.offline import read_source
+from droidwire.offline import read_source
 from fixer.errors import CompileReport, parse_errors
 
 __all__ = ["app"]

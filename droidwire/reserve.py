@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import typer
 
-from controller.cli.client import (
+from droidwire.client import (
     ApiError,
     Client,
     ControllerOption,
@@ -19,8 +19,8 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.grant import parse_duration, parse_until
-from controller.cli.output import print_id_table, print_revoked
+from droidwire.grant import parse_duration, parse_until
+from droidwire.output import print_id_table, print_revoked
 
 __all__ = ["app"]
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import typer
 
-from controller.cli.client import (
+from droidwire.client import (
     Client,
     ControllerOption,
     JsonOption,
@@ -18,7 +18,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.output import print_id_table
+from droidwire.output import print_id_table
 
 __all__ = ["app"]
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from controller.cli.client import print_json
+from droidwire.client import print_json
 
 __all__ = ["NO_WRAP_WIDTH", "console", "id_table", "print_id_table", "print_revoked", "rule"]
 

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import typer
 from rich.text import Text
 
-from controller.cli.client import (
+from droidwire.client import (
     DEFAULT_TIMEOUT_S,
     ApiError,
     Client,
@@ -32,7 +32,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.output import console, id_table
+from droidwire.output import console, id_table
 
 __all__ = ["app"]
 

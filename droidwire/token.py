@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import typer
 
-from controller.cli.client import (
+from droidwire.client import (
     Client,
     ControllerOption,
     JsonOption,
@@ -23,7 +23,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.output import print_id_table, print_revoked
+from droidwire.output import print_id_table, print_revoked
 
 __all__ = ["app"]
 

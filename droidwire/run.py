@@ -8,7 +8,7 @@ prints a verdict table, or ``{"results": [...]}`` with ``--json``. ``--junit FIL
 with its attempts and its logcat slice). ``--retries N`` runs the failed tests again, alone.
 ``--shard N`` splits the suite over N devices and follows the one run that merges them.
 Ctrl-C cancels the runs (their devices are still cleaned up). Exit codes are the client's
-(:class:`~controller.cli.client.ExitCode`), by outcome (:func:`outcome_code`): findings never
+(:class:`~droidwire.client.ExitCode`), by outcome (:func:`outcome_code`): findings never
 fail the command unless ``--fail-on`` names their status (exit 1); a PENDING result (no
 verdict) exits 4 when no device matched, 5 when its device or bridge was unavailable, 6
 otherwise.
@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from controller.cli.client import (
+from droidwire.client import (
     ApiError,
     Client,
     ControllerOption,
@@ -39,7 +39,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.output import console as make_console
+from droidwire.output import console as make_console
 
 __all__ = ["STATUSES", "outcome_code", "render_results", "run", "stage_of", "stages",
            "write_junit"]

@@ -46,9 +46,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from controller.cli.client import ExitCode, JsonOption, print_json
-from controller.cli.output import console
-from controller.cli.run import render_results
+from droidwire.client import ExitCode, JsonOption, print_json
+from droidwire.output import console
+from droidwire.run import render_results
 
 __all__ = ["DEMO_TESTS", "DemoTest", "demo"]
 
@@ -189,8 +189,8 @@ def _simulated_device() -> Iterator[str]:
 async def _controller(tmp: Path, admin_token: str) -> AsyncIterator[tuple[str, Any]]:
     import uvicorn
 
-    from controller.cli.serve import uvicorn_config
     from controller.config import ControllerConfig
+    from droidwire.serve import uvicorn_config
 
     config = ControllerConfig(db_url=f"sqlite:///{tmp / 'controller.db'}",
                               bootstrap_token=admin_token)

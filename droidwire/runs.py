@@ -9,7 +9,7 @@
 * ``runs cancel ID [--no-wait]`` — cancel a queued or running run and wait until it is over
   (its device cleaned up); ``--json`` prints the run's final state.
 
-Exit codes are the client's (:class:`~controller.cli.client.ExitCode`): 4 for a run that does
+Exit codes are the client's (:class:`~droidwire.client.ExitCode`): 4 for a run that does
 not exist (or is not the caller's), 1 for a run already over when cancelled (409).
 """
 
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from controller.cli.client import (
+from droidwire.client import (
     ApiError,
     Client,
     ControllerOption,
@@ -36,9 +36,9 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.output import console as make_console
-from controller.cli.output import id_table, rule
-from controller.cli.run import POLL_S, render_results, write_junit
+from droidwire.output import console as make_console
+from droidwire.output import id_table, rule
+from droidwire.run import POLL_S, render_results, write_junit
 
 __all__ = ["app"]
 

@@ -17,8 +17,8 @@ from rich.text import Text
 
 from controller.analysis import AnalysisResult, Thresholds, analyze
 from controller.analysis.lines import decode
-from controller.cli.offline import read_source
-from controller.cli.output import console
+from droidwire.offline import read_source
+from droidwire.output import console
 
 __all__ = ["app", "read_input"]
 

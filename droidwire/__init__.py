@@ -12,7 +12,7 @@ import importlib
 
 import typer
 
-from controller.cli.help import install as _install_help
+from droidwire.help import install as _install_help
 
 __all__ = ["app", "main"]
 
@@ -29,23 +29,23 @@ app = typer.Typer(
 # (module, attribute, group name or None for a top-level command). A module that is not
 # there yet is skipped, so a partial checkout still has a working CLI.
 _NOUNS: tuple[tuple[str, str, str | None], ...] = (
-    ("controller.cli.serve", "controller", None),
-    ("controller.cli.bridge", "bridge", None),
-    ("controller.cli.sim", "sim_device", None),
-    ("controller.cli.device", "app", "device"),
-    ("controller.cli.run", "run", None),
-    ("controller.cli.runs", "app", "runs"),
-    ("controller.cli.demo", "demo", None),
-    ("controller.cli.logcat", "app", "logcat"),
-    ("controller.cli.instrumentation", "app", "instrumentation"),
-    ("controller.cli.fixer", "app", "fixer"),
-    ("controller.cli.token", "app", "token"),
-    ("controller.cli.grant", "app", "grant"),
-    ("controller.cli.audit", "audit", None),
-    ("controller.cli.manage", "apps", "app"),
-    ("controller.cli.manage", "files", "file"),
-    ("controller.cli.users", "app", "user"),
-    ("controller.cli.reserve", "app", "reserve"),
+    ("droidwire.serve", "controller", None),
+    ("droidwire.bridge", "bridge", None),
+    ("droidwire.sim", "sim_device", None),
+    ("droidwire.device", "app", "device"),
+    ("droidwire.run", "run", None),
+    ("droidwire.runs", "app", "runs"),
+    ("droidwire.demo", "demo", None),
+    ("droidwire.logcat", "app", "logcat"),
+    ("droidwire.instrumentation", "app", "instrumentation"),
+    ("droidwire.fixer", "app", "fixer"),
+    ("droidwire.token", "app", "token"),
+    ("droidwire.grant", "app", "grant"),
+    ("droidwire.audit", "audit", None),
+    ("droidwire.manage", "apps", "app"),
+    ("droidwire.manage", "files", "file"),
+    ("droidwire.users", "app", "user"),
+    ("droidwire.reserve", "app", "reserve"),
 )
 
 

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from controller.cli.client import (
+from droidwire.client import (
     ApiError,
     Client,
     ControllerOption,
@@ -24,7 +24,7 @@ from controller.cli.client import (
     cli_errors,
     print_json,
 )
-from controller.cli.grant import parse_duration, parse_until
+from droidwire.grant import parse_duration, parse_until
 
 __all__ = ["audit"]
 

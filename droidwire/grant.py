@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import typer
 
-from controller.cli.client import (
+from droidwire.client import (
     ApiError,
     Client,
     ControllerOption,
@@ -28,7 +28,7 @@ from controller.cli.client import (
     fail,
     print_json,
 )
-from controller.cli.output import print_id_table, print_revoked
+from droidwire.output import print_id_table, print_revoked
 
 __all__ = ["app", "parse_duration", "parse_until"]
 
