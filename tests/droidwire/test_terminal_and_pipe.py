@@ -1,4 +1,4 @@
-"""The CLI as a newcomer meets it, against a live stack of real processes (tests/cli/stack.py):
+"""The CLI as a newcomer meets it, against a live stack of real processes (tests/droidwire/stack.py):
 in a pipe (no terminal), with ``CI=true``, and in pseudo-terminals narrow and wide.
 
 What holds: machine-readable output is never wrapped or cut off a terminal; tables fit a
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.cli.stack import ADMIN, Stack, live_stack, run_cli, wait_until
 from tests.conftest import TIME_SCALE
+from tests.droidwire.stack import ADMIN, Stack, live_stack, run_cli, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (ROOT / "gradle-workspace/app/src/androidTestExamples/java/com/droidwire/demo/examples"
@@ -206,7 +206,7 @@ def test_logcat_follow_ends_non_zero_when_access_ends(stack: Stack) -> None:
     assert grant.code == 0, grant.err
     import subprocess
 
-    from tests.cli.stack import DROIDWIRE
+    from tests.droidwire.stack import DROIDWIRE
 
     env = {**stack.env, "DROIDWIRE_TOKEN": user.out.strip()}
     follow = subprocess.Popen([DROIDWIRE, "device", "logcat", stack.serial, "-f", "--json"],
@@ -279,7 +279,7 @@ def test_a_bridge_without_a_token_names_the_flag(stack: Stack) -> None:
 def test_controller_start_up_errors_are_one_line(
     tmp_path: Path, args: list[str], needle: str
 ) -> None:
-    from tests.cli.stack import base_env
+    from tests.droidwire.stack import base_env
 
     env = {**base_env(tmp_path), "DROIDWIRE_BOOTSTRAP_TOKEN": ADMIN}
     done = run_cli("controller", "--port", "0", *args, env=env, timeout=60)
@@ -288,7 +288,7 @@ def test_controller_start_up_errors_are_one_line(
 
 
 def test_a_first_start_without_an_admin_is_refused_and_says_how(tmp_path: Path) -> None:
-    from tests.cli.stack import base_env
+    from tests.droidwire.stack import base_env
 
     env = base_env(tmp_path)
     done = run_cli("controller", "--port", "0", env=env, timeout=60)
