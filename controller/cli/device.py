@@ -33,12 +33,15 @@ from controller.cli.client import (
     print_json,
 )
 from controller.cli.output import console, id_table
+from controller.cli.tunnel import tunnel as _tunnel
 
 __all__ = ["app"]
 
 app = typer.Typer(help="List devices, run shell commands, read logcat.", no_args_is_help=True)
 
 DeviceArg = Annotated[str, typer.Argument(metavar="DEVICE", help="BRIDGE~SERIAL, or SERIAL.")]
+
+app.command("tunnel")(_tunnel)  # remote adb: controller/cli/tunnel.py, docs/tunnel.md
 
 
 def _path(device: str, *rest: str) -> str:

@@ -1,0 +1,371 @@
+"""Remote adb through the link, bridge side (issue 24, docs/tunnel.md).
+
+:class:`TunnelService` serves ``device.tunnel.*`` (merged into the dispatcher's table, which has
+applied the exposure and pause checks to the device-bound ones). Each adb stream a tunnel's
+client opens is one channel here:
+
+* **open** — :meth:`Policy.check_tunnel` decides first, with the caller's rights (``full`` is
+  the owner's alone) and the device's profile: a refused service never reaches the device, and
+  what is opened is the checked, re-quoted command, never the client's text. Then one raw socket
+  on the device's service through the adb server (:meth:`AdbDevices.open_socket`);
+* **device → client** — the socket is read on the event loop and sent as ``evt`` frames
+  (``{"data"}``, at most :data:`READ_CHUNK` bytes each; the link's send queue is the
+  back-pressure), never more than the stream's ``window`` bytes the client has not acknowledged
+  (``device.tunnel.ack``): a client that stops reading stops the device's stream;
+* **client → device** — ``device.tunnel.write`` calls, in order (``offset``), each answered once
+  the socket took the bytes; a ``sync:`` stream's requests pass :class:`SyncGate` first, which
+  checks every path and answers a refused one as adbd answers a failed request (``FAIL`` and
+  the reason), then ends the stream;
+* the end — the device closes (``{"eof": true, "reason": "closed"}``), the client closes
+  (``device.tunnel.close``), sharing is paused (``paused``), or the link drops (every stream
+  ends; a tunnel does not survive a reconnect).
+
+Bounded: at most :data:`MAX_TUNNEL_STREAMS` streams per bridge (and the adb layer's own stream
+cap), ``window`` bytes in flight per stream and direction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import validate_params
+from protocol.tunnel_methods import (
+    TUNNEL_FEATURES,
+    TunnelAckParams,
+    TunnelChunk,
+    TunnelCloseParams,
+    TunnelOpenParams,
+    TunnelStartParams,
+    TunnelWriteParams,
+)
+
+if TYPE_CHECKING:
+    from device_bridge.adb import AdbDevices, ShellSocket
+    from device_bridge.policy import Policy
+    from device_bridge.rpc import Dispatcher
+
+__all__ = ["MAX_TUNNEL_STREAMS", "READ_CHUNK", "SyncGate", "TunnelService"]
+
+log = logging.getLogger("droidwire.bridge.tunnel")
+
+MAX_TUNNEL_STREAMS = 64
+READ_CHUNK = 256 * 1024
+_SYNC_PATH_MAX = 1024
+_SYNC_PATH_REQUESTS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2", "RECV", "SEND"})
+
+
+class SyncGate:
+    """The client's side of a ``sync:`` stream, parsed as bytes (any split), each request's
+    path checked before the request goes on. Sans I/O.
+
+    :meth:`feed` returns the bytes that may go to the device and, when a request was refused,
+    the refusal (everything after it is dropped: the stream ends there). Requests: ``id(4) +
+    u32 length + path`` (``SEND``'s path is ``path,mode``), then for ``SEND`` a run of
+    ``DATA u32 n + n bytes`` closed by ``DONE u32 mtime``; ``QUIT`` ends the session.
+    """
+
+    def __init__(self, check: Callable[[str, str], None]) -> None:
+        self._check = check
+        self._buf = bytearray()
+        self._data_left = 0  # bytes of a DATA chunk still to pass through
+        self._in_send = False
+        self.refused: RpcError | None = None
+
+    def feed(self, data: bytes) -> tuple[bytes, RpcError | None]:
+        if self.refused is not None:
+            return b"", self.refused
+        out = bytearray()
+        self._buf += data
+        while True:
+            if self._data_left:
+                take = min(self._data_left, len(self._buf))
+                out += self._buf[:take]
+                del self._buf[:take]
+                self._data_left -= take
+                if self._data_left:
+                    break
+            if len(self._buf) < 8:
+                break
+            ident = bytes(self._buf[:4]).decode("latin-1")
+            length = struct.unpack_from("<I", self._buf, 4)[0]
+            if self._in_send:
+                if ident == "DATA":
+                    if length > 64 * 1024 * 4:
+                        return bytes(out), self._refuse("sync DATA chunk too large")
+                    out += self._buf[:8]
+                    del self._buf[:8]
+                    self._data_left = length
+                    continue
+                if ident == "DONE":
+                    out += self._buf[:8]
+                    del self._buf[:8]
+                    self._in_send = False
+                    continue
+                return bytes(out), self._refuse(f"unexpected {ident!r} inside a SEND")
+            if ident == "QUIT":
+                out += self._buf
+                self._buf.clear()
+                break
+            if ident not in _SYNC_PATH_REQUESTS:
+                return bytes(out), self._refuse(f"sync request {ident!r} is not carried")
+            if length > _SYNC_PATH_MAX:
+                return bytes(out), self._refuse("sync path longer than 1024 bytes")
+            if len(self._buf) < 8 + length:
+                break
+            path = bytes(self._buf[8 : 8 + length]).decode("utf-8", errors="replace")
+            try:
+                self._check(ident, path)
+            except RpcError as exc:
+                self.refused = exc
+                return bytes(out), exc
+            out += self._buf[: 8 + length]
+            del self._buf[: 8 + length]
+            self._in_send = ident == "SEND"
+        return bytes(out), None
+
+    def _refuse(self, message: str) -> RpcError:
+        self.refused = RpcError(ErrorCode.FORBIDDEN, message, {"rule": "service_not_allowed"})
+        return self.refused
+
+
+def sync_fail(message: str) -> bytes:
+    """A sync ``FAIL`` answer: what adbd sends for a request it refuses."""
+    body = message.encode("utf-8", errors="replace")[:1000]
+    return b"FAIL" + struct.pack("<I", len(body)) + body
+
+
+@dataclass(eq=False)
+class _Stream:
+    channel: str
+    serial: str
+    service: str
+    sock: ShellSocket
+    window: int
+    gate: SyncGate | None = None
+    offset: int = 0  # client → device bytes taken
+    unacked: int = 0  # device → client bytes not acknowledged
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    reader: asyncio.Task[None] | None = None
+    ended: bool = False
+    reason: str = "closed"
+
+
+class TunnelService:
+    """``device.tunnel.*`` on one bridge."""
+
+    def __init__(self, rpc: Dispatcher, *, max_streams: int = MAX_TUNNEL_STREAMS) -> None:
+        self.rpc = rpc
+        self.max_streams = max_streams
+        self._streams: dict[str, _Stream] = {}
+        self.opened = 0  # streams opened (tests, logs)
+        self.refused = 0
+
+    @classmethod
+    def install(cls, rpc: Dispatcher, **options: Any) -> TunnelService:
+        service = cls(rpc, **options)
+        for method, handler in service.handlers().items():
+            rpc.add(method, handler, replace=True)
+        rpc.stream_enders.append(service.end_streams)
+        return service
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
+        return {
+            "device.tunnel.start": self._start,
+            "device.tunnel.open": self._open,
+            "device.tunnel.write": self._write,
+            "device.tunnel.ack": self._ack,
+            "device.tunnel.close": self._close,
+        }
+
+    @property
+    def streams(self) -> list[str]:
+        return list(self._streams)
+
+    def _adb(self) -> AdbDevices:
+        if self.rpc.devices is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
+        return self.rpc.devices
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def _start(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.tunnel.start", params)
+        assert isinstance(p, TunnelStartParams)
+        policy = self.rpc.policy
+        profile = policy.check_exposed(p.serial)
+        features = await self._adb().features(p.serial)
+        return {"features": [f for f in TUNNEL_FEATURES if f in features],
+                "profile": profile.value}
+
+    async def _open(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.tunnel.open", params)
+        assert isinstance(p, TunnelOpenParams)
+        policy = self.rpc.policy
+        try:
+            opening = policy.check_tunnel(p.serial, p.service, self.rpc.context(p.serial))
+        except RpcError:
+            self.refused += 1
+            raise
+        sink = self.rpc.sink
+        if sink is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
+        if len(self._streams) >= self.max_streams:
+            raise RpcError(ErrorCode.BUSY, f"at most {self.max_streams} tunnel streams per bridge")
+        sock = await self._adb().open_socket(p.serial, opening.service,
+                                             what=f"open {opening.service.split(':', 1)[0]}")
+        sock.sock.setblocking(False)
+        stream = _Stream(f"tn-{uuid.uuid4().hex}", p.serial, opening.service, sock, p.window)
+        stream.room.set()
+        if opening.kind == "sync":
+            # The view of the policy for this caller, kept for the stream's life.
+            stream.gate = SyncGate(_sync_checker(policy, p.serial))
+        self._streams[stream.channel] = stream
+        self.opened += 1
+        # The result goes out before the first evt: the reader starts after this returns.
+        stream.reader = asyncio.get_running_loop().create_task(self._read_later(stream))
+        return {"channel": stream.channel, "kind": opening.kind}
+
+    async def _write(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.tunnel.write", params)
+        assert isinstance(p, TunnelWriteParams)
+        stream = self._live(p.channel)
+        async with stream.writing:
+            if p.offset != stream.offset:
+                raise RpcError(ErrorCode.CONFLICT, f"write at {p.offset}, expected {stream.offset}",
+                               {"reason": "out_of_order"})
+            self._still_shared(stream)
+            data = p.data
+            refusal: RpcError | None = None
+            if stream.gate is not None:
+                data, refusal = stream.gate.feed(data)
+            loop = asyncio.get_running_loop()
+            try:
+                if data:
+                    await loop.sock_sendall(stream.sock.sock, data)
+            except OSError as exc:
+                await self._end(stream, f"device stream lost: {exc}")
+                raise RpcError(ErrorCode.DEVICE_OFFLINE, "the device's stream is gone") from None
+            stream.offset += len(p.data)
+            if refusal is not None:
+                self.refused += 1
+                log.info("tunnel %s: sync request refused: %s", stream.channel, refusal.message)
+                await self._emit(stream, TunnelChunk(sync_fail(refusal.message)))
+                await self._end(stream, f"forbidden: {refusal.message}")
+            return {"written": len(p.data)}
+
+    async def _ack(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.tunnel.ack", params)
+        assert isinstance(p, TunnelAckParams)
+        stream = self._streams.get(p.channel)
+        if stream is not None:
+            stream.unacked = max(0, stream.unacked - p.n)
+            if stream.unacked < stream.window:
+                stream.room.set()
+        return {}
+
+    async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
+        p = validate_params("device.tunnel.close", params)
+        assert isinstance(p, TunnelCloseParams)
+        stream = self._streams.get(p.channel)
+        if stream is not None:
+            await self._end(stream, "closed by the client", emit=False)
+        return {}
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def _live(self, channel: str) -> _Stream:
+        stream = self._streams.get(channel)
+        if stream is None or stream.ended:
+            raise RpcError(ErrorCode.NOT_FOUND, "no such tunnel stream", {"reason": "closed"})
+        return stream
+
+    def _still_shared(self, stream: _Stream) -> None:
+        """The owner's switches hold for a stream's whole life, not only at its open."""
+        self.rpc.policy.check_exposed(stream.serial)
+
+    async def _read_later(self, stream: _Stream) -> None:
+        await asyncio.sleep(0)  # let the open's result go out first
+        await self._read(stream)
+
+    async def _read(self, stream: _Stream) -> None:
+        loop = asyncio.get_running_loop()
+        reason = "closed"
+        try:
+            while not stream.ended:
+                await stream.room.wait()
+                try:
+                    self._still_shared(stream)
+                except RpcError as exc:
+                    reason = str((exc.data or {}).get("rule") or exc.message)
+                    break
+                try:
+                    data = await loop.sock_recv(stream.sock.sock, READ_CHUNK)
+                except OSError as exc:
+                    reason = f"device stream lost: {exc}"
+                    break
+                if not data:
+                    break
+                stream.unacked += len(data)
+                if stream.unacked >= stream.window:
+                    stream.room.clear()
+                if not await self._emit(stream, TunnelChunk(data)):
+                    reason = "link"
+                    break
+        except asyncio.CancelledError:
+            return
+        except Exception:  # a bug must end the stream, never hang the client
+            log.exception("tunnel %s: reader failed", stream.channel)
+            reason = "internal"
+        await self._end(stream, reason, from_reader=True)
+
+    async def _emit(self, stream: _Stream, chunk: TunnelChunk) -> bool:
+        sink = self.rpc.sink
+        if sink is None:
+            return False
+        return await sink.emit(stream.channel, chunk.to_wire())
+
+    async def _end(self, stream: _Stream, reason: str, *, emit: bool = True,
+                   from_reader: bool = False) -> None:
+        if stream.ended:
+            return
+        stream.ended = True
+        stream.reason = reason
+        self._streams.pop(stream.channel, None)
+        stream.sock.close()
+        if stream.reader is not None and not from_reader:
+            stream.reader.cancel()
+        if emit and reason != "link":
+            with contextlib.suppress(Exception):
+                await self._emit(stream, TunnelChunk(eof=True, reason=reason))
+
+    async def end_streams(self) -> None:
+        """The link dropped: end every stream (a tunnel does not survive a reconnect)."""
+        for stream in list(self._streams.values()):
+            await self._end(stream, "link", emit=False)
+
+    def end_all(self, serial: str | None = None) -> None:
+        """End streams (of ``serial``) at once, without telling the link (tests, shutdown)."""
+        for stream in list(self._streams.values()):
+            if serial is None or stream.serial == serial:
+                stream.ended = True
+                self._streams.pop(stream.channel, None)
+                stream.sock.close()
+                if stream.reader is not None:
+                    stream.reader.cancel()
+
+
+def _sync_checker(policy: Policy, serial: str) -> Callable[[str, str], None]:
+    def check(request: str, path: str) -> None:
+        policy.check_sync(serial, request, path)
+
+    return check
+
