@@ -27,6 +27,7 @@ cap), ``window`` bytes in flight per stream and direction.
 from __future__ import annotations
 
 import asyncio
+import errno
 import contextlib
 import logging
 import struct
@@ -59,6 +60,7 @@ log = logging.getLogger("droidwire.bridge.tunnel")
 MAX_TUNNEL_STREAMS = 64
 READ_CHUNK = 256 * 1024
 _SYNC_PATH_MAX = 1024
+_SYNC_DATA_MAX = 256 * 1024  # adb sends DATA chunks of at most 64 KiB
 _SYNC_PATH_REQUESTS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2", "RECV", "SEND"})
 
 
@@ -66,28 +68,41 @@ class SyncGate:
     """The client's side of a ``sync:`` stream, parsed as bytes (any split), each request's
     path checked before the request goes on. Sans I/O.
 
-    :meth:`feed` returns the bytes that may go to the device and, when a request was refused,
-    the refusal (everything after it is dropped: the stream ends there). Requests: ``id(4) +
-    u32 length + path`` (``SEND``'s path is ``path,mode``), then for ``SEND`` a run of
-    ``DATA u32 n + n bytes`` closed by ``DONE u32 mtime``; ``QUIT`` ends the session.
+    :meth:`feed` returns the bytes that may go to the device and the answers to send the client
+    in the device's stead for requests it refused, in the request's own format, so the adb
+    client goes on and prints the reason where it can:
+
+    * ``STAT``/``STA2``/``LST2`` of a path outside what the caller may see: "no such file";
+      ``LIST``/``LIS2``: an empty listing — what is not yours is not there;
+    * ``RECV``: ``FAIL`` with the rule's message (``adb pull`` prints it);
+    * ``SEND``: its ``DATA`` is swallowed up to ``DONE``, then ``FAIL`` with the message
+      (``adb push`` prints it).
+
+    Requests: ``id(4) + u32 length + path`` (``SEND``'s path is ``path,mode``), then for
+    ``SEND`` a run of ``DATA u32 n + n bytes`` closed by ``DONE u32 mtime``. Anything else is a
+    broken client: ``broken`` is set and the stream ends.
     """
 
     def __init__(self, check: Callable[[str, str], None]) -> None:
         self._check = check
         self._buf = bytearray()
-        self._data_left = 0  # bytes of a DATA chunk still to pass through
+        self._data_left = 0  # bytes of a DATA chunk still to pass through (or swallow)
         self._in_send = False
-        self.refused: RpcError | None = None
+        self._refused_send: RpcError | None = None  # a SEND being swallowed
+        self.refusals: list[RpcError] = []
+        self.broken: str | None = None
 
-    def feed(self, data: bytes) -> tuple[bytes, RpcError | None]:
-        if self.refused is not None:
-            return b"", self.refused
+    def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
         out = bytearray()
+        answers: list[bytes] = []
+        if self.broken is not None:
+            return b"", answers
         self._buf += data
         while True:
             if self._data_left:
                 take = min(self._data_left, len(self._buf))
-                out += self._buf[:take]
+                if self._refused_send is None:
+                    out += self._buf[:take]
                 del self._buf[:take]
                 self._data_left -= take
                 if self._data_left:
@@ -97,43 +112,60 @@ class SyncGate:
             ident = bytes(self._buf[:4]).decode("latin-1")
             length = struct.unpack_from("<I", self._buf, 4)[0]
             if self._in_send:
-                if ident == "DATA":
-                    if length > 64 * 1024 * 4:
-                        return bytes(out), self._refuse("sync DATA chunk too large")
-                    out += self._buf[:8]
+                if ident == "DATA" and length <= _SYNC_DATA_MAX:
+                    if self._refused_send is None:
+                        out += self._buf[:8]
                     del self._buf[:8]
                     self._data_left = length
                     continue
                 if ident == "DONE":
-                    out += self._buf[:8]
+                    if self._refused_send is None:
+                        out += self._buf[:8]
+                    else:
+                        answers.append(sync_fail(self._refused_send.message))
+                        self._refused_send = None
                     del self._buf[:8]
                     self._in_send = False
                     continue
-                return bytes(out), self._refuse(f"unexpected {ident!r} inside a SEND")
+                self.broken = f"unexpected {ident!r} inside a SEND"
+                break
             if ident == "QUIT":
                 out += self._buf
                 self._buf.clear()
                 break
-            if ident not in _SYNC_PATH_REQUESTS:
-                return bytes(out), self._refuse(f"sync request {ident!r} is not carried")
-            if length > _SYNC_PATH_MAX:
-                return bytes(out), self._refuse("sync path longer than 1024 bytes")
+            if ident not in _SYNC_PATH_REQUESTS or length > _SYNC_PATH_MAX:
+                self.broken = f"sync request {ident!r} ({length} bytes) is not carried"
+                break
             if len(self._buf) < 8 + length:
                 break
             path = bytes(self._buf[8 : 8 + length]).decode("utf-8", errors="replace")
+            request = bytes(self._buf[: 8 + length])
+            del self._buf[: 8 + length]
             try:
                 self._check(ident, path)
             except RpcError as exc:
-                self.refused = exc
-                return bytes(out), exc
-            out += self._buf[: 8 + length]
-            del self._buf[: 8 + length]
+                self.refusals.append(exc)
+                if ident == "SEND":
+                    self._in_send = True
+                    self._refused_send = exc
+                else:
+                    answers.append(_refused_answer(ident, exc.message))
+                continue
+            out += request
             self._in_send = ident == "SEND"
-        return bytes(out), None
+        return bytes(out), answers
 
-    def _refuse(self, message: str) -> RpcError:
-        self.refused = RpcError(ErrorCode.FORBIDDEN, message, {"rule": "service_not_allowed"})
-        return self.refused
+
+def _refused_answer(ident: str, message: str) -> bytes:
+    if ident == "STAT":
+        return b"STAT" + bytes(12)  # mode 0: nothing there
+    if ident in ("STA2", "LST2"):
+        return ident.encode() + struct.pack("<I", errno.ENOENT) + bytes(64)
+    if ident == "LIST":
+        return b"DONE" + bytes(16)
+    if ident == "LIS2":
+        return b"DONE" + bytes(72)
+    return sync_fail(message)
 
 
 def sync_fail(message: str) -> bytes:
@@ -244,9 +276,9 @@ class TunnelService:
                                {"reason": "out_of_order"})
             self._still_shared(stream)
             data = p.data
-            refusal: RpcError | None = None
+            answers: list[bytes] = []
             if stream.gate is not None:
-                data, refusal = stream.gate.feed(data)
+                data, answers = stream.gate.feed(data)
             loop = asyncio.get_running_loop()
             try:
                 if data:
@@ -255,11 +287,13 @@ class TunnelService:
                 await self._end(stream, f"device stream lost: {exc}")
                 raise RpcError(ErrorCode.DEVICE_OFFLINE, "the device's stream is gone") from None
             stream.offset += len(p.data)
-            if refusal is not None:
+            for answer in answers:
                 self.refused += 1
-                log.info("tunnel %s: sync request refused: %s", stream.channel, refusal.message)
-                await self._emit(stream, TunnelChunk(sync_fail(refusal.message)))
-                await self._end(stream, f"forbidden: {refusal.message}")
+                log.info("tunnel %s: sync request refused", stream.channel)
+                stream.unacked += len(answer)
+                await self._emit(stream, TunnelChunk(answer))
+            if stream.gate is not None and stream.gate.broken is not None:
+                await self._end(stream, f"bad_request: {stream.gate.broken}")
             return {"written": len(p.data)}
 
     async def _ack(self, params: dict[str, Any]) -> dict[str, Any]:
