@@ -186,6 +186,7 @@ class _Stream:
     unacked: int = 0  # device → client bytes not acknowledged
     room: asyncio.Event = field(default_factory=asyncio.Event)
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    turn: asyncio.Condition = field(default_factory=asyncio.Condition)
     reader: asyncio.Task[None] | None = None
     ended: bool = False
     reason: str = "closed"
@@ -270,10 +271,15 @@ class TunnelService:
         p = validate_params("device.tunnel.write", params)
         assert isinstance(p, TunnelWriteParams)
         stream = self._live(p.channel)
+        # Writes may be pipelined: each waits for its turn (its offset), bounded by the window.
+        if not stream.offset <= p.offset <= stream.offset + stream.window + len(p.data):
+            raise RpcError(ErrorCode.CONFLICT, f"write at {p.offset}, expected {stream.offset}",
+                           {"reason": "out_of_order"})
+        async with stream.turn:
+            await stream.turn.wait_for(lambda: stream.offset == p.offset or stream.ended)
+        if stream.ended:
+            raise RpcError(ErrorCode.NOT_FOUND, "no such tunnel stream", {"reason": "closed"})
         async with stream.writing:
-            if p.offset != stream.offset:
-                raise RpcError(ErrorCode.CONFLICT, f"write at {p.offset}, expected {stream.offset}",
-                               {"reason": "out_of_order"})
             self._still_shared(stream)
             data = p.data
             answers: list[bytes] = []
@@ -287,6 +293,8 @@ class TunnelService:
                 await self._end(stream, f"device stream lost: {exc}")
                 raise RpcError(ErrorCode.DEVICE_OFFLINE, "the device's stream is gone") from None
             stream.offset += len(p.data)
+            async with stream.turn:
+                stream.turn.notify_all()
             for answer in answers:
                 self.refused += 1
                 log.info("tunnel %s: sync request refused", stream.channel)
@@ -375,6 +383,8 @@ class TunnelService:
         stream.reason = reason
         self._streams.pop(stream.channel, None)
         stream.sock.close()
+        async with stream.turn:
+            stream.turn.notify_all()
         if stream.reader is not None and not from_reader:
             stream.reader.cancel()
         if emit and reason != "link":

@@ -55,7 +55,7 @@ __all__ = ["TunnelClient", "TunnelEnded", "tunnel"]
 
 log = logging.getLogger("droidwire.cli.tunnel")
 
-MAXDATA = 256 * 1024  # what the local adbd side announces: the adb server's WRTEs are at most this
+MAXDATA = 1024 * 1024  # what the local adbd side announces: the adb server's WRTEs are at most this
 LOOPBACK = "127.0.0.1"
 
 

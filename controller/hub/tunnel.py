@@ -46,8 +46,9 @@ __all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "Tunnels"]
 
 log = logging.getLogger("droidwire.controller.tunnel")
 
-DEFAULT_WINDOW = 1 << 20
-DEFAULT_MAX_STREAMS = 32
+DEFAULT_WINDOW = 2 << 20
+WRITES_IN_FLIGHT = 8  # device.tunnel.write calls at once per stream
+DEFAULT_MAX_STREAMS = 16
 DEFAULT_PER_USER = 4
 _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
 
@@ -273,35 +274,54 @@ class Tunnel:
             log.exception("audit write failed for %s on %s", action, self.device)
 
     async def _write(self, stream: RelayStream) -> None:
+        """Client bytes down to the bridge: up to :data:`WRITES_IN_FLIGHT` calls at once, at
+        increasing offsets (the bridge writes them in order), each acknowledged to the client
+        once the bridge wrote it."""
         assert stream.channel is not None
+        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        calls: set[asyncio.Task[None]] = set()
         try:
             while not stream.closed:
                 if not stream.pending:
                     stream.wake.clear()
                     await stream.wake.wait()
                     continue
+                await slots.acquire()
+                if stream.closed:
+                    break
                 parts: list[bytes] = []
                 size = 0
-                while stream.pending and size + len(stream.pending[0]) <= MAX_WRITE:
+                while stream.pending and (not parts
+                                          or size + len(stream.pending[0]) <= MAX_WRITE):
                     part = stream.pending.popleft()
                     parts.append(part)
                     size += len(part)
-                if not parts:  # one chunk bigger than MAX_WRITE cannot happen (frame cap)
-                    parts.append(stream.pending.popleft())
-                    size = len(parts[0])
-                data = b"".join(parts)
-                await self.hub.call(self.device.bridge_id, "device.tunnel.write",
-                                    {"channel": stream.channel, "offset": stream.offset,
-                                     "data": data})
+                offset = stream.offset
                 stream.offset += size
-                stream.pending_bytes -= size
-                stream.sent_down += size
-                self.push(encode_frame("ack", s=stream.s, n=size))
+                call = asyncio.get_running_loop().create_task(
+                    self._write_one(stream, offset, b"".join(parts), slots))
+                calls.add(call)
+                call.add_done_callback(calls.discard)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for call in list(calls):
+                call.cancel()
+
+    async def _write_one(self, stream: RelayStream, offset: int, data: bytes,
+                         slots: asyncio.Semaphore) -> None:
+        try:
+            await self.hub.call(self.device.bridge_id, "device.tunnel.write",
+                                {"channel": stream.channel, "offset": offset, "data": data})
         except RpcError as exc:
             if not stream.closed:
                 self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
-        except asyncio.CancelledError:
-            pass
+            return
+        finally:
+            slots.release()
+        stream.pending_bytes -= len(data)
+        stream.sent_down += len(data)
+        self.push(encode_frame("ack", s=stream.s, n=len(data)))
 
     async def _acks(self, stream: RelayStream) -> None:
         try:
