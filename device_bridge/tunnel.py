@@ -27,8 +27,8 @@ cap), ``window`` bytes in flight per stream and direction.
 from __future__ import annotations
 
 import asyncio
-import errno
 import contextlib
+import errno
 import logging
 import struct
 import uuid

@@ -50,9 +50,10 @@ class Stack:
         return httpx.AsyncClient(base_url=self.url, timeout=WAIT_S,
                                  headers=bearer(self.tokens[user]))
 
-    async def adb(self, *args: str, timeout: float = 20.0, text: bool = True) -> Any:
-        """``adb -P LAPTOP ARGS…`` off the event loop (the tunnel runs on it)."""
-        return await asyncio.to_thread(self.laptop.cli, *args, timeout=timeout, text=text)
+    async def adb(self, *args: str, limit_s: float = 60.0, text: bool = True) -> Any:
+        """``adb -P LAPTOP ARGS…`` off the event loop (the tunnel runs on it); ``limit_s`` is
+        a hang guard (adb's own), never a timing assertion."""
+        return await asyncio.to_thread(self.laptop.cli, *args, timeout=limit_s, text=text)
 
     @contextlib.asynccontextmanager
     async def tunnel(self, user: str) -> AsyncIterator[Tunnelled]:
@@ -77,8 +78,8 @@ class Tunnelled:
     client: TunnelClient
     address: str
 
-    async def adb(self, *args: str, timeout: float = 20.0, text: bool = True) -> Any:
-        return await self.stack.adb("-s", self.address, *args, timeout=timeout, text=text)
+    async def adb(self, *args: str, limit_s: float = 60.0, text: bool = True) -> Any:
+        return await self.stack.adb("-s", self.address, *args, limit_s=limit_s, text=text)
 
 
 @pytest.fixture(scope="package")

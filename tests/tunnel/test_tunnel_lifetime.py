@@ -8,8 +8,8 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,19 +24,21 @@ pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package"),
 DROIDWIRE = str(Path(sys.executable).with_name("droidwire"))
 
 
-async def _until(condition: object, what: str) -> None:
+async def _until(condition: Callable[[], object]) -> None:
     async with asyncio.timeout(WAIT_S):
-        while not condition():  # type: ignore[operator]  # no event to await for these
+        while not condition():  # noqa: ASYNC110  (no event to await for these)
             await asyncio.sleep(0.02)
 
 
 async def test_killing_the_cli_ends_the_tunnel_and_its_streams(stack: Stack) -> None:
     env = {**os.environ, "DROIDWIRE_CONTROLLER": stack.url,
            "DROIDWIRE_TOKEN": stack.tokens["olivia"]}
-    proc = subprocess.Popen([DROIDWIRE, "device", "tunnel", stack.device_id, "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = await asyncio.create_subprocess_exec(
+        DROIDWIRE, "device", "tunnel", stack.device_id, "--json", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     try:
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), WAIT_S)  # type: ignore[union-attr]
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
         opened = json.loads(line)
         address = opened["address"]
         assert address.startswith("127.0.0.1:") and opened["serial"] == stack.serial
@@ -55,9 +57,9 @@ async def test_killing_the_cli_ends_the_tunnel_and_its_streams(stack: Stack) -> 
             assert stack.controller.hub.tunnels.live()
             assert stack.bridge.tunnel.streams  # the forwarded connection's device stream
             proc.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(proc.wait, WAIT_S)
-            await _until(lambda: not stack.controller.hub.tunnels.live(), "the tunnel ends")
-            await _until(lambda: not stack.bridge.tunnel.streams, "its device streams close")
+            await asyncio.wait_for(proc.wait(), WAIT_S)
+            await _until(lambda: not stack.controller.hub.tunnels.live())  # the tunnel ends
+            await _until(lambda: not stack.bridge.tunnel.streams)  # its device streams close
             with pytest.raises(OSError):
                 socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), 2.0)
         finally:
@@ -65,9 +67,6 @@ async def test_killing_the_cli_ends_the_tunnel_and_its_streams(stack: Stack) -> 
             await stack.adb("forward", "--remove-all")
             await stack.adb("disconnect", address)
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+            await proc.wait()
