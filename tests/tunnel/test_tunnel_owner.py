@@ -103,3 +103,25 @@ def _echo_on_phone(device: Any, port: int) -> bool:
 
     device.net.listen(f"tcp:{port}", accept)
     return True
+
+
+async def test_the_device_page_shows_a_live_tunnel(stack: Stack) -> None:
+    import httpx
+
+    from tests.web.support import sign_in
+
+    async with httpx.AsyncClient(base_url=stack.url, timeout=WAIT_S) as browser:
+        signed = await sign_in(browser, stack.tokens["olivia"])
+        assert signed.status_code in (200, 303), signed.text
+        page = f"/devices/{stack.device_id}"
+        before = await browser.get(page)
+        assert before.status_code == 200 and 'id="tunnels"' not in before.text
+        async with stack.tunnel("bob") as t:
+            assert (await t.adb("shell", "echo", "seen")).returncode == 0
+            during = await browser.get(page)
+            assert 'id="tunnels"' in during.text and "<td>bob</td>" in during.text
+        async with asyncio.timeout(WAIT_S):
+            while stack.controller.hub.tunnels.live():  # noqa: ASYNC110  (no event for it)
+                await asyncio.sleep(0.02)
+        after = await browser.get(page)
+        assert 'id="tunnels"' not in after.text
