@@ -8,8 +8,10 @@ push is `make bench`'s (bench/tunnel.py), where its speed is a figure.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import socket
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +51,26 @@ async def test_owner_push_pull_byte_identical(stack: Stack, tmp_path: Path) -> N
     assert back.read_bytes() == payload
 
 
-async def test_owner_install_and_logcat(stack: Stack, tmp_path: Path) -> None:
+async def test_owner_install_install_multiple_and_logcat(stack: Stack, tmp_path: Path) -> None:
     apk = tmp_path / "app.apk"
     apk.write_bytes(build_apk(SimPackage(package="com.example.tunnelled", kind="app")))
     async with stack.tunnel("olivia") as t:
         installed = await t.adb("install", "-r", str(apk))
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert "Success" in installed.stdout
+        base = tmp_path / "base.apk"
+        base.write_bytes(build_apk(SimPackage(package="com.example.tunnelsplit", kind="app")))
+        split = tmp_path / "split_config.xxhdpi.apk"
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            z.writestr("resources.arsc", b"\0" * 64)
+        split.write_bytes(buf.getvalue())
+        multiple = await t.adb("install-multiple", str(base), str(split))
+        assert multiple.returncode == 0 and "Success" in multiple.stdout, (
+            multiple.stdout + multiple.stderr)
         listed = await asyncio.to_thread(stack.sim.adb.shell, "pm list packages")
-        assert "package:com.example.tunnelled" in listed
+        assert {"package:com.example.tunnelled", "package:com.example.tunnelsplit"} <= set(
+            listed.split())
         log = await t.adb("logcat", "-d")
         assert log.returncode == 0, log.stderr
         assert "beginning of main" in log.stdout
