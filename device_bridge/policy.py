@@ -1076,6 +1076,7 @@ class TunnelOpen:
 
     service: str
     kind: str = "raw"
+    installs: bool = False  # ends an install (``install`` or ``install-commit``)
 
 
 def _size_arg(argv: Sequence[str], value: str) -> None:
@@ -1127,6 +1128,10 @@ def _tunnel_command(policy: Policy, serial: str, command: str,
     return policy.check_shell(serial, argv, context)
 
 
+def _installs(argv: list[str]) -> bool:
+    return argv[:2] == ["cmd", "package"] and argv[2] in ("install", "install-commit")
+
+
 def _check_tunnel(policy: Policy, serial: str, service: str,
                   context: CommandContext | None) -> TunnelOpen:
     profile = policy.check_exposed(serial)
@@ -1143,10 +1148,10 @@ def _check_tunnel(policy: Policy, serial: str, service: str,
                         "run one command at a time (adb shell CMD)", profile=profile.value)
             return TunnelOpen(service)
         argv = _tunnel_command(policy, serial, rest, context)
-        return TunnelOpen(f"{head}:{shlex.join(argv)}")
+        return TunnelOpen(f"{head}:{shlex.join(argv)}", installs=_installs(argv))
     if name == "exec" and sep and head == "exec":
         argv = _tunnel_command(policy, serial, rest, context)
-        return TunnelOpen(f"exec:{shlex.join(argv)}")
+        return TunnelOpen(f"exec:{shlex.join(argv)}", installs=_installs(argv))
     if service == "sync:":
         policy._not_in(serial, Rule.PUSH_NOT_ALLOWED, "file transfer", Profile.INSTRUMENT_ONLY)
         return TunnelOpen(service, "sync")

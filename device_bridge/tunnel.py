@@ -188,6 +188,7 @@ class _Stream:
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     turn: asyncio.Condition = field(default_factory=asyncio.Condition)
     reader: asyncio.Task[None] | None = None
+    installs_before: dict[str, str] | None = None  # package → path, before an install stream
     ended: bool = False
     reason: str = "closed"
 
@@ -199,6 +200,7 @@ class TunnelService:
         self.rpc = rpc
         self.max_streams = max_streams
         self._streams: dict[str, _Stream] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.opened = 0  # streams opened (tests, logs)
         self.refused = 0
 
@@ -253,10 +255,12 @@ class TunnelService:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
         if len(self._streams) >= self.max_streams:
             raise RpcError(ErrorCode.BUSY, f"at most {self.max_streams} tunnel streams per bridge")
+        before = await self._adb().package_paths(p.serial) if opening.installs else None
         sock = await self._adb().open_socket(p.serial, opening.service,
                                              what=f"open {opening.service.split(':', 1)[0]}")
         sock.sock.setblocking(False)
-        stream = _Stream(f"tn-{uuid.uuid4().hex}", p.serial, opening.service, sock, p.window)
+        stream = _Stream(f"tn-{uuid.uuid4().hex}", p.serial, opening.service, sock, p.window,
+                         installs_before=before)
         stream.room.set()
         if opening.kind == "sync":
             # The view of the policy for this caller, kept for the stream's life.
@@ -387,9 +391,33 @@ class TunnelService:
             stream.turn.notify_all()
         if stream.reader is not None and not from_reader:
             stream.reader.cancel()
+        if stream.installs_before is not None:
+            self._later(self._learn_install(stream.serial, stream.installs_before))
         if emit and reason != "link":
             with contextlib.suppress(Exception):
                 await self._emit(stream, TunnelChunk(eof=True, reason=reason))
+
+    async def _learn_install(self, serial: str, before: dict[str, str]) -> None:
+        """What an install through a tunnel installed, learned from the device (never from the
+        APK): it counts as installed through droidwire, as ``device.install``'s do — the
+        borrower may start, stop and clear it, the owner's apps that were there stay theirs."""
+        try:
+            after = await self._adb().package_paths(serial)
+        except RpcError as exc:
+            log.info("tunnel install on %s: cannot read the package list: %s", serial, exc.message)
+            return
+        for name, path in after.items():
+            if before.get(name) == path:
+                continue
+            if name in before:
+                self.rpc.updated.setdefault(serial, set()).add(name)
+            else:
+                self.rpc.installed.setdefault(serial, set()).add(name)
+
+    def _later(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def end_streams(self) -> None:
         """The link dropped: end every stream (a tunnel does not survive a reconnect)."""

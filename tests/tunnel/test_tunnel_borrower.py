@@ -107,3 +107,23 @@ def _wait_not_device(stack: Stack, address: str) -> None:
             if states.get(address) != "device":
                 return
     raise TimeoutError(f"{address} still listed as a device")
+
+
+async def test_what_a_borrower_installs_through_the_tunnel_is_theirs(
+        stack: Stack, tmp_path: Path) -> None:
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    package = "com.example.borrowed"
+    apk = tmp_path / "borrowed.apk"
+    apk.write_bytes(build_apk(SimPackage(package=package, kind="app")))
+    installed = stack.bridge.dispatcher.installed
+    async with stack.tunnel("bob") as t:
+        before = await t.adb("shell", "am", "force-stop", package)
+        assert "package_scope" in before.stderr or "is not the app under test" in before.stderr
+        done = await t.adb("install", str(apk))
+        assert done.returncode == 0 and "Success" in done.stdout, done.stdout + done.stderr
+        async with asyncio.timeout(WAIT_S):  # learned from the device once the install ended
+            while package not in installed.get(stack.serial, set()):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        after = await t.adb("shell", "am", "force-stop", package)
+        assert after.returncode == 0, after.stderr
