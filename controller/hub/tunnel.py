@@ -238,6 +238,8 @@ class Tunnel:
                     if entry is None or not isinstance(channel, str) or channel.startswith("$"):
                         return
                     stream.channel = channel
+                    if stream.closed:
+                        return  # closed meanwhile: _open closes it on the bridge
                     entry.screens[channel] = stream  # its evt frames come to this stream
                     # Before any of them: the hub reads them right after this result.
                     self.push(encode_frame("opened", s=stream.s))
