@@ -127,3 +127,32 @@ async def test_what_a_borrower_installs_through_the_tunnel_is_theirs(
                 await asyncio.sleep(0.02)
         after = await t.adb("shell", "am", "force-stop", package)
         assert after.returncode == 0, after.stderr
+
+
+async def test_the_owners_pause_switch_ends_open_streams(stack: Stack) -> None:
+    import socket
+
+    from tests.adb_support import free_port
+    from tests.tunnel.test_tunnel_owner import _echo_on_phone
+
+    phone_port = 7102
+    stack.sim.call(lambda: _echo_on_phone(stack.sim.device, phone_port))
+    local = free_port()
+    async with stack.tunnel("bob") as t:
+        assert (await t.adb("forward", f"tcp:{local}", f"tcp:{phone_port}")).returncode == 0
+        held = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", local), WAIT_S)
+        try:
+            await asyncio.to_thread(held.sendall, b"a")
+            assert await asyncio.to_thread(held.recv, 1) == b"a"
+            stack.bridge.policy.pause()
+            try:
+                await asyncio.to_thread(held.sendall, b"b")
+                held.settimeout(WAIT_S)
+                assert await asyncio.to_thread(held.recv, 1) == b""  # the stream ended
+                refused = await t.adb("shell", "echo", "paused?")
+                assert "paused" in refused.stderr and refused.returncode != 0
+            finally:
+                stack.bridge.policy.resume()
+        finally:
+            held.close()
+            await t.adb("forward", "--remove", f"tcp:{local}")
