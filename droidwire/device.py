@@ -33,12 +33,15 @@ from droidwire.client import (
     print_json,
 )
 from droidwire.output import console, id_table
+from droidwire.tunnel import tunnel as _tunnel
 
 __all__ = ["app"]
 
 app = typer.Typer(help="List devices, run shell commands, read logcat.", no_args_is_help=True)
 
 DeviceArg = Annotated[str, typer.Argument(metavar="DEVICE", help="BRIDGE~SERIAL, or SERIAL.")]
+
+app.command("tunnel")(_tunnel)  # remote adb: droidwire/tunnel.py, docs/tunnel.md
 
 
 def _path(device: str, *rest: str) -> str:

@@ -59,6 +59,7 @@ from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREA
 from controller.hub.inventory import admissible
 from controller.hub.screen import ScreenFeeds
 from controller.hub.streams import LogStream
+from controller.hub.tunnel import Tunnels
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.codec import Codec
@@ -343,7 +344,8 @@ class BridgeEntry:
 
 
 class ScreenChannel(Protocol):
-    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`)."""
+    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`), or a
+    tunnel stream's (:class:`controller.hub.tunnel.RelayStream`)."""
 
     def on_event(self, evt: Evt) -> None: ...
     def end(self, reason: str) -> None: ...
@@ -413,6 +415,7 @@ class Hub:
         self._closing = False
         self.cluster: ClusterHooks | None = None  # set by the app in cluster mode
         self.screens = ScreenFeeds(self)  # live screens, one bridge stream per device
+        self.tunnels = Tunnels(self)  # remote adb tunnels (docs/tunnel.md)
         # Set by the app: refuses a call on a device that may not serve now (the owner's
         # health thresholds, controller.health); raises RpcError.
         self.gate: Callable[[DeviceRef], None] | None = None
@@ -431,6 +434,7 @@ class Hub:
     async def close(self) -> None:
         """Staged shutdown: close every bridge (1001), fail what waits, stop the timers."""
         self._closing = True
+        self.tunnels.end_all("shutdown")
         error = RpcError(
             ErrorCode.UNAVAILABLE, "the controller is shutting down", {"reason": "shutdown"}
         )

@@ -329,7 +329,7 @@ async def device_page(device: str, request: Request) -> Response:
     holders = Markup(
         f'<p class="holders" id="holders">Owner: {esc(owners.get(record.owner_id, "?"))}'
         f' · Lent to: {esc(", ".join(loans) or "nobody")}</p>'
-    )
+    ) + _tunnels(_hub(request), record.ref)
     if await may(principal, record.ref, Action.USE, store=store):
         base = f"/devices/{path_segment(record.id)}"
         stream = f"{base}/logcat/stream?tail={LIVE_TAIL_LINES}"
@@ -371,6 +371,18 @@ _CONTROLS = Markup(
     + '<form id="screen-text"><input id="screen-text-input" maxlength="500" '
     'placeholder="type on the device"><button type="submit">Send</button></form></div>'
 )
+
+
+def _tunnels(hub: Hub, ref: Any) -> Markup:
+    """Live remote adb tunnels to the device (docs/tunnel.md): who, since when, streams."""
+    live = hub.tunnels.live(ref)
+    if not live:
+        return Markup("")
+    rows = [[t.principal.user_name, _when(datetime.fromtimestamp(t.started_at).astimezone()),
+             str(len(t.streams)), str(t.opened), str(t.refused)] for t in live]
+    grid = table(["User", "Since", "Streams open", "Opened", "Refused"], rows)
+    return Markup('<section class="tunnels" id="tunnels"><h2>adb tunnels</h2>' + grid
+                  + "</section>")
 
 
 @router.websocket("/devices/{device}/screen/stream")

@@ -27,6 +27,7 @@ from bench import (
     bench_screen,
     bench_shell,
     bench_storm,
+    bench_tunnel,
 )
 from tests.conftest import require_service
 
@@ -68,6 +69,13 @@ def test_link() -> None:
 def test_push() -> None:
     [fig] = check(bench_push.run(quick=True, size_mib=1, reps=1), {"push_mb_per_s"})
     assert fig["value"] > 0 and fig["baseline"] > 0
+
+
+@pytest.mark.adb
+def test_tunnel() -> None:
+    figures = check(bench_tunnel.run(quick=True, size_mib=1, reps=1, shells=2),
+                    {"tunnel_push_mb_per_s", "tunnel_shell_rtt_ms"})
+    assert all(f["value"] > 0 and f["baseline"] > 0 for f in figures)
 
 
 @pytest.mark.adb
