@@ -18,11 +18,11 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from droidwire.tunnel import TunnelClient
 from controller.executor.hub_gateway import HubGateway
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from device_bridge.config import HostConfig
+from droidwire.tunnel import TunnelClient
 from tests.adb_support import AdbServer, connected_sim, start_adb_server, wait_for_state
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import bearer
