@@ -131,8 +131,12 @@ async def test_the_device_page_shows_a_live_tunnel(stack: Stack) -> None:
         assert before.status_code == 200 and 'id="tunnels"' not in before.text
         async with stack.tunnel("bob") as t:
             assert (await t.adb("shell", "echo", "seen")).returncode == 0
+            assert (await t.adb("root")).returncode == 0  # refused, as its output says
             during = await browser.get(page)
             assert 'id="tunnels"' in during.text and "<td>bob</td>" in during.text
+            assert "root (adbd_control)" in during.text
+            [live] = stack.controller.hub.tunnels.live()
+            assert [s["outcome"] for s in live.steps][-2:] == ["ok", "forbidden"]
         async with asyncio.timeout(WAIT_S):
             while stack.controller.hub.tunnels.live():  # noqa: ASYNC110  (no event for it)
                 await asyncio.sleep(0.02)
