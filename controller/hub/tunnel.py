@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from controller.auth import Action, DeviceRef, Principal, authorize
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.tunnel_methods import MAX_WRITE, encode_frame, parse_tunnel_chunk
+from protocol.tunnel_methods import MAX_WINDOW, MAX_WRITE, encode_frame, parse_tunnel_chunk
 
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
@@ -335,7 +335,8 @@ class Tunnel:
     async def _acks(self, stream: RelayStream) -> None:
         try:
             while stream.ack_due and not stream.closed and stream.channel is not None:
-                n, stream.ack_due = stream.ack_due, 0
+                n = min(stream.ack_due, MAX_WINDOW)
+                stream.ack_due -= n
                 await self.hub.call(self.device.bridge_id, "device.tunnel.ack",
                                     {"channel": stream.channel, "n": n})
         except RpcError as exc:
