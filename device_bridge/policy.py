@@ -1120,6 +1120,15 @@ def _tunnel_command(policy: Policy, serial: str, command: str,
     """A tunnel shell/exec command: adb's own install and logcat forms, else the shell check."""
     stripped = _LOGCAT_PREFIX.sub("", command, count=1) if command.startswith("export ") else command
     argv = parse_command(stripped)
+    profile = policy.profile_for(serial)
+    if argv[0] == "logcat" and profile is not Profile.FULL:
+        # A tunnel's stream may follow the log (as the logcat stream does), so no -d is needed;
+        # the options are the allow-list's. A logcat read, not a shell: no-shell allows it,
+        # instrument-only (the app's processes only, which adb's logcat cannot filter) not.
+        policy.check_logcat(serial, context)
+        _check_denied(argv)
+        _logcat([*argv, "-d"], context or CommandContext())
+        return argv
     if argv[:2] == ["cmd", "package"] and len(argv) >= 3 and argv[2] in (
             "install", "install-create", "install-write", "install-commit", "install-abandon"):
         policy.check_install(serial)

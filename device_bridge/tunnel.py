@@ -58,7 +58,9 @@ __all__ = ["MAX_TUNNEL_STREAMS", "READ_CHUNK", "SyncGate", "TunnelService"]
 log = logging.getLogger("droidwire.bridge.tunnel")
 
 MAX_TUNNEL_STREAMS = 64
-READ_CHUNK = 256 * 1024
+# Device bytes per evt: under the controller's threshold for decoding a frame in a worker
+# thread (LARGE_FRAME_BYTES, 256 KiB), so a tunnel's chunks cost no thread hop there.
+READ_CHUNK = 192 * 1024
 _SYNC_PATH_MAX = 1024
 _SYNC_DATA_MAX = 256 * 1024  # adb sends DATA chunks of at most 64 KiB
 _SYNC_PATH_REQUESTS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2", "RECV", "SEND"})

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from controller.auth import Action, DeviceRef, Principal, authorize
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.tunnel_methods import MAX_WRITE, encode_frame, parse_tunnel_chunk
+from protocol.tunnel_methods import MAX_WINDOW, MAX_WRITE, encode_frame, parse_tunnel_chunk
 
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
@@ -51,6 +51,7 @@ WRITES_IN_FLIGHT = 8  # device.tunnel.write calls at once per stream
 DEFAULT_MAX_STREAMS = 16
 DEFAULT_PER_USER = 4
 _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
+STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
 
 
 @dataclass(eq=False)
@@ -110,6 +111,8 @@ class Tunnel:
         self.ended: str | None = None
         self.opened = 0
         self.refused = 0
+        # The tunnel's step log: every OPEN, allowed or refused, newest last (bounded).
+        self.steps: collections.deque[dict[str, Any]] = collections.deque(maxlen=STEPS_KEPT)
         self._out: collections.deque[tuple[bytes, int]] = collections.deque()
         self._out_bytes = 0
         self._final: bytes | None = None  # the ``end`` frame, after what is queued
@@ -121,7 +124,7 @@ class Tunnel:
         """What the device page and the API show of a live tunnel."""
         return {"id": self.id, "user": self.principal.user_name, "device": str(self.device),
                 "since": self.started_at, "streams": len(self.streams),
-                "opened": self.opened, "refused": self.refused}
+                "opened": self.opened, "refused": self.refused, "steps": list(self.steps)}
 
     # -- start -----------------------------------------------------------------------------
 
@@ -252,6 +255,9 @@ class Tunnel:
             except RpcError as exc:
                 self.refused += 1
                 rule = str((exc.data or {}).get("rule") or exc.code.value)
+                self.steps.append({"at": time.time(), "service": detail["service"],
+                                   "outcome": exc.code.value, "rule": rule[:128],
+                                   "message": exc.message[:300]})
                 await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
                 self.streams.pop(stream.s, None)
                 stream.closed = True
@@ -261,6 +267,7 @@ class Tunnel:
                 return
             await self._audit(action, "ok", detail)
             self.opened += 1
+            self.steps.append({"at": time.time(), "service": detail["service"], "outcome": "ok"})
             if self.ended is not None or stream.closed:
                 self._close_on_bridge(stream)
                 return
@@ -328,7 +335,8 @@ class Tunnel:
     async def _acks(self, stream: RelayStream) -> None:
         try:
             while stream.ack_due and not stream.closed and stream.channel is not None:
-                n, stream.ack_due = stream.ack_due, 0
+                n = min(stream.ack_due, MAX_WINDOW)
+                stream.ack_due -= n
                 await self.hub.call(self.device.bridge_id, "device.tunnel.ack",
                                     {"channel": stream.channel, "n": n})
         except RpcError as exc:

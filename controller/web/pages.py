@@ -379,10 +379,19 @@ def _tunnels(hub: Hub, ref: Any) -> Markup:
     if not live:
         return Markup("")
     rows = [[t.principal.user_name, _when(datetime.fromtimestamp(t.started_at).astimezone()),
-             str(len(t.streams)), str(t.opened), str(t.refused)] for t in live]
-    grid = table(["User", "Since", "Streams open", "Opened", "Refused"], rows)
+             str(len(t.streams)), str(t.opened), str(t.refused), _last_refusal(t.steps)]
+            for t in live]
+    grid = table(["User", "Since", "Streams open", "Opened", "Refused", "Last refused"], rows)
     return Markup('<section class="tunnels" id="tunnels"><h2>adb tunnels</h2>' + grid
                   + "</section>")
+
+
+def _last_refusal(steps: Any) -> str:
+    refused = [step for step in steps if step.get("outcome") != "ok"]
+    if not refused:
+        return ""
+    last = refused[-1]
+    return f"{last.get('service')} ({last.get('rule')})"
 
 
 @router.websocket("/devices/{device}/screen/stream")

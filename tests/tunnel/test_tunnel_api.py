@@ -93,3 +93,15 @@ async def test_a_revoked_token_ends_the_tunnel(stack: Stack) -> None:
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), WAIT_S)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_the_cli_exits_4_for_a_device_it_may_not_use(stack: Stack) -> None:
+    from typer.testing import CliRunner
+
+    from controller.cli import app as cli
+
+    env = {"DROIDWIRE_CONTROLLER": stack.url, "DROIDWIRE_TOKEN": stack.tokens["sam"]}
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["device", "tunnel", stack.device_id, "--json"], env=env)
+    assert result.exit_code == 4, result.output
+    assert not stack.controller.hub.tunnels.live()

@@ -131,10 +131,40 @@ async def test_the_device_page_shows_a_live_tunnel(stack: Stack) -> None:
         assert before.status_code == 200 and 'id="tunnels"' not in before.text
         async with stack.tunnel("bob") as t:
             assert (await t.adb("shell", "echo", "seen")).returncode == 0
+            assert (await t.adb("root")).returncode == 0  # refused, as its output says
             during = await browser.get(page)
             assert 'id="tunnels"' in during.text and "<td>bob</td>" in during.text
+            assert "root (adbd_control)" in during.text
+            [live] = stack.controller.hub.tunnels.live()
+            assert [s["outcome"] for s in live.steps][-2:] == ["ok", "forbidden"]
         async with asyncio.timeout(WAIT_S):
             while stack.controller.hub.tunnels.live():  # noqa: ASYNC110  (no event for it)
                 await asyncio.sleep(0.02)
         after = await browser.get(page)
         assert 'id="tunnels"' not in after.text
+
+
+async def test_many_streams_at_once_and_junk_on_the_local_port(
+        stack: Stack, tmp_path: Path) -> None:
+    payload = os.urandom(1_500_000)
+    src = tmp_path / "many.bin"
+    src.write_bytes(payload)
+    async with stack.tunnel("olivia") as t:
+        # Junk on the listener: that connection is dropped, the tunnel goes on.
+        junk = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", t.client.port),
+                                       WAIT_S)
+        try:
+            await asyncio.to_thread(junk.sendall, b"GET / HTTP/1.1\r\n\r\n" + bytes(64))
+            junk.settimeout(WAIT_S)
+            assert await asyncio.to_thread(junk.recv, 1) == b""
+        finally:
+            junk.close()
+        shells = [t.adb("shell", "echo", f"stream-{i}") for i in range(6)]
+        push = t.adb("push", str(src), f"{DIR}/many.bin")
+        results = await asyncio.gather(*shells, push)
+        for i, r in enumerate(results[:6]):
+            assert r.stdout == f"stream-{i}\n", r.stderr
+        assert results[6].returncode == 0, results[6].stderr
+        back = tmp_path / "many-back.bin"
+        assert (await t.adb("pull", f"{DIR}/many.bin", str(back))).returncode == 0
+        assert back.read_bytes() == payload

@@ -33,7 +33,10 @@ def _rule(policy: Policy, service: str) -> str | None:
     ("shell,v2,TERM=xterm,raw:getprop ro.product.model", None),
     ("shell:getprop", None),
     ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat '-d'", None),
-    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat", "logcat_follow"),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat", None),  # follows
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat '-T' '1'", None),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat -b radio", "argument"),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat -f /sdcard/x", "argument"),
     ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS='x'; exec logcat -d", "metacharacter"),
     ("exec:cmd package 'install' '-r' -S 377", None),
     ("exec:cmd package install-create -r -S 900", None),
@@ -80,10 +83,12 @@ def test_profiles_without_a_shell_or_files() -> None:
     assert _rule(no_shell, "shell,v2,raw:getprop") == "shell_not_allowed"
     assert _rule(no_shell, "exec:cmd package install -S 10") is None  # installs are allowed
     assert _rule(no_shell, "sync:") is None
+    assert _rule(no_shell, "shell,v2:logcat -v threadtime") is None  # a log read, not a shell
     only = _policy(Profile.INSTRUMENT_ONLY, owner=False)
     assert _rule(only, "sync:") == "push_not_allowed"
     assert _rule(only, "tcp:80") == "forward_not_allowed"
     assert _rule(only, "framebuffer:") == "screenshot_not_allowed"
+    assert _rule(only, "shell,v2:logcat") == "logcat_scope"
 
 
 def test_what_reaches_the_device_is_the_checked_command() -> None:
