@@ -98,7 +98,7 @@ async def test_a_revoked_token_ends_the_tunnel(stack: Stack) -> None:
 async def test_the_cli_exits_4_for_a_device_it_may_not_use(stack: Stack) -> None:
     from typer.testing import CliRunner
 
-    from controller.cli import app as cli
+    from droidwire import app as cli
 
     env = {"DROIDWIRE_CONTROLLER": stack.url, "DROIDWIRE_TOKEN": stack.tokens["sam"]}
     result = await asyncio.to_thread(
