@@ -23,6 +23,7 @@ from typing import Annotated
 
 import typer
 
+from droidwire import missing_extra
 from protocol import redact
 from protocol.settings import DEFAULTS as _D
 
@@ -229,6 +230,11 @@ def bridge(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+    if metrics_port is not None and missing_extra("metrics") is not None:
+        typer.echo("error: --metrics-port needs the metrics extra: "
+                   "pip install 'droidwire[metrics]'", err=True)
+        raise typer.Exit(1)
 
     async def main() -> None:
         stop = asyncio.Event()
