@@ -22,7 +22,7 @@ import typer.main
 
 from droidwire.help import install as _install_help
 
-__all__ = ["EXTRAS", "NOUNS", "Noun", "app", "main", "missing_extra"]
+__all__ = ["EXTRAS", "NOUNS", "Noun", "app", "command_tree", "main", "missing_extra"]
 
 _install_help()
 
@@ -161,6 +161,15 @@ def version() -> None:
     from importlib.metadata import version as _version
 
     typer.echo(_version("droidwire"))
+
+
+def command_tree() -> Any:
+    """The root click command with every noun loaded (its ``commands`` complete): for tools
+    and tests that walk the whole CLI. Running a command never needs it."""
+    root: Any = typer.main.get_command(app)
+    for name in root.list_commands(None):
+        root.get_command(None, name)
+    return root
 
 
 def main() -> None:

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer.main
-
 from tests.conftest import require_or_skip
 
 try:
@@ -70,9 +68,9 @@ def cli_context(argv: list[str]) -> Any:
 
     Returns the click context (typer vendors its own click: duck-typed here).
     """
-    from droidwire import app
+    from droidwire import command_tree
 
-    command: Any = typer.main.get_command(app)
+    command: Any = command_tree()
     args = list(argv)
     while hasattr(command, "commands"):
         assert args, f"{argv}: no command after the group {command.name!r}"

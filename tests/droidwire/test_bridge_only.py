@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from controller.config import ControllerConfig
-from droidwire import EXTRAS, NOUNS
+from droidwire import EXTRAS, NOUNS, command_tree
 from tests.adb_support import AdbServer
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
@@ -160,3 +160,8 @@ def test_help_lists_every_noun_even_without_the_controller(tmp_path: Path) -> No
         assert noun.name in done.stdout
     assert "(needs the controller extra)" in done.stdout
     assert _imported(tmp_path) & {"fastapi", "sqlalchemy", "uvicorn", "redis", "openai"} == set()
+
+
+def test_the_command_tree_holds_every_noun() -> None:
+    """Tools that walk the CLI see every noun, although each loads on first use."""
+    assert {n.name for n in NOUNS} | {"version"} == set(command_tree().commands)
