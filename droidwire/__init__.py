@@ -55,7 +55,7 @@ class Noun(NamedTuple):
 NOUNS: tuple[Noun, ...] = (
     Noun("droidwire.serve", "controller", None, ("controller",),
          "Serve the controller: REST, the bridge endpoint, metrics."),
-    Noun("droidwire.bridge", "bridge", None),
+    Noun("droidwire.bridge", "app", "bridge"),
     Noun("droidwire.sim", "sim_device", None, ("sim",),
          "Serve a simulated Android phone that `adb connect HOST:PORT` accepts."),
     Noun("droidwire.device", "app", "device"),

@@ -106,8 +106,9 @@ def test_a_running_bridge_imports_nothing_of_the_controller(
     imported = _imported(tmp_path)
     assert "device_bridge" in imported  # the check sees what the bridge imported
     assert imported & NEVER_ON_A_BRIDGE == set()
-    # typer's help renderer (rich's Markdown, Pygments) is loaded for help and errors only.
-    assert imported & {"markdown_it", "pygments"} == set()
+    # typer's help renderer (rich's Markdown, Pygments) is loaded for help and errors only,
+    # the client commands' HTTP client for them only.
+    assert imported & {"markdown_it", "pygments", "httpx"} == set()
 
 
 @pytest.mark.parametrize("args", [
