@@ -73,6 +73,9 @@ def cli_context(argv: list[str]) -> Any:
     command: Any = command_tree()
     args = list(argv)
     while hasattr(command, "commands"):
+        if getattr(command, "invoke_without_command", False) and (
+                not args or args[0].startswith("-")):
+            break  # a group that runs itself (`droidwire bridge --controller …`)
         assert args, f"{argv}: no command after the group {command.name!r}"
         name = args.pop(0)
         assert name in command.commands, f"{argv}: unknown command {name!r}"
