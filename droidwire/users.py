@@ -95,7 +95,7 @@ def limits(
 ) -> None:
     """Show NAME's quotas; with --max-running / --max-queued, set them (admins).
 
-    A run over a quota is refused 429 with the limit (docs/security.md, "Quotas").
+    A run over a quota waits, or is refused 429 with the limit (docs/sandbox.md, "Quotas").
     """
     with cli_errors():
         changes = {}
