@@ -197,8 +197,8 @@ async def _runtime(venv: Path, tmp: Path, starts: int) -> list[Figure]:
     ]
 
 
-def run(quick: bool = False) -> list[Figure]:
-    starts = 2 if quick else 5
+def run(quick: bool = False, starts: int | None = None) -> list[Figure]:
+    starts = starts or (2 if quick else 5)
     with tempfile.TemporaryDirectory(prefix="droidwire-bench-bridge-") as name:
         tmp = Path(name)
         venv = _bridge_venv(tmp)
