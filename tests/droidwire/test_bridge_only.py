@@ -166,3 +166,14 @@ def test_help_lists_every_noun_even_without_the_controller(tmp_path: Path) -> No
 def test_the_command_tree_holds_every_noun() -> None:
     """Tools that walk the CLI see every noun, although each loads on first use."""
     assert {n.name for n in NOUNS} | {"version"} == set(command_tree().commands)
+
+
+def test_every_extra_of_the_distribution_is_known_to_the_cli() -> None:
+    """A command's missing-extra message names an extra pyproject.toml really has."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"]
+    assert set(EXTRAS) == set(extras) - {"dev"}
+    assert all(set(noun.extras) <= set(EXTRAS) for noun in NOUNS)
