@@ -19,14 +19,16 @@ import contextlib
 import logging
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from droidwire import missing_extra
+from droidwire.client import ControllerOption, JsonOption, TokenOption, call, show
 from protocol import redact
 from protocol.settings import DEFAULTS as _D
 
-__all__ = ["bridge"]
+__all__ = ["app", "bridge"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # A controller never reached since the start is given up after this many seconds (exit 3): a
@@ -40,6 +42,7 @@ def _secs(default: float | None, *, off: bool = False) -> str:
 
 
 def bridge(
+    ctx: typer.Context,
     controller: Annotated[
         list[str] | None,
         typer.Option(
@@ -183,7 +186,12 @@ def bridge(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run a device bridge: dial out to the controller, serve this host's adb devices."""
+    """Run a device bridge: dial out to the controller, serve this host's adb devices.
+
+    The commands below are client commands about bridges instead.
+    """
+    if ctx.invoked_subcommand is not None:
+        return  # `bridge list|forget`: a client command, no bridge to run
     from device_bridge.bridge import Bridge
     from device_bridge.config import ConfigError, load_host_config
     from device_bridge.connection import LinkError
@@ -229,6 +237,11 @@ def bridge(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+    if metrics_port is not None and missing_extra("metrics") is not None:
+        typer.echo("error: --metrics-port needs the metrics extra: "
+                   "pip install 'droidwire[metrics]'", err=True)
+        raise typer.Exit(1)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -281,3 +294,39 @@ def _pairs(values: list[str] | None) -> dict[str, str] | None:
     if not values:
         return None
     return dict(v.rsplit("=", 1) for v in values if "=" in v)
+
+
+# -- `droidwire bridge list|forget`: client commands about bridges (``/v1/bridges``) ---------
+
+app = typer.Typer(add_completion=False, no_args_is_help=False)
+app.callback(invoke_without_command=True)(bridge)
+
+
+@app.command("list")
+def list_(
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """The bridges you own (all of them for an admin): state, devices, version."""
+    from droidwire.output import print_id_table
+
+    bridges: list[dict[str, Any]] = call(controller, token, "GET", "/v1/bridges")
+    show(bridges, json_out, lambda _: print_id_table(
+        ("name", "owner", "state", "devices", "shared", "software"),
+        ((b["id"], b["name"], b.get("owner") or "-", b["state"], str(b.get("devices", "-")),
+          "yes" if b.get("shared") else "-", b.get("software") or "-") for b in bridges)))
+
+
+@app.command()
+def forget(
+    name: Annotated[str, typer.Argument(metavar="BRIDGE", help="The bridge's name or id.")],
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Forget a bridge that is gone for good, with its devices, their loans and its tokens
+    (its owner or an admin; refused while it is connected)."""
+    from droidwire.device import forget_path
+
+    forget_path(name, "bridge", json_out, controller, token)

@@ -26,11 +26,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Annotated, Any, NoReturn
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from urllib.parse import quote, urlsplit
 
-import httpx
 import typer
+
+if TYPE_CHECKING:
+    import httpx  # imported where a call is made: `droidwire bridge` never loads it
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -42,9 +44,11 @@ __all__ = [
     "ExitCode",
     "JsonOption",
     "TokenOption",
+    "call",
     "cli_errors",
     "fail",
     "print_json",
+    "show",
 ]
 
 ENV_CONTROLLER = "DROIDWIRE_CONTROLLER"
@@ -135,6 +139,8 @@ class Client:
                 )
         self.urls = urls
         self.base_url = urls[0]
+        import httpx
+
         self._http = httpx.Client(
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout,
@@ -161,6 +167,8 @@ class Client:
     ) -> Any:
         """The decoded JSON answer (None for an empty one), or :class:`ApiError`. Failing to
         reach the current controller, the call goes to the next URL (module docstring)."""
+        import httpx
+
         start = self.urls.index(self.base_url)
         for attempt in range(len(self.urls)):
             url = self.urls[(start + attempt) % len(self.urls)]
@@ -218,6 +226,8 @@ class Client:
         """Send ``size`` bytes from ``chunks`` as the body (streamed, never whole in memory);
         the decoded JSON answer, or :class:`ApiError`. No deadline on the transfer itself.
         Sent to the controller in use (a streamed body cannot go to another URL after)."""
+        import httpx
+
         headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
         try:
             response = self._http.request(
@@ -234,6 +244,8 @@ class Client:
         self, path: str, sink: Callable[[bytes], object], *, params: Mapping[str, Any] | None = None
     ) -> int:
         """Stream a GET's body into ``sink`` chunk by chunk; the bytes received."""
+        import httpx
+
         total = 0
         try:
             with self._http.stream(
@@ -294,3 +306,30 @@ def cli_errors() -> Iterator[None]:
 
 def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def call(
+    controller: str | None,
+    token: str | None,
+    method: str,
+    path: str,
+    *ids: str,
+    body: Any = None,
+    params: Mapping[str, Any] | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Any:
+    """One REST call the way every client command makes it: the controller and token from its
+    options (or the environment), each of ``ids`` quoted whole into a ``{}`` of ``path``, and
+    a failure printed with its exit code (docs/cli.md#exit-codes). The decoded answer."""
+    url = path.format(*(quote(i, safe="") for i in ids))
+    with cli_errors(), Client(controller, token, timeout=timeout) as client:
+        return client.request(method, url, json_body=body, params=params or None)
+
+
+def show(value: Any, json_out: bool, human: Callable[[Any], object]) -> None:
+    """``--json``: ``value`` as JSON on stdout; otherwise ``human(value)``."""
+    if json_out:
+        print_json(value)
+    else:
+        human(value)
+

@@ -1,5 +1,5 @@
-"""``droidwire device list|shell|logcat|state|screenshot|view|forget``: devices behind any
-bridge (§9).
+"""``droidwire device list|shell|logcat|state|screenshot|view|label|forget``: devices behind
+any bridge (§9).
 
 ``DEVICE`` is a device's id (``BRIDGE~SERIAL``) or its serial when only one bridge has it.
 ``device shell`` exits with the command's own exit code (like ``adb shell``); a refusal by
@@ -29,8 +29,10 @@ from droidwire.client import (
     ControllerOption,
     JsonOption,
     TokenOption,
+    call,
     cli_errors,
     print_json,
+    show,
 )
 from droidwire.output import console, id_table
 from droidwire.tunnel import tunnel as _tunnel
@@ -55,11 +57,11 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """List the devices you can use, on every bridge."""
-    with cli_errors(), Client(controller, token) as client:
-        devices: list[dict[str, Any]] = client.get("/v1/devices")
-    if json_out:
-        print_json(devices)
-        return
+    devices: list[dict[str, Any]] = call(controller, token, "GET", "/v1/devices")
+    show(devices, json_out, _print_devices)
+
+
+def _print_devices(devices: list[dict[str, Any]]) -> None:
     table = id_table(
         ("state", "model", "android", "sdk", "abi", "battery", "profile"),
         (str(d["id"]) for d in devices),
@@ -98,8 +100,8 @@ def shell(
     if timeout is not None:
         body["timeout_s"] = timeout
     read_timeout = DEFAULT_TIMEOUT_S + (timeout or 60.0)
-    with cli_errors(), Client(controller, token, timeout=read_timeout) as client:
-        result = client.post(_path(device, "shell"), body)
+    result = call(controller, token, "POST", _path(device, "shell"), body=body,
+                  timeout=read_timeout)
     if json_out:
         print_json(result)
     else:
@@ -121,8 +123,8 @@ def logcat(
 ) -> None:
     """Print the device's log; with -f, follow it (lost lines are reported on stderr)."""
     if not follow:
-        with cli_errors(), Client(controller, token) as client:
-            dumped = client.get(_path(device, "logcat"), **({"lines": lines} if lines else {}))
+        dumped = call(controller, token, "GET", _path(device, "logcat"),
+                      params={"lines": lines} if lines else None)
         if json_out:
             print_json({"lines": list(dumped.get("lines", []))})
             return
@@ -144,11 +146,11 @@ def state(
     token: TokenOption = None,
 ) -> None:
     """Where the device is: foreground app and activity, keyboard, screen size."""
-    with cli_errors(), Client(controller, token) as client:
-        current: dict[str, Any] = client.get(_path(device, "state"))
-    if json_out:
-        print_json(current)
-        return
+    current: dict[str, Any] = call(controller, token, "GET", _path(device, "state"))
+    show(current, json_out, _print_state)
+
+
+def _print_state(current: dict[str, Any]) -> None:
     screen = current.get("screen") or {}
     typer.echo(f"package:  {current.get('package') or '-'}")
     typer.echo(f"activity: {current.get('activity') or '-'}")
@@ -167,13 +169,41 @@ def forget(
     token: TokenOption = None,
 ) -> None:
     """Forget a device (or --bridge: a bridge) that is gone for good (owner or admin)."""
-    path = f"/v1/bridges/{quote(target, safe='')}" if bridge else _path(target)
-    with cli_errors(), Client(controller, token) as client:
-        client.delete(path)
-    if json_out:
-        print_json({"forgotten": target, "kind": "bridge" if bridge else "device"})
-        return
-    typer.echo(f"forgot {'bridge' if bridge else 'device'} {target}")
+    forget_path(target, "bridge" if bridge else "device", json_out, controller, token)
+
+
+def forget_path(target: str, kind: str, json_out: bool, controller: str | None,
+                token: str | None) -> None:
+    """``DELETE`` a device or a bridge that is gone for good, and say so."""
+    if kind == "bridge":
+        call(controller, token, "DELETE", "/v1/bridges/{}", target)
+    else:
+        call(controller, token, "DELETE", _path(target))
+    show({"forgotten": target, "kind": kind}, json_out,
+         lambda _: typer.echo(f"forgot {kind} {target}"))
+
+
+@app.command()
+def label(
+    device: DeviceArg,
+    labels: Annotated[list[str] | None, typer.Argument(
+        metavar="[LABEL]…", help="The labels; none: clear them.", show_default=False)] = None,
+    pool: Annotated[str | None, typer.Option(
+        "--pool", help="The pool the device is in (none: no pool).")] = None,
+    json_out: JsonOption = False,
+    controller: ControllerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Set the labels and pool an admin gives DEVICE (they replace the admin's earlier ones;
+    the bridge owner's, from its config, stay): selectors label=… and pool=… match them."""
+    out = call(controller, token, "PUT", _path(device, "labels"),
+               body={"labels": list(labels or []), "pool": pool})
+
+    def human(d: dict[str, Any]) -> None:
+        shown = ", ".join(d.get("labels") or []) or "-"
+        typer.echo(f"{d['id']}: labels {shown}; pool {d.get('pool') or '-'}")
+
+    show(out, json_out, human)
 
 
 @app.command()

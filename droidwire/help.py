@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import re
 import sys
 from typing import Any
@@ -47,23 +49,60 @@ def plain_usage_error(error: Any) -> None:
     print(f"error: usage: {message}{where}", file=sys.stderr)
 
 
+def _patch_errors(rich_utils: Any) -> None:
+    original_error = getattr(rich_utils, "rich_format_error", None)
+    if original_error is None or getattr(original_error, "_droidwire", False):
+        return
+
+    def rich_format_error(self: Any, _original: Any = original_error) -> None:
+        if self.__class__.__name__ == "NoArgsIsHelpError" or sys.stderr.isatty():
+            _original(self)
+            return
+        plain_usage_error(self)
+
+    rich_format_error._droidwire = True  # type: ignore[attr-defined]
+    rich_utils.rich_format_error = rich_format_error
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Applies :func:`_patch_errors` when typer first imports its rich renderer (for help or
+    an error): importing it up front would load rich's Markdown and Pygments into every
+    command, the bridge's long-lived process included."""
+
+    NAME = "typer.rich_utils"
+
+    def __init__(self) -> None:
+        self._loader: Any = None
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != self.NAME:
+            return None
+        sys.meta_path.remove(self)  # once; the real finders do the finding
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        _patch_errors(module)
+
+
 def install() -> None:
     """Patch typer's help rendering and usage errors (no-ops where typer differs)."""
     try:
-        from typer import core, rich_utils
+        from typer import core
     except ImportError:  # pragma: no cover
         return
-    original_error = getattr(rich_utils, "rich_format_error", None)
-    if original_error is not None and not getattr(original_error, "_droidwire", False):
-
-        def rich_format_error(self: Any, _original: Any = original_error) -> None:
-            if self.__class__.__name__ == "NoArgsIsHelpError" or sys.stderr.isatty():
-                _original(self)
-                return
-            plain_usage_error(self)
-
-        rich_format_error._droidwire = True  # type: ignore[attr-defined]
-        rich_utils.rich_format_error = rich_format_error
+    if _PatchOnImport.NAME in sys.modules:
+        _patch_errors(sys.modules[_PatchOnImport.NAME])
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
     for cls in (getattr(core, "TyperOption", None), getattr(core, "TyperArgument", None)):
         original = getattr(cls, "display_type_rich", None)
         if cls is None or original is None or getattr(original, "_droidwire", False):

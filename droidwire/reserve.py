@@ -6,18 +6,17 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 
 from droidwire.client import (
     ApiError,
-    Client,
     ControllerOption,
     JsonOption,
     TokenOption,
+    call,
     cli_errors,
-    print_json,
+    show,
 )
 from droidwire.grant import parse_duration, parse_until
 from droidwire.output import print_id_table, print_revoked
@@ -59,16 +58,16 @@ def create(
             end = _time(until, "until") if until is not None else start + parse_duration(for_ or "")
         except ValueError as exc:
             raise ApiError(0, "usage", str(exc)) from exc
-        with Client(controller, token) as client:
-            out = client.post("/v1/reservations", {"device": device, "user": user,
-                                                   "from": start.isoformat(),
-                                                   "until": end.isoformat()})
-    if json_out:
-        print_json(out)
-        return
-    print(f"reserved {out['device']} for {out['user']} {_when(out['starts_at'])}–"
-          f"{_when(out['ends_at'])} UTC", file=sys.stderr)
-    typer.echo(out["id"])
+    out = call(controller, token, "POST", "/v1/reservations",
+               body={"device": device, "user": user, "from": start.isoformat(),
+                     "until": end.isoformat()})
+
+    def human(out: dict[str, Any]) -> None:
+        print(f"reserved {out['device']} for {out['user']} {_when(out['starts_at'])}–"
+              f"{_when(out['ends_at'])} UTC", file=sys.stderr)
+        typer.echo(out["id"])
+
+    show(out, json_out, human)
 
 
 @app.command("list")
@@ -79,15 +78,12 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """Reservations of your devices and yours."""
-    with cli_errors(), Client(controller, token) as client:
-        rows: list[dict[str, Any]] = client.get(
-            "/v1/reservations", **({"all": "true"} if all_ else {}))
-    if json_out:
-        print_json(rows)
-        return
-    print_id_table(("device", "user", "from", "until", "status"),
-                   ((r["id"], r["device"], r["user"], _when(r["starts_at"]),
-                     _when(r["ends_at"]), r["status"]) for r in rows))
+    rows: list[dict[str, Any]] = call(controller, token, "GET", "/v1/reservations",
+                                      params={"all": "true"} if all_ else None)
+    show(rows, json_out, lambda _: print_id_table(
+        ("device", "user", "from", "until", "status"),
+        ((r["id"], r["device"], r["user"], _when(r["starts_at"]), _when(r["ends_at"]),
+          r["status"]) for r in rows)))
 
 
 @app.command()
@@ -98,6 +94,5 @@ def cancel(
     token: TokenOption = None,
 ) -> None:
     """Cancel a reservation (a started one's loan ends)."""
-    with cli_errors(), Client(controller, token) as client:
-        client.delete(f"/v1/reservations/{quote(reservation_id, safe='')}")
+    call(controller, token, "DELETE", "/v1/reservations/{}", reservation_id)
     print_revoked("reservation", reservation_id, json_out)

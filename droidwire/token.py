@@ -11,18 +11,10 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 
-from droidwire.client import (
-    Client,
-    ControllerOption,
-    JsonOption,
-    TokenOption,
-    cli_errors,
-    print_json,
-)
+from droidwire.client import ControllerOption, JsonOption, TokenOption, call, show
 from droidwire.output import print_id_table, print_revoked
 
 __all__ = ["app"]
@@ -60,8 +52,7 @@ def create(
     body: dict[str, Any] = {"kind": kind.value, "name": name}
     if scope:
         body["scopes"] = scope
-    with cli_errors(), Client(controller, token) as client:
-        created = client.post("/v1/tokens", body)
+    created = call(controller, token, "POST", "/v1/tokens", body=body)
     _show_secret(created, json_out, "created")
 
 
@@ -76,15 +67,15 @@ def rotate(
 
     A bridge connected with the old token is disconnected: restart it with the new one.
     """
-    with cli_errors(), Client(controller, token) as client:
-        created = client.post(f"/v1/tokens/{quote(token_id, safe='')}/rotate")
+    created = call(controller, token, "POST", "/v1/tokens/{}/rotate", token_id)
     _show_secret(created, json_out, "rotated")
 
 
 def _show_secret(created: dict[str, Any], json_out: bool, verb: str) -> None:
-    if json_out:
-        print_json(created)
-        return
+    show(created, json_out, lambda _: _print_secret(created, verb))
+
+
+def _print_secret(created: dict[str, Any], verb: str) -> None:
     scopes = created.get("scopes") or []
     limited = f", scopes {' '.join(scopes)}" if scopes else ""
     print(
@@ -102,12 +93,8 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """List tokens (all for an admin, your own otherwise). Secrets are never shown."""
-    with cli_errors(), Client(controller, token) as client:
-        tokens: list[dict[str, Any]] = client.get("/v1/tokens")
-    if json_out:
-        print_json(tokens)
-        return
-    print_id_table(
+    tokens: list[dict[str, Any]] = call(controller, token, "GET", "/v1/tokens")
+    show(tokens, json_out, lambda _: print_id_table(
         ("kind", "name", "owner", "scopes", "created", "last used", "status"),
         (
             (
@@ -122,7 +109,7 @@ def list_(
             )
             for t in tokens
         ),
-    )
+    ))
 
 
 @app.command()
@@ -133,8 +120,7 @@ def revoke(
     token: TokenOption = None,
 ) -> None:
     """Revoke a token: it stops working at once."""
-    with cli_errors(), Client(controller, token) as client:
-        client.delete(f"/v1/tokens/{quote(token_id, safe='')}")
+    call(controller, token, "DELETE", "/v1/tokens/{}", token_id)
     print_revoked("token", token_id, json_out)
 
 

@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 IO_LIBRARIES = {"websockets", "fastapi", "starlette", "uvicorn", "adbutils", "httpx", "socket"}
 RULES: dict[str, tuple[set[str], set[tuple[str, str]]]] = {
     "protocol": (IO_LIBRARIES | {"controller", "device_bridge", "fixer", "droidwire"}, set()),
-    "device_bridge": ({"controller", "droidwire", "fastapi", "sqlalchemy", "redis"}, set()),
+    # The bridge-only install has none of the controller's libraries (docs/cli.md, "Installing").
+    "device_bridge": (
+        {"controller", "droidwire", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic",
+         "asyncpg", "redis", "mcp", "openai"},
+        set(),
+    ),
     # The two sides never import each other: only the composition root (``droidwire/``, the
     # CLI) starts bridge-side pieces next to controller-side ones.
     "controller": ({"device_bridge", "droidwire"}, set()),

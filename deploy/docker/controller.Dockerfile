@@ -27,7 +27,8 @@ COPY droidwire ./droidwire
 COPY device_bridge ./device_bridge
 COPY fixer ./fixer
 COPY gradle-workspace ./gradle-workspace
-RUN /opt/droidwire/bin/pip install -c constraints.txt . \
+# The controller extra: FastAPI, uvicorn, SQLAlchemy, PostgreSQL, Redis, MCP, OpenAI, …
+RUN /opt/droidwire/bin/pip install -c constraints.txt '.[controller]' \
  && /opt/droidwire/bin/droidwire --help > /dev/null
 
 # --- runtime: the environment only, run by an unprivileged user -----------------------------

@@ -100,9 +100,7 @@ def test_no_help_text_holds_what_rich_would_take_as_markup() -> None:
     """``[build]`` or ``[default: …]`` in a help text vanish from ``--help`` (rich markup)."""
     import re
 
-    import typer.main
-
-    from droidwire import app
+    from droidwire import command_tree
 
     def walk(command: object, path: list[str]) -> list[tuple[list[str], object]]:
         out = [(path, command)]
@@ -111,7 +109,7 @@ def test_no_help_text_holds_what_rich_would_take_as_markup() -> None:
         return out
 
     found = []
-    for path, command in walk(typer.main.get_command(app), []):
+    for path, command in walk(command_tree(), []):
         texts = [getattr(command, "help", None) or ""]
         texts += [getattr(p, "help", None) or "" for p in getattr(command, "params", [])]
         found += [(path, t) for t in texts if re.search(r"(?<!\\)\[[a-zA-Z#/@]", t)]

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import typer.main
 
 from tests.conftest import TIME_SCALE
 from tests.droidwire.stack import ADMIN, Stack, live_stack, run_cli, wait_until
@@ -162,7 +161,7 @@ def test_the_pause_file_shows_everywhere(stack: Stack) -> None:
 
 
 def _commands() -> list[list[str]]:
-    from droidwire import app
+    from droidwire import command_tree
 
     out: list[list[str]] = []
 
@@ -172,7 +171,7 @@ def _commands() -> list[list[str]]:
         for name, sub in (subs or {}).items():
             walk(sub, [*path, name])
 
-    walk(typer.main.get_command(app), [])
+    walk(command_tree(), [])
     return out
 
 
