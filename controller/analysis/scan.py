@@ -27,6 +27,7 @@ line, as before.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -124,6 +125,18 @@ def available() -> bool:
     return _NATIVE
 
 
+_local = threading.local()
+
+
+def _scratch(db: Any) -> Any:
+    """This thread's Hyperscan scratch space: one scratch serves one scan at a time, and the
+    analyzer runs in worker threads (several runs at once)."""
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = hyperscan.Scratch(db)
+    return scratch
+
+
 @dataclass(slots=True)
 class Plan:
     """A log's bytes and the line starts the per-line parser must read, ascending."""
@@ -170,7 +183,7 @@ def plan(text: str | bytes) -> Plan | None:
         return None
 
     try:
-        db.scan(data, match_event_handler=hit)
+        db.scan(data, match_event_handler=hit, scratch=_scratch(db))
     except _Abort:
         return None
     rfind = partial(data.rfind, b"\n", 0)

@@ -179,3 +179,32 @@ def test_corpus_results_are_the_same(path: Path) -> None:
         assert analyze(text, package=package).to_json() == want
         assert analyze(data, package=package).to_json() == _per_line(
             analyzer_mod.decode(data), package)
+
+
+def test_analyses_in_several_threads_at_once() -> None:
+    # One Hyperscan scratch serves one scan at a time: each thread gets its own.
+    import threading
+
+    text = "".join(
+        f"11-02 09:15:01.{i % 1000:03d}  4321  {4321 + i % 2} D {'StrictMode' if i % 50 == 0 else 'Chatty'}"
+        f": {'A resource was acquired at attached stack trace but never released' if i % 50 == 0 else 'x'}\n"
+        for i in range(20_000))
+    data = text.encode()
+    want = _per_line(text, None)
+    errors: list[str] = []
+    start = threading.Barrier(4)
+
+    def work() -> None:
+        start.wait()
+        try:
+            for _ in range(3):
+                assert analyze(data).to_json() == want
+        except Exception as exc:  # reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
