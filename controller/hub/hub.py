@@ -930,7 +930,9 @@ class Hub:
                 # This task reads; a kick (another connection of the bridge, liveness,
                 # revocation, shutdown) or a failed writer cancels it (Connection._end).
                 conn.reader = asyncio.current_task()
-                await self._read(entry, conn, hello)
+                reading = self._read(entry, conn, hello)
+                del hello  # _read lets go of it after the first frame (~2 KB per idle bridge)
+                await reading
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not conn.ending or task is None or task.uncancel() > 0:
@@ -1055,6 +1057,7 @@ class Hub:
             message = frame = outcome = data = None
             if first:
                 frame = hello
+                del hello  # not kept for the connection's life (~2 KB per idle bridge)
             else:
                 message = await conn.ws.receive()
                 if message["type"] == "websocket.disconnect":
@@ -1221,6 +1224,7 @@ class Hub:
     async def _on_resume(self, entry: BridgeEntry, resume: Resume) -> None:
         hello = entry.session.hello
         assert hello is not None
+        entry.session.hello = None  # applied below; not kept for the connection's life (~2 KB)
         for completion in resume.failed:
             self._complete(entry, completion)
         entry.streams.clear()
