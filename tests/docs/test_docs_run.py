@@ -125,8 +125,9 @@ def _substitute(argv: list[str], stack: Stack, ids: dict[str, str]) -> list[str]
     return out
 
 
-def _follow(stack: Stack, argv: list[str]) -> tuple[int, str]:
-    """``logcat -f`` runs until Ctrl-C: it runs, prints a first chunk, and stops on SIGINT."""
+def _follow(stack: Stack, argv: list[str], first_line: str) -> tuple[int, str]:
+    """``logcat -f`` and ``device tunnel`` run until Ctrl-C: each runs, prints its first line
+    (a chunk of log; the ``adb connect`` address), and stops on SIGINT."""
     proc = subprocess.Popen([DROIDWIRE, *argv], env=stack.env, cwd=stack.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -138,7 +139,7 @@ def _follow(stack: Stack, argv: list[str]) -> tuple[int, str]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert first.startswith("{"), err
+    assert first.startswith(first_line), (first, err)
     return proc.returncode, err
 
 
@@ -164,7 +165,9 @@ def test_every_shown_command_runs_as_shown(stack: Stack, page: str) -> None:
         argv = _substitute(shown, stack, ids)
         want, why = EXPECTED.get(command, (0, "ok"))
         if "-f" in argv and "logcat" in argv:
-            code, err = _follow(stack, argv)
+            code, err = _follow(stack, argv, "{")
+        elif argv[:2] == ["device", "tunnel"]:
+            code, err = _follow(stack, argv, "{" if "--json" in argv else "tunnel to ")
         else:
             done = stack.cli(*argv)
             code, err = done.code, done.err
