@@ -2,8 +2,8 @@
 
 Thin CLI → config → runner: flags and environment variables become overrides
 of the TOML config (flag > env > file > default), :class:`device_bridge.bridge.Bridge` runs.
-``device_bridge`` is imported inside the command only, so the controller package never
-depends on it.
+``device_bridge`` is imported inside the command only, so ``bridge list``, ``bridge forget``
+(client commands about bridges, over ``/v1/bridges``) and ``--help`` do not load it.
 
 Exit codes: 0 stopped (Ctrl-C / SIGTERM), 1 bad configuration, 2 refused by the controller
 (unauthorized, forbidden, no bridge endpoint at the URL, replaced by a newer session,

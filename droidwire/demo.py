@@ -20,8 +20,8 @@ when the compiler is set up), and work kept off the main thread (REFUTED). It pr
 (or ``{"results": [...]}`` with ``--json``) and exits 0; 1 if a run could not collect
 evidence (PENDING), so a broken setup does not look like a working one.
 
-This is the one place the controller package imports ``device_bridge`` (docs/design.md §2): the
-demo *is* a bridge host too.
+The demo starts controller-side and bridge-side pieces in one process, which only the
+composition root may do (docs/design.md §2): the demo *is* a bridge host too.
 """
 
 from __future__ import annotations
