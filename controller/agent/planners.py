@@ -24,13 +24,19 @@ from pydantic import ValidationError
 
 from controller.agent.plan import Check, Plan, PlanError, PlanStep, Refused
 
-__all__ = ["APP_ALIASES", "LlmPlanner", "Planner", "RulePlanner"]
+__all__ = ["APP_ALIASES", "SYSTEM_APPS", "LlmPlanner", "Planner", "RulePlanner"]
 
 #: Names an instruction may use for an app (lower case) → package.
 APP_ALIASES: Mapping[str, str] = {
     "demo": "com.droidwire.demo",
     "droidwire demo": "com.droidwire.demo",
     "the demo": "com.droidwire.demo",
+}
+#: Apps named with "app" ("open the Settings app") → (package, launcher activity): the
+#: system's own, which the ``agent`` profile may start.
+SYSTEM_APPS: Mapping[str, tuple[str, str]] = {
+    "settings": ("com.android.settings", ".Settings"),
+    "system settings": ("com.android.settings", ".Settings"),
 }
 MAX_INSTRUCTION = 1000
 _PACKAGE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
@@ -175,7 +181,12 @@ class RulePlanner:
                         expect=Check(activity=name),
                     )
                 ]
-            if package is not None or (m["kind"] or "").lower() in ("app", "application"):
+            is_app = (m["kind"] or "").lower() in ("app", "application")
+            system = SYSTEM_APPS.get(name.lower().strip())
+            if package is None and system is not None and (is_app or " " in name.strip()):
+                return [PlanStep(action="start", target=system[0], activity=system[1],
+                                 expect=Check(package=system[0]))]
+            if package is not None or is_app:
                 if package is None:
                     raise Refused(f"no known app is called {name!r}")
                 return [PlanStep(action="start", target=package, expect=Check(package=package))]
