@@ -39,6 +39,7 @@ from controller.agent import (
     RulePlanner,
     Trace,
     TraceStore,
+    Verifier,
 )
 from controller.auth import Principal, Scope, UserPrincipal
 from controller.config import ControllerConfig
@@ -130,6 +131,18 @@ def _planner(request: Request) -> Planner:
         planner = LlmPlanner(client) if client is not None else RulePlanner()
         state.agent_planner = planner
     return planner
+
+
+def _verifier(request: Request) -> Verifier:
+    """The verifier of ``mark_done``: a model of its own (the configured LLM, its own prompt),
+    or none — then it says so rather than approving. ``app.state.agent_verifier`` overrides."""
+    state = request.app.state
+    verifier: Verifier | None = getattr(state, "agent_verifier", None)
+    if verifier is None:
+        from fixer.llm import LlmClient
+
+        verifier = state.agent_verifier = Verifier(LlmClient.from_env())
+    return verifier
 
 
 class _Session:
@@ -302,7 +315,7 @@ async def post_act(
 ) -> dict[str, Any]:
     """Run a natural-language instruction as a checked plan; the trace tells every step."""
     session = await _open(request, principal, device, "act", instruction=body.instruction)
-    runner = AgentRunner(_planner(request))
+    runner = AgentRunner(_planner(request), verifier=_verifier(request))
     try:
         return await runner.act(session.call, body.instruction, session.trace)
     except RpcError as exc:
