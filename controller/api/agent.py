@@ -9,6 +9,8 @@
   "tap", "x", "y"}`` / ``swipe`` / ``text`` / ``key`` / ``start`` / ``stop``, ``"settled"`` →
   ``{"ok", "at_action_png", "settled_png"?, "composite_png"?, "state", …}`` (PNGs base64)
 * ``POST /v1/devices/{device}/act`` — ``{"instruction"}`` → ``{"trace_id", "ok", "steps"}``
+* ``POST /v1/devices/{device}/done`` — ``{"goal", "summary"}`` → the verifier's verdict on the
+  screen (``mark_done`` for an agent that drives the device itself)
 * ``GET /v1/agent/traces/{trace_id}/frames/{name}`` — an evidence frame a step links
   (``image/png``, immutable: ``ETag`` and ``Cache-Control: private``); the trace's owner
   or an admin only, 404 for anyone else. Frames live in the store (``controller.store.Frame``),
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -46,7 +49,7 @@ from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["ActIn", "ActionIn", "router"]
+__all__ = ["ActIn", "ActionIn", "DoneIn", "router"]
 
 log = logging.getLogger("droidwire.controller.api.agent")
 
@@ -97,6 +100,29 @@ class ActIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instruction: str = Field(min_length=1, max_length=1000)
+
+
+class DoneIn(BaseModel):
+    """``mark_done`` from an agent of its own: the goal and what it says it achieved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str = Field(min_length=1, max_length=1000)
+    summary: str = Field(min_length=1, max_length=1000)
+
+
+# The last action's frames per (user, device): what a later mark_done is judged on. Bounded;
+# a controller replica that did not serve the action (or a restart) judges a fresh screenshot.
+MAX_LAST_FRAMES = 256
+
+
+def _last_frames(request: Request) -> OrderedDict[tuple[str | None, str], dict[str, bytes]]:
+    state = request.app.state
+    frames: OrderedDict[tuple[str | None, str], dict[str, bytes]] | None = getattr(
+        state, "agent_last_frames", None)
+    if frames is None:
+        frames = state.agent_last_frames = OrderedDict()
+    return frames
 
 
 def _hub(request: Request) -> Hub:
@@ -289,6 +315,14 @@ async def post_action(
     method = _ACTIONS[params.pop("action")]
     session = await _open(request, principal, device, "actions", action=body.action)
     result = await _tool(session, method, params)
+    pngs = {k: v for k, v in result.items() if k in _PNG_KEYS and isinstance(v, bytes) and v}
+    if pngs:
+        last = _last_frames(request)
+        slot = (principal.user_id, str(session.ref))
+        last[slot] = pngs
+        last.move_to_end(slot)
+        while len(last) > MAX_LAST_FRAMES:
+            last.popitem(last=False)
     out: dict[str, Any] = {
         "ok": bool(result.get("ok")),
         "trace_id": session.trace.id,
@@ -328,6 +362,41 @@ async def post_act(
         )
         await session.trace.finish(ok=False, summary=exc.message, reason=exc.code.value)
         raise
+
+
+@router.post("/v1/devices/{device}/done")
+async def post_done(
+    device: str, body: DoneIn, principal: UserPrincipal, request: Request
+) -> dict[str, Any]:
+    """``mark_done``: the verifier judges the claim against the screen — the last action's
+    at-action and settled frames (side by side), or a fresh screenshot — the device state and
+    the goal. ``{"trace_id", "ok", "verdict": {"status", "gap"?, "evidence"?, "reason"?}}``:
+    a rejection names the gap; without a verifier model the status is ``unverified``."""
+    session = await _open(request, principal, device, "done", goal=body.goal)
+    trace = session.trace
+    try:
+        state = await session.call("device.state", {})
+        elements = [dict(e) for e in (await session.call("ui.dump", {})).get("elements", [])]
+        evidence = dict(_last_frames(request).get((principal.user_id, str(session.ref)), {}))
+        if not evidence:
+            shot = await session.call("ui.screenshot", {"marks": False})
+            if isinstance(shot.get("png"), bytes):
+                evidence = {"settled_png": shot["png"]}
+    except RpcError as exc:
+        await trace.finish(ok=False, summary=exc.message, reason=exc.code.value)
+        raise
+    image = evidence.get("composite_png") or evidence.get("settled_png") or evidence.get(
+        "at_action_png")
+    verdict = await _verifier(request).verify(body.goal, body.summary, state, elements, image)
+    links = await trace.keep_frames(len(trace.steps), evidence)
+    detail = {k: v for k, v in verdict.to_json().items() if k != "status"}
+    await trace.record("verify", verdict.status, summary=body.summary,
+                       page=state.get("activity_short"), **detail, **links)
+    message = {"accepted": "done", "rejected": f"not done: {verdict.gap}"}.get(
+        verdict.status, verdict.reason)
+    await trace.finish(ok=verdict.accepted, summary=message, verdict=verdict.to_json())
+    return {"trace_id": trace.id, "ok": verdict.accepted, "message": message,
+            "verdict": verdict.to_json(), "state": _state_json(state)}
 
 
 @router.get("/v1/agent/traces/{trace_id}/frames/{name}", response_class=Response)

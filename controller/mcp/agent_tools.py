@@ -16,7 +16,9 @@ from typing import Any
 from controller.mcp.spec import Caller, Outcome, parse
 from controller.mcp.tools import image_info
 
-__all__ = ["device_act", "device_action", "device_state", "marked_screenshot", "ui_elements"]
+__all__ = [
+    "device_act", "device_action", "device_state", "mark_done", "marked_screenshot", "ui_elements",
+]
 
 
 async def device_state(caller: Caller, args: dict[str, Any]) -> Outcome:
@@ -64,4 +66,13 @@ async def device_act(caller: Caller, args: dict[str, Any]) -> Outcome:
     device = str(args["device"])
     body = parse(ActIn, {"instruction": args["instruction"]})
     data = await post_act(device, body, caller.principal, caller.request)
+    return Outcome(data=data, devices=[device])
+
+
+async def mark_done(caller: Caller, args: dict[str, Any]) -> Outcome:
+    from controller.api.agent import DoneIn, post_done
+
+    device = str(args["device"])
+    body = parse(DoneIn, {"goal": args["goal"], "summary": args["summary"]})
+    data = await post_done(device, body, caller.principal, caller.request)
     return Outcome(data=data, devices=[device])

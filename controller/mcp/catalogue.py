@@ -214,6 +214,27 @@ TOOLS: dict[str, ToolSpec] = {
                   "steps": {"type": "array", "items": _OBJ}}, ["trace_id", "ok", "steps"]),
             agent.device_act, destructive=True, open_world=True,
         ),
+        ToolSpec(
+            "mark_done", "Claim the goal reached: the verifier checks",
+            "Say the goal is reached: a verifier model compares the screen (your last "
+            "device_action's frames, at action and settled, or a fresh screenshot), the device "
+            "state and the goal with your summary, and answers ok with a verdict: accepted, "
+            "rejected with the gap it sees (act on it, then call mark_done again), or "
+            "unverified (no verifier model configured; never an approval).",
+            object_schema({
+                "device": DEVICE_PROP,
+                "goal": {"type": "string", "minLength": 1, "maxLength": 1000,
+                         "description": "The user's goal, as given to you."},
+                "summary": {"type": "string", "minLength": 1, "maxLength": 1000,
+                            "description": "What you did and what the screen should show."},
+            }, ["device", "goal", "summary"]),
+            _out({"trace_id": _S, "ok": _B, "message": _S,
+                  "verdict": _out({"status": {"enum": ["accepted", "rejected", "unverified"]},
+                                   "gap": _S, "evidence": _S, "reason": _S}, ["status"]),
+                  "state": _out(_STATE_PROPS, [])},
+                 ["trace_id", "ok", "verdict"]),
+            agent.mark_done, read_only=True, open_world=True,
+        ),
         # Apps (docs/security.md#apps-and-files).
         ToolSpec(
             "list_apps", "List the apps on a device",

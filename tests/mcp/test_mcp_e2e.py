@@ -61,6 +61,7 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         "live_frame",  # the live screen's newest frame (issue 17)
         # the agent toolkit's (issue 11)
         "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
+        "mark_done",  # the verifier (issue 19)
         # apps (issue 18)
         "list_apps", "install_app", "app_action",
     }

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from controller.agent import RulePlanner
+from controller.agent import RulePlanner, Verifier
 from device_bridge.sim.apk import SimPackage, build_apk
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.executor.support import llm_style_test
@@ -32,7 +32,7 @@ DESTRUCTIVE = {"device_shell", "device_action", "device_act", "sandbox_executor"
 async def test_every_tool_declares_output_schema_and_annotations(rig: Rig) -> None:
     async with rig.session() as session:
         tools = (await session.list_tools()).tools
-    assert len(tools) >= 15
+    assert len(tools) >= 16
     for tool in tools:
         assert tool.output_schema is not None and tool.output_schema["type"] == "object", tool.name
         jsonschema.Draft202012Validator.check_schema(tool.output_schema)
@@ -48,6 +48,7 @@ async def test_every_tool_result_matches_its_output_schema(rig: Rig) -> None:
     """Each tool called with good arguments (live_frame's success, which needs a viewer, is
     in test_mcp_live_frame.py, through the same validating client)."""
     rig.controller.app.state.agent_planner = RulePlanner()
+    rig.controller.app.state.agent_verifier = Verifier(None)  # no model here: "unverified"
     device = rig.sim.address
     calls: list[tuple[str, dict[str, Any]]] = [
         ("list_devices", {}),
@@ -60,6 +61,7 @@ async def test_every_tool_result_matches_its_output_schema(rig: Rig) -> None:
         ("marked_screenshot", {"device": device, "marks": False}),
         ("device_action", {"device": device, "action": "key", "key": "HOME"}),
         ("device_act", {"device": device, "instruction": "go home"}),
+        ("mark_done", {"device": device, "goal": "the home screen", "summary": "went home"}),
         ("install_app", {"device": device, "apk_base64": APK}),
         ("list_apps", {"device": device}),
         ("app_action", {"device": device, "package": PACKAGE, "action": "launch"}),
