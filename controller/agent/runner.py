@@ -31,7 +31,7 @@ from controller.agent.traces import FRAME_KEYS, Trace
 from controller.agent.verifier import UNVERIFIED, Verdict, Verifier
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["AgentRunner", "Caller", "RunnerSettings", "evaluate", "failure_summary"]
+__all__ = ["AgentRunner", "Caller", "RunnerSettings", "evaluate", "failure_summary", "loading"]
 
 Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -49,6 +49,21 @@ class RunnerSettings:
     # Plans per instruction: the first, one correction after a failure, and more after a
     # rejected mark_done or a requested screenshot.
     max_rounds: int = 4
+
+
+STUCK_FRAMES = 3  # observations of one page with a progress indicator: stuck loading
+_PROGRESS = ("progressbar", "progressindicator", "spinner")
+
+
+def loading(elements: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the UI tree shows a progress indicator (a ProgressBar, a Material progress
+    indicator, or an element whose id says progress/loading)."""
+    for e in elements:
+        kind = str(e.get("class_name") or e.get("class") or "").lower()
+        rid = str(e.get("resource_id") or "").lower().split(":id/")[-1]
+        if any(p in kind for p in _PROGRESS) or "progress" in rid or "loading" in rid:
+            return True
+    return False
 
 
 def _elements(result: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -157,10 +172,12 @@ class AgentRunner:
         self.fallback = fallback
         self._frames: dict[str, bytes] = {}  # the last action's evidence (this call's)
         self.memory: list[str] = []  # the trace's scratchpad (remember)
+        self._pages: list[tuple[str, bool]] = []  # (page, progress shown) per observation
+        self._stuck = ""  # the stuck-loading issue, once found
 
     async def act(self, call: Caller, instruction: str, trace: Trace) -> dict[str, Any]:
         """Run ``instruction``; the answer is ``{"trace_id", "ok", "steps", …}``."""
-        self._frames, self.memory = {}, []
+        self._frames, self.memory, self._pages, self._stuck = {}, [], [], ""
         state, elements = await self._observe(call, trace)
         plan, error = await self._plan(instruction, state, elements, trace, 1)
         if plan is None:
@@ -210,6 +227,8 @@ class AgentRunner:
                 reason = "failed" if outcome.failed is not None else "not_done"
                 return await self._done(trace, ok=False, message=feedback[:500], reason=reason)
             state, elements = await self._observe(call, trace)
+            if self._stuck:
+                feedback = f"{self._stuck}.\n{feedback}"
             try:
                 plan = await self.planner.plan(
                     instruction, state, elements, feedback=feedback, memory=tuple(self.memory),
@@ -268,6 +287,15 @@ class AgentRunner:
         state = await call("device.state", {})
         elements = _elements(await call("ui.dump", {}))
         await trace.record("observe", "ok", state=state.get("text"), elements=len(elements))
+        page = str(state.get("activity") or "")
+        self._pages.append((page, loading(elements)))
+        recent = self._pages[-STUCK_FRAMES:]
+        if (not self._stuck and len(recent) == STUCK_FRAMES and all(loading_ for _, loading_ in
+                                                                    recent)
+                and len({p for p, _ in recent}) == 1):
+            self._stuck = (f"Stuck on a loading screen: {state.get('activity_short') or page} "
+                           f"showed a progress indicator in {STUCK_FRAMES} observations in a row")
+            await trace.record("issue", "warning", issue="stuck_loading", title=self._stuck)
         return state, elements
 
     async def _check(self, call: Caller, plan: Plan, trace: Trace) -> str | None:
