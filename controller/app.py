@@ -38,6 +38,7 @@ from controller.api import (
     grants,
     manage,
     ops,
+    perf,
     reservations,
     sandbox,
     tokens,
@@ -321,6 +322,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(grants.router)
     app.include_router(devices.router)
     app.include_router(agent.router)
+    app.include_router(perf.router)  # the perf stream (docs/agent.md)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
     app.include_router(audit.router)

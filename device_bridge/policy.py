@@ -553,7 +553,9 @@ _LOGCAT_FORMATS = frozenset(
 _LOGCAT_BUFFERS = frozenset({"main", "system", "crash", "events"})  # the shell allow-list's
 # The logcat RPC reads every buffer (§6: "all buffers"); instrument-only filters by process.
 _LOGCAT_RPC_BUFFERS = _LOGCAT_BUFFERS | {"radio", "kernel", "default", "all"}
-_DUMPSYS_SERVICES = frozenset({"window", "activity", "battery", "meminfo", "gfxinfo", "package"})
+_DUMPSYS_SERVICES = frozenset(
+    {"window", "activity", "battery", "meminfo", "gfxinfo", "package", "cpuinfo"}
+)
 # dumpsys arguments that change state rather than read it.
 _DUMPSYS_WRITES = frozenset(
     {"set", "reset", "unplug", "--reset", "clear", "enable", "disable", "kill", "put", "delete",
