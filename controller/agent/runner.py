@@ -20,6 +20,7 @@ REST layer binds to ``Hub.device_call`` (authorization and audit included).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class RunnerSettings:
     # Plans per instruction: the first, one correction after a failure, and more after a
     # rejected mark_done or a requested screenshot.
     max_rounds: int = 4
+    # Opt-in per call: an ANR of the app in front during a step force-stops it (am force-stop)
+    # and captures the screen and the ANR's log lines into the trace.
+    anr_recovery: bool = False
 
 
 STUCK_FRAMES = 3  # observations of one page with a progress indicator: stuck loading
@@ -173,11 +177,13 @@ class AgentRunner:
         self._frames: dict[str, bytes] = {}  # the last action's evidence (this call's)
         self.memory: list[str] = []  # the trace's scratchpad (remember)
         self._pages: list[tuple[str, bool]] = []  # (page, progress shown) per observation
+        self._anrs_seen: set[str] = set()  # ANR report lines already in the log
         self._stuck = ""  # the stuck-loading issue, once found
 
     async def act(self, call: Caller, instruction: str, trace: Trace) -> dict[str, Any]:
         """Run ``instruction``; the answer is ``{"trace_id", "ok", "steps", …}``."""
         self._frames, self.memory, self._pages, self._stuck = {}, [], [], ""
+        self._anrs_seen = await self._anr_lines(call) if self.settings.anr_recovery else set()
         state, elements = await self._observe(call, trace)
         plan, error = await self._plan(instruction, state, elements, trace, 1)
         if plan is None:
@@ -351,6 +357,8 @@ class AgentRunner:
             if step.action == "request_screenshot":
                 return _Round(screenshot=await self._screenshot(call, trace, i, step))
             failed = await self._step(call, i, step, trace)
+            if self.settings.anr_recovery:
+                failed = await self._recover_anr(call, trace, i) or failed
             if failed is not None:
                 return _Round(
                     failed=f"step {i + 1} ({step.action} {step.target or ''}): {failed}".strip()
@@ -362,6 +370,38 @@ class AgentRunner:
             return _Round(verdict=await self._verify(call, trace, len(plan.steps), goal, summary),
                           summary=summary)
         return _Round()
+
+    async def _anr_lines(self, call: Caller) -> set[str]:
+        try:
+            out = await call("device.logcat.dump", {"lines": self.settings.logcat_lines})
+        except RpcError:
+            return set()
+        return {line for line in out.get("lines", []) if "ANR in " in line}
+
+    async def _recover_anr(self, call: Caller, trace: Trace, i: int) -> str | None:
+        """An ANR of the app in front since the last look: force-stop it, capture, say so."""
+        lines = await self._anr_lines(call)
+        new = sorted(lines - self._anrs_seen)
+        self._anrs_seen |= lines
+        if not new:
+            return None
+        state = await call("device.state", {})
+        package = state.get("package")
+        hit = [ln for ln in new if isinstance(package, str) and package
+               and re.search(rf"ANR in {re.escape(package)}(?![\w.])", ln)]
+        if not hit:
+            return None
+        shot = await call("ui.screenshot", {"marks": False})
+        evidence = {"screenshot_png": shot["png"]} if isinstance(shot.get("png"), bytes) else {}
+        frames = await trace.keep_frames(len(trace.steps), evidence)
+        try:
+            await call("app.stop", {"package": package, "settled": False})
+            stopped = "force-stopped"
+        except RpcError as exc:
+            stopped = f"not stopped ({exc.message})"
+        await trace.record("anr", "recovered" if stopped == "force-stopped" else "failed",
+                           step=i, package=package, lines=hit[:5], action=stopped, **frames)
+        return f"{package} stopped responding (ANR): {stopped}, its screen and log captured"
 
     async def _screenshot(self, call: Caller, trace: Trace, i: int, step: PlanStep) -> bytes:
         method, params = step_call(step)

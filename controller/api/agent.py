@@ -40,6 +40,7 @@ from controller.agent import (
     LlmPlanner,
     Planner,
     RulePlanner,
+    RunnerSettings,
     Trace,
     TraceStore,
     Verifier,
@@ -100,6 +101,8 @@ class ActIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instruction: str = Field(min_length=1, max_length=1000)
+    # Opt-in: an ANR of the app in front force-stops it and captures screen and log.
+    anr_recovery: bool = False
 
 
 class DoneIn(BaseModel):
@@ -349,7 +352,8 @@ async def post_act(
 ) -> dict[str, Any]:
     """Run a natural-language instruction as a checked plan; the trace tells every step."""
     session = await _open(request, principal, device, "act", instruction=body.instruction)
-    runner = AgentRunner(_planner(request), verifier=_verifier(request))
+    runner = AgentRunner(_planner(request), verifier=_verifier(request),
+                         settings=RunnerSettings(anr_recovery=body.anr_recovery))
     try:
         return await runner.act(session.call, body.instruction, session.trace)
     except RpcError as exc:

@@ -64,7 +64,7 @@ async def device_act(caller: Caller, args: dict[str, Any]) -> Outcome:
     from controller.api.agent import ActIn, post_act
 
     device = str(args["device"])
-    body = parse(ActIn, {"instruction": args["instruction"]})
+    body = parse(ActIn, {k: v for k, v in args.items() if k != "device"})
     data = await post_act(device, body, caller.principal, caller.request)
     return Outcome(data=data, devices=[device])
 

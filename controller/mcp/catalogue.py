@@ -209,7 +209,11 @@ TOOLS: dict[str, ToolSpec] = {
             "planned, every step checked against the device owner's policy before anything is "
             "sent, then run with state checks; returns trace_id, ok and the steps.",
             object_schema({"device": DEVICE_PROP, "instruction": {
-                "type": "string", "minLength": 1, "maxLength": 1000}}, ["device", "instruction"]),
+                "type": "string", "minLength": 1, "maxLength": 1000}, "anr_recovery": {
+                "type": "boolean", "default": False,
+                "description": "An ANR of the app in front force-stops it (am force-stop) and "
+                "captures its screen and log lines into the trace."}},
+                ["device", "instruction"]),
             _out({"trace_id": _S, "ok": _B, "message": _S,
                   "steps": {"type": "array", "items": _OBJ}}, ["trace_id", "ok", "steps"]),
             agent.device_act, destructive=True, open_world=True,
