@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import controller.mcp.agent_tools as agent
+import controller.mcp.manage_tools as manage
+import controller.mcp.tools as tools
 from controller.executor import tool_schema
-from controller.mcp import agent_tools as agent
-from controller.mcp import manage_tools as manage
-from controller.mcp import tools
 from controller.mcp.spec import DEVICE_PROP, ToolSpec, object_schema
 
 __all__ = ["TOOLS", "tool_list"]
