@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
 
 from controller.perf import parse_cpuinfo, parse_gfxinfo, parse_meminfo
 from tests.adb_support import ConnectedSim
@@ -71,3 +72,27 @@ def test_the_reports_are_parsed() -> None:
            "  30% 1000/system_server: 20% user + 10% kernel\n")
     assert parse_cpuinfo(cpu, "com.example") == 50.5
     assert parse_cpuinfo(cpu, "com.other") is None
+
+
+async def test_perf_streams_are_bounded_per_user(
+    controller: InLoopController, sim: ConnectedSim  # noqa: F811
+) -> None:
+    controller.hub.streams_per_user = 1
+    url = f"{controller.ws_url}/v1/devices/{sim.address}/perf/stream?interval_s=1"
+    async with connect(url, additional_headers=bearer(ADMIN_TOKEN), open_timeout=WAIT_S) as ws:
+        await _next(ws)
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(url, additional_headers=bearer(ADMIN_TOKEN),
+                               open_timeout=WAIT_S):
+                pass
+        assert refused.value.response.status_code == 429
+    # The slot is free again once the first stream ended.
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            try:
+                async with connect(url, additional_headers=bearer(ADMIN_TOKEN),
+                                   open_timeout=WAIT_S) as again:
+                    assert (await _next(again))["package"] == "com.droidwire.demo"
+                    break
+            except InvalidStatus:  # the server may not have seen the first close yet
+                await asyncio.sleep(0.05)
