@@ -38,6 +38,7 @@ from controller.api import (
     grants,
     manage,
     ops,
+    perf,
     reservations,
     sandbox,
     tokens,
@@ -53,6 +54,8 @@ from controller.hub import endpoint as hub_endpoint
 from controller.limits import BodyLimit
 from controller.loans import Loans
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
+from controller.mcp.oauth import router as oauth_router
+from controller.mcp.oauth import www_authenticate
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
 from controller.store import Store, Token, is_busy
@@ -146,7 +149,7 @@ async def _unauthenticated(conn: Request, exc: Exception) -> Response | None:
     response = JSONResponse(
         error_body("unauthorized", exc.message),
         status_code=401,
-        headers={"WWW-Authenticate": 'Bearer realm="droidwire"'},
+        headers={"WWW-Authenticate": www_authenticate(conn, exc.message)},
     )
     return await _problem(conn, response, CloseCode.UNAUTHORIZED, exc.message)
 
@@ -319,6 +322,7 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     app.include_router(grants.router)
     app.include_router(devices.router)
     app.include_router(agent.router)
+    app.include_router(perf.router)  # the perf stream (docs/agent.md)
     app.include_router(bridges.router)
     app.include_router(sandbox.router)
     app.include_router(audit.router)
@@ -331,5 +335,8 @@ def create_app(config: ControllerConfig | None = None) -> ControllerApp:
     # A callable that is not a function is served as an ASGI app (Starlette's Route), which the
     # stubs do not model.
     app.add_route(MCP_PATH, McpEndpoint(), include_in_schema=False)  # type: ignore[arg-type]
+    # `/mcp/` is the same endpoint, not a redirect (a client may not replay a POST's body).
+    app.add_route(MCP_PATH + "/", McpEndpoint(), include_in_schema=False)  # type: ignore[arg-type]
+    app.include_router(oauth_router)  # RFC 9728 metadata, named by every 401
     install_openapi(app)
     return app

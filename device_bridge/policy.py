@@ -13,6 +13,9 @@ standard          the allow-list below    all buffers         yes          APKs 
 instrument-only   none                    the app under       no           yes           no
                                           test's processes
 no-shell          none                    all buffers         yes          yes           as standard
+agent             standard, plus any      all buffers         yes          no install    as standard
+                  app's activity, no
+                  ``pm clear``
 full              anything without        all buffers         yes          yes           any path
                   metacharacters
 ================  ======================  ==================  ===========  ============  ===========
@@ -38,8 +41,10 @@ Shell commands are checked in three layers, the first two identical for every pr
    interpreter (``sh -c …``), wrappers that run another command (``env``, ``toybox``, ``xargs``,
    ``run-as``…), recursive ``rm`` of a system root. Refused in every profile, ``full`` included:
    the controller may be compromised, and these take a device away from its owner.
-3. *Profile*: ``standard`` matches argv patterns with bounded arguments (``_STANDARD``), ``full``
-   takes what passed 1 and 2, the others have no shell.
+3. *Profile*: ``standard`` matches argv patterns with bounded arguments (``_STANDARD``);
+   ``agent`` the same patterns, except that ``am start -n`` may name any package's activity
+   (an app from the launcher, a system settings screen) and ``pm clear`` (a wipe) is refused;
+   ``full`` takes what passed 1 and 2; the others have no shell.
 
 What reaches the device is always the normalised argv, re-quoted (``shlex.join``), never the
 text the controller sent.
@@ -138,6 +143,7 @@ class Rule(StrEnum):
     PULL_NOT_ALLOWED = "pull_not_allowed"
     INSTALL_NOT_ALLOWED = "install_not_allowed"
     INSTRUMENT_NOT_ALLOWED = "instrument_not_allowed"
+    WIPE_NOT_ALLOWED = "wipe_not_allowed"
     # adb services opened through a tunnel (docs/tunnel.md).
     SERVICE_NOT_ALLOWED = "service_not_allowed"
     INTERACTIVE_SHELL = "interactive_shell"
@@ -554,7 +560,9 @@ _LOGCAT_FORMATS = frozenset(
 _LOGCAT_BUFFERS = frozenset({"main", "system", "crash", "events"})  # the shell allow-list's
 # The logcat RPC reads every buffer (§6: "all buffers"); instrument-only filters by process.
 _LOGCAT_RPC_BUFFERS = _LOGCAT_BUFFERS | {"radio", "kernel", "default", "all"}
-_DUMPSYS_SERVICES = frozenset({"window", "activity", "battery", "meminfo", "gfxinfo", "package"})
+_DUMPSYS_SERVICES = frozenset(
+    {"window", "activity", "battery", "meminfo", "gfxinfo", "package", "cpuinfo"}
+)
 # dumpsys arguments that change state rather than read it.
 _DUMPSYS_WRITES = frozenset(
     {"set", "reset", "unplug", "--reset", "clear", "enable", "disable", "kill", "put", "delete",
@@ -714,14 +722,17 @@ def _input(argv: list[str], ctx: CommandContext) -> None:
         _bad_arg(argv, "input action must be tap, swipe, text or keyevent")
 
 
-def _component(argv: list[str], value: str, ctx: CommandContext) -> None:
+def _component(
+    argv: list[str], value: str, ctx: CommandContext, *, any_package: bool = False
+) -> None:
     match = _COMPONENT.fullmatch(value)
     if match is None:
         _bad_arg(argv, f"{value!r} is not a PACKAGE/CLASS component")
-    _own_package(match["pkg"], ctx)
+    if not any_package:
+        _own_package(match["pkg"], ctx)
 
 
-def _am(argv: list[str], ctx: CommandContext) -> None:
+def _am(argv: list[str], ctx: CommandContext, *, any_activity: bool = False) -> None:
     if len(argv) < 3:
         _bad_arg(argv, "expected `am start|force-stop|instrument …`")
     sub, rest = argv[1], argv[2:]
@@ -741,7 +752,7 @@ def _am(argv: list[str], ctx: CommandContext) -> None:
                 value = rest[i + 1]
                 if arg == "-n":
                     component = value
-                    _component(argv, value, ctx)
+                    _component(argv, value, ctx, any_package=any_activity)
                 elif not _WORD.fullmatch(value):
                     _bad_arg(argv, f"bad {arg} value")
                 i += 2
@@ -831,6 +842,17 @@ def _rm(argv: list[str], ctx: CommandContext) -> None:
         _in_workspace(path, allow_root=False)
 
 
+def _agent_am(argv: list[str], ctx: CommandContext) -> None:
+    """``agent``: ``am start -n`` of any package's activity (launcher apps, settings)."""
+    _am(argv, ctx, any_activity=len(argv) > 1 and argv[1] == "start")
+
+
+def _agent_pm(argv: list[str], ctx: CommandContext) -> None:
+    if len(argv) >= 2 and argv[1] == "clear":
+        _refuse(Rule.WIPE_NOT_ALLOWED, "profile agent never clears an app's data")
+    _pm(argv, ctx)
+
+
 _STANDARD: dict[str, _Validator] = {
     "echo": _echo,
     "getprop": _getprop,
@@ -845,6 +867,9 @@ _STANDARD: dict[str, _Validator] = {
     "ls": _ls,
     "rm": _rm,
 }
+
+
+_AGENT: dict[str, _Validator] = {**_STANDARD, "am": _agent_am, "pm": _agent_pm}
 
 
 # --------------------------------------------------------------------------------------------
@@ -945,9 +970,10 @@ class Policy:
         _check_denied(argv)
         if profile is Profile.FULL:
             return argv
-        validator = _STANDARD.get(argv[0])
+        table = _AGENT if profile is Profile.AGENT else _STANDARD
+        validator = table.get(argv[0])
         if validator is None:
-            _refuse(Rule.NOT_ALLOWLISTED, f"{argv[0]!r} is not on the standard allow-list")
+            _refuse(Rule.NOT_ALLOWLISTED, f"{argv[0]!r} is not on the {profile.value} allow-list")
         validator(argv, context or CommandContext())
         return argv
 
@@ -982,8 +1008,9 @@ class Policy:
         self._not_in(serial, Rule.UI_NOT_ALLOWED, "UI access", Profile.INSTRUMENT_ONLY)
 
     def check_install(self, serial: str) -> None:
-        """Install of APK bytes sent through droidwire (the only install the bridge offers)."""
-        self.check_exposed(serial)
+        """Install of APK bytes sent through droidwire (the only install the bridge offers);
+        never under ``agent``."""
+        self._not_in(serial, Rule.INSTALL_NOT_ALLOWED, "installs", Profile.AGENT)
 
     def check_uninstall(
         self, serial: str, package: str, context: CommandContext | None = None

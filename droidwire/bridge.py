@@ -116,7 +116,7 @@ def bridge(
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option(help="Default profile: standard, instrument-only, no-shell or full."),
+        typer.Option(help="Default profile: standard, instrument-only, no-shell, agent or full."),
     ] = None,
     paused: Annotated[
         bool | None, typer.Option("--paused", help="Start with sharing paused.")

@@ -224,6 +224,9 @@ class Profile(StrEnum):
     STANDARD = "standard"
     INSTRUMENT_ONLY = "instrument-only"
     NO_SHELL = "no-shell"
+    # Between standard and full, for an agent driving the phone: any app's activity, taps,
+    # text and keys anywhere on screen; never an install, a wipe or a settings write.
+    AGENT = "agent"
     FULL = "full"
 
 

@@ -2,7 +2,9 @@
 
 Modules: :mod:`.plan` (plan models, step → RPC), :mod:`.planners` (:class:`RulePlanner`,
 :class:`LlmPlanner`), :mod:`.runner` (:class:`AgentRunner`: observe → plan → check → run →
-one correction), :mod:`.traces` (traces as runs with a step log, evidence frames).
+corrections, the verifier of ``mark_done``), :mod:`.verifier` (:class:`Verifier`),
+:mod:`.prompts` (page-awareness rules, the overlay warning), :mod:`.traces` (traces as runs
+with a step log, evidence frames).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from controller.agent.traces import (
     TraceStore,
     frame_path,
 )
+from controller.agent.verifier import Verdict, Verifier
 
 __all__ = [
     "APP_ALIASES",
@@ -41,6 +44,8 @@ __all__ = [
     "StoredFrame",
     "Trace",
     "TraceStore",
+    "Verdict",
+    "Verifier",
     "evaluate",
     "frame_path",
     "parse_plan",

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-__all__ = ["Check", "Plan", "PlanError", "PlanStep", "Refused", "step_call"]
+__all__ = ["AGENT_TOOLS", "Check", "Plan", "PlanError", "PlanStep", "Refused", "step_call"]
 
 _Target = Annotated[str, StringConstraints(min_length=1, max_length=500)]
 
@@ -53,7 +53,15 @@ class Check(_Model):
         return self.text is not None or self.checked is not None
 
 
-Action = Literal["tap", "type", "key", "start", "stop", "swipe", "shell"]
+Action = Literal[
+    "tap", "type", "key", "start", "stop", "swipe", "shell",
+    # The agent's own tools: nothing is sent to the device for the first two.
+    "mark_done",  # target: the summary of what was achieved; the verifier judges it
+    "remember",  # target: a fact to keep in the trace's scratchpad for later rounds
+    "request_screenshot",  # a screenshot (marks: Set-of-Marks, default true) for the next plan
+]
+#: Steps the agent.check dry run does not see: no command reaches the device for them.
+AGENT_TOOLS = frozenset({"mark_done", "remember", "request_screenshot"})
 
 
 class PlanStep(_Model):
@@ -73,6 +81,7 @@ class PlanStep(_Model):
         default=None, max_length=64
     )
     state: Literal["on", "off"] | None = None
+    marks: bool | None = None
     pre_check: Check | None = None
     expect: Check | None = None
     timeout_s: Annotated[float, Field(gt=0, le=60)] = 10.0
@@ -83,7 +92,7 @@ class PlanStep(_Model):
         a = self.action
         if a == "tap" and self.target is None and self.index is None and self.x is None:
             raise ValueError("a tap needs a target text, an index or x/y")
-        if a in ("type", "key", "start", "stop") and self.target is None:
+        if a in ("type", "key", "start", "stop", "mark_done", "remember") and self.target is None:
             raise ValueError(f"{a} needs a target")
         if a == "swipe" and None in (self.x, self.y, self.x2, self.y2):
             raise ValueError("a swipe needs x, y, x2 and y2")
@@ -101,6 +110,10 @@ class Plan(_Model):
 def step_call(step: PlanStep, *, settled: bool = True) -> tuple[str, dict[str, Any]]:
     """The bridge RPC (method, params without ``serial``) that performs ``step``."""
     a = step.action
+    if a == "request_screenshot":
+        return "ui.screenshot", {"marks": step.marks is not False}
+    if a in AGENT_TOOLS:
+        raise ValueError(f"{a} is not a device call")
     extra: dict[str, Any] = {"settled": settled} if a != "shell" else {}
     if settled:
         extra["settle_timeout_s"] = min(step.timeout_s, 30.0)

@@ -55,7 +55,7 @@ log = logging.getLogger("droidwire.controller.agent")
 KEEP_TRACES = DEFAULT_AGENT_FRAME_TRACES
 #: Bytes of frames kept at most (a real device's PNG is 1-3 MB): the oldest traces go first.
 KEEP_BYTES = DEFAULT_AGENT_FRAME_BYTES
-FRAME_KEYS = ("at_action_png", "settled_png", "composite_png")
+FRAME_KEYS = ("at_action_png", "settled_png", "composite_png", "screenshot_png")
 
 
 def frame_path(trace_id: str, name: str) -> str:

@@ -32,6 +32,7 @@ import controller.analysis.anr as anr_mod
 import controller.analysis.strictmode as strictmode
 from controller.analysis import scan
 from controller.analysis.displayed import parse_displayed
+from controller.analysis.heuristics import Heuristics
 from controller.analysis.instrumentation import InstrumentationResult
 from controller.analysis.lines import LogLine, ParsedLog, decode, iter_lines
 from controller.analysis.models import (
@@ -293,6 +294,7 @@ class _State:
         self.vm_deaths: list[LogLine] = []
         self.hosts: dict[int, str] = {}        # pid → package whose component it was started for
         self.next_stale_check = 0
+        self.heuristics = Heuristics()  # hang, CPU with GC churn (over time)
 
     # -- the loop ---------------------------------------------------------------------------
     def wants(self, m: re.Match[str]) -> bool:
@@ -304,7 +306,8 @@ class _State:
                 or "FATAL EXCEPTION" in msg or "ANR in" in msg or "Displayed" in msg
                 or "elapsed" in msg or "PROCESS" in msg or "Kill" in msg or "died" in msg
                 or "signal" in msg or "POLICY_DEATH" in msg or ">>> " in msg
-                or "DroidUnblocker" in msg or "executing service" in msg):
+                or "DroidUnblocker" in msg or "executing service" in msg
+                or "pause timeout" in msg or "GC freed" in msg):
             return True   # substring tests inlined: this runs on every line
         if self.traces or self.anr_open:
             if (None, None) in self.traces:
@@ -348,6 +351,7 @@ class _State:
 
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg
+        self.heuristics.feed(ln)
         if ln.index >= self.next_stale_check:
             self.next_stale_check = ln.index + 256
             if self.traces or self.anr_open:
@@ -711,6 +715,7 @@ class _State:
             displayed=self.displayed,
             deaths=[d for d in self.deaths if package is not None and (
                 (d.pid is not None and d.pid in app_pids) or belongs_to(d.process, package))])
+        issues += self.heuristics.issues(package, app_pids)
         return AnalysisResult(
             entries=entries, lines=nlines, damaged_lines=damaged, violations=violations,
             blocking_time_ms=blocking, anrs=anrs, crashes=crashes, displayed=self.displayed,

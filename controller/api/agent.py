@@ -9,6 +9,8 @@
   "tap", "x", "y"}`` / ``swipe`` / ``text`` / ``key`` / ``start`` / ``stop``, ``"settled"`` →
   ``{"ok", "at_action_png", "settled_png"?, "composite_png"?, "state", …}`` (PNGs base64)
 * ``POST /v1/devices/{device}/act`` — ``{"instruction"}`` → ``{"trace_id", "ok", "steps"}``
+* ``POST /v1/devices/{device}/done`` — ``{"goal", "summary"}`` → the verifier's verdict on the
+  screen (``mark_done`` for an agent that drives the device itself)
 * ``GET /v1/agent/traces/{trace_id}/frames/{name}`` — an evidence frame a step links
   (``image/png``, immutable: ``ETag`` and ``Cache-Control: private``); the trace's owner
   or an admin only, 404 for anyone else. Frames live in the store (``controller.store.Frame``),
@@ -22,231 +24,35 @@ else the rule templates; ``app.state.agent_planner`` overrides it.
 
 from __future__ import annotations
 
-import base64
-import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
 
-from controller.access import check_access
-from controller.agent import (
-    AgentRunner,
-    DbFrameStore,
-    LlmPlanner,
-    Planner,
-    RulePlanner,
-    Trace,
-    TraceStore,
-)
-from controller.auth import Principal, Scope, UserPrincipal
-from controller.config import ControllerConfig
-from controller.hub import Hub, resolve_device
+from controller.auth import Scope, UserPrincipal
+from controller.services import agent
+from controller.services.agent import ActIn, ActionIn, DoneIn
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["ActIn", "ActionIn", "router"]
-
-log = logging.getLogger("droidwire.controller.api.agent")
+__all__ = ["FRAME_MAX_AGE_S", "ActIn", "ActionIn", "DoneIn", "router"]
 
 router = APIRouter(tags=["agent"])
 
-_ACTIONS = {
-    "tap": "ui.tap",
-    "swipe": "ui.swipe",
-    "text": "ui.text",
-    "key": "ui.key",
-    "start": "app.start",
-    "stop": "app.stop",
-}
-_PNG_KEYS = ("at_action_png", "settled_png", "composite_png")
 # Frames never change once written; a private cache may keep one this long (an hour: a cached
 # copy outlives neither a revoked token's session by much nor the frame's retention by much).
 FRAME_MAX_AGE_S = 3600
 
 
-class ActionIn(BaseModel):
-    """One action. ``tap``: ``index``, ``x``/``y``, or a selector (``text``, ``desc``,
-    ``resource_id``); ``swipe``: ``x1 y1 x2 y2 [duration_ms]``; ``text``: ``text``; ``key``:
-    ``key``; ``start``: ``package [activity]``; ``stop``: ``package``. The bridge validates
-    the fields of each (bounds, lengths, the owner's policy)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    action: Literal["tap", "swipe", "text", "key", "start", "stop"]
-    index: int | None = None
-    x: int | None = None
-    y: int | None = None
-    text: str | None = Field(default=None, max_length=500)
-    desc: str | None = Field(default=None, max_length=200)
-    resource_id: str | None = Field(default=None, max_length=200)
-    x1: int | None = None
-    y1: int | None = None
-    x2: int | None = None
-    y2: int | None = None
-    duration_ms: int | None = None
-    key: str | None = Field(default=None, max_length=48)
-    package: str | None = Field(default=None, max_length=255)
-    activity: str | None = Field(default=None, max_length=255)
-    settled: bool = False
-    settle_timeout_s: float | None = None
-
-
-class ActIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    instruction: str = Field(min_length=1, max_length=1000)
-
-
-def _hub(request: Request) -> Hub:
-    hub: Hub | None = getattr(request.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
-
-
-def _traces(request: Request) -> TraceStore:
-    state = request.app.state
-    traces: TraceStore | None = getattr(state, "agent_traces", None)
-    if traces is None:
-        store = getattr(state, "store", None)
-        config: ControllerConfig | None = getattr(state, "config", None)
-        frames = None
-        if store is not None and config is not None:
-            frames = DbFrameStore(
-                store, config.agent_frame_traces, max_bytes=config.agent_frame_bytes
-            )
-        traces = state.agent_traces = TraceStore(store, frames)
-    return traces
-
-
-def _planner(request: Request) -> Planner:
-    state = request.app.state
-    planner: Planner | None = getattr(state, "agent_planner", None)
-    if planner is None:
-        from fixer.llm import LlmClient
-
-        client = LlmClient.from_env()
-        planner = LlmPlanner(client) if client is not None else RulePlanner()
-        state.agent_planner = planner
-    return planner
-
-
-class _Session:
-    """One agent call on one device: the RPCs (authorized, audited) and its trace."""
-
-    def __init__(self, request: Request, principal: Principal, trace: Trace, ref: Any) -> None:
-        self.hub = _hub(request)
-        self.principal = principal
-        self.trace = trace
-        self.ref = ref
-
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        # Each step of an agent's loop re-checks the token too (``device_call`` checks the
-        # loan and scope): a token revoked mid-loop stops it at its next step.
-        await check_access(self.hub.store, self.principal)
-        return await self.hub.device_call(
-            self.principal, self.ref, method, params, action=f"agent.{method}"
-        )
-
-
-async def _open(
-    request: Request, principal: Principal, device: str, tool: str, **detail: Any
-) -> _Session:
-    record = await resolve_device(_hub(request), principal, device)
-    trace = await _traces(request).open(
-        user_id=principal.user_id, device=str(record.ref), tool=tool, **detail
-    )
-    return _Session(request, principal, trace, record.ref)
-
-
-async def _tool(
-    session: _Session, method: str, params: dict[str, Any], **detail: Any
-) -> dict[str, Any]:
-    """One tool call, recorded in its trace whatever happens (refusals too)."""
-    trace = session.trace
-    try:
-        result = dict(await session.call(method, params))
-    except RpcError as exc:
-        status = "refused" if exc.code is ErrorCode.FORBIDDEN else "failed"
-        await trace.record(
-            "tool",
-            status,
-            method=method,
-            params=params,
-            code=exc.code.value,
-            message=exc.message,
-            rule=(exc.data or {}).get("rule"),
-        )
-        await trace.finish(ok=False, summary=f"{method}: {exc.message}", reason=status)
-        raise
-    frames = (
-        await trace.keep_frames(len(trace.steps), result) if method in _ACTIONS.values() else {}
-    )
-    ok = bool(result.get("ok", True))
-    await trace.record(
-        "tool",
-        "ok" if ok else "failed",
-        method=method,
-        params=params,
-        command=result.get("command"),
-        exit_code=result.get("exit_code"),
-        duration_ms=result.get("duration_ms"),
-        output=result.get("output"),
-        **frames,
-        **detail,
-    )
-    await trace.finish(ok=ok, summary=f"{method}: {'ok' if ok else 'failed'}")
-    return result
-
-
-def _state_json(state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "package": state.get("package"),
-        "activity": state.get("activity"),
-        "activity_short": state.get("activity_short"),
-        "recent_activities": list(state.get("recent_activities", [])),
-        "keyboard": bool(state.get("keyboard", False)),
-        "screen": state.get("screen"),
-        "orientation": state.get("orientation", 0),
-        "battery": state.get("battery"),
-        "text": state.get("text", ""),
-    }
-
-
-def _element_json(e: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "index": e.get("index"),
-        "class": e.get("class_name", ""),
-        "text": e.get("text", ""),
-        "desc": e.get("desc", ""),
-        "resource_id": e.get("resource_id", ""),
-        "bounds": list(e.get("bounds", (0, 0, 0, 0))),
-        "clickable": bool(e.get("clickable", False)),
-        "focused": bool(e.get("focused", False)),
-        "checkable": bool(e.get("checkable", False)),
-        "checked": bool(e.get("checked", False)),
-        "actionable": bool(e.get("actionable", False)),
-    }
-
-
 @router.get("/v1/devices/{device}/state")
 async def get_state(device: str, principal: UserPrincipal, request: Request) -> dict[str, Any]:
     """Where the device is: app, page, recent pages, keyboard, screen, and a prompt block."""
-    session = await _open(request, principal, device, "state")
-    state = await _tool(session, "device.state", {})
-    return {**_state_json(state), "trace_id": session.trace.id}
+    return await agent.device_state(request.app.state, principal, device)
 
 
 @router.get("/v1/devices/{device}/ui")
 async def get_ui(device: str, principal: UserPrincipal, request: Request) -> dict[str, Any]:
     """The on-screen elements (``uiautomator dump``), indexed as the marks and taps use them."""
-    session = await _open(request, principal, device, "ui")
-    out = await _tool(session, "ui.dump", {})
-    return {
-        "elements": [_element_json(dict(e)) for e in out.get("elements", [])],
-        "trace_id": session.trace.id,
-    }
+    return await agent.ui_elements(request.app.state, principal, device)
 
 
 @router.get("/v1/devices/{device}/screenshot", response_class=Response)
@@ -258,12 +64,8 @@ async def get_screenshot(
 ) -> Response:
     """The screen as PNG; ``marks=1`` draws a magenta crosshair and index on each actionable
     element (Set-of-Marks)."""
-    session = await _open(request, principal, device, "screenshot", marks=marks)
-    out = await _tool(session, "ui.screenshot", {"marks": marks})
-    png = out.get("png")
-    if not isinstance(png, bytes):
-        raise RpcError(ErrorCode.INTERNAL, "the bridge returned no PNG")
-    return Response(png, media_type="image/png", headers={"X-Trace-Id": session.trace.id})
+    png, trace_id = await agent.screenshot(request.app.state, principal, device, marks=marks)
+    return Response(png, media_type="image/png", headers={"X-Trace-Id": trace_id})
 
 
 @router.post("/v1/devices/{device}/actions")
@@ -272,28 +74,7 @@ async def post_action(
 ) -> dict[str, Any]:
     """One action with its evidence: the at-action frame, and with ``settled`` the settled
     frame and a side-by-side composite (PNGs base64)."""
-    params = body.model_dump(exclude_none=True)
-    method = _ACTIONS[params.pop("action")]
-    session = await _open(request, principal, device, "actions", action=body.action)
-    result = await _tool(session, method, params)
-    out: dict[str, Any] = {
-        "ok": bool(result.get("ok")),
-        "trace_id": session.trace.id,
-        "action": body.action,
-        "command": result.get("command", []),
-        "exit_code": result.get("exit_code"),
-        "output": result.get("output", ""),
-        "duration_ms": result.get("duration_ms"),
-        "target": _element_json(result["target"]) if result.get("target") else None,
-        "settled": result.get("settled"),
-        "state": _state_json(dict(result.get("state") or {})),
-    }
-    # The frames as the bridge sent them, kept in the store or not (the step says which).
-    for key in _PNG_KEYS:
-        png = result.get(key)
-        if isinstance(png, bytes) and png:
-            out[key] = base64.b64encode(png).decode("ascii")
-    return out
+    return await agent.action(request.app.state, principal, device, body)
 
 
 @router.post("/v1/devices/{device}/act")
@@ -301,20 +82,16 @@ async def post_act(
     device: str, body: ActIn, principal: UserPrincipal, request: Request
 ) -> dict[str, Any]:
     """Run a natural-language instruction as a checked plan; the trace tells every step."""
-    session = await _open(request, principal, device, "act", instruction=body.instruction)
-    runner = AgentRunner(_planner(request))
-    try:
-        return await runner.act(session.call, body.instruction, session.trace)
-    except RpcError as exc:
-        await session.trace.record(
-            "error",
-            "failed",
-            code=exc.code.value,
-            message=exc.message,
-            rule=(exc.data or {}).get("rule"),
-        )
-        await session.trace.finish(ok=False, summary=exc.message, reason=exc.code.value)
-        raise
+    return await agent.act(request.app.state, principal, device, body)
+
+
+@router.post("/v1/devices/{device}/done")
+async def post_done(
+    device: str, body: DoneIn, principal: UserPrincipal, request: Request
+) -> dict[str, Any]:
+    """``mark_done``: the verifier judges the claim against the screen (the last action's
+    frames, or a fresh screenshot), the device state and the goal."""
+    return await agent.done(request.app.state, principal, device, body)
 
 
 @router.get("/v1/agent/traces/{trace_id}/frames/{name}", response_class=Response)
@@ -333,7 +110,7 @@ async def get_frame(
                 f"this token lacks the {scope.value!r} scope",
                 {"rule": "missing_scope", "scope": scope.value},
             )
-    found = await _traces(request).frames.get(trace_id, name)
+    found = await agent.traces(request.app.state).frames.get(trace_id, name)
     # Someone else's frame is as absent as a dropped one: its existence is not disclosed.
     if found is None or not (principal.is_admin or found.user_id == principal.user_id):
         raise RpcError(ErrorCode.NOT_FOUND, "no such frame")

@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Annotated, Any
+import re
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +41,29 @@ log = logging.getLogger("droidwire.controller.api.devices")
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
 MAX_DUMP_LINES = 5000
+_PRIORITIES = "VDIWEF"
+# threadtime / brief / time / process prefixes: the priority letter before the tag.
+_LEVEL = re.compile(
+    r"^(?:\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+\d+\s+\d+ ([VDIWEFA]) |"
+    r"\d\d-\d\d \d\d:\d\d:\d\d\.\d+ ([VDIWEFA])/|([VDIWEFA])/[^(]*\(\s*\d+\))"
+)
+
+
+def line_priority(line: str) -> str | None:
+    """The priority letter of a logcat line (``A``, assert, reads as ``F``), or None."""
+    m = _LEVEL.match(line)
+    if m is None:
+        return None
+    level = m[1] or m[2] or m[3]
+    return "F" if level == "A" else level
+
+
+def filter_priority(chunk: LogChunk, priority: str) -> LogChunk:
+    """``chunk`` with only the lines of ``priority`` or above."""
+    floor = _PRIORITIES.index(priority)
+    kept = [ln for ln in chunk.lines
+            if (p := line_priority(ln)) is not None and _PRIORITIES.index(p) >= floor]
+    return replace(chunk, lines=kept)
 
 
 class DeviceOut(BaseModel):
@@ -195,8 +220,12 @@ async def logcat_stream(
     device: str,
     principal: UserPrincipal,
     tail: Annotated[int | None, Query(ge=0, le=MAX_DUMP_LINES)] = None,
+    priority: Annotated[Literal["V", "D", "I", "W", "E", "F"] | None, Query()] = None,
 ) -> None:
     """Live logcat as JSON text messages ``{"lines": [...], "dropped": N, "lost_batches"?}``;
+    ``priority`` (``W``, ``E``, ``F`` …) keeps only lines of that priority or above (a line
+    whose priority cannot be read is dropped then; ``dropped`` still counts lines lost in
+    transit only);
     the last one has ``"eof": true`` and a ``reason``. ``dropped`` lines (and
     ``lost_batches``) were lost just before the lines of that message: a consumer too slow,
     or the link down for a while. Authenticated by the ``Authorization`` header of the
@@ -236,6 +265,10 @@ async def logcat_stream(
                     await websocket.close(1008, reason[:120])
                     return
                 chunk = getter.result()
+                if priority is not None:
+                    chunk = filter_priority(chunk, priority)
+                    if not (chunk.lines or chunk.dropped or chunk.eof or chunk.lost_batches):
+                        continue
                 await websocket.send_text(json.dumps(chunk.to_json()))
                 if chunk.eof:
                     await websocket.close(1000, (chunk.reason or "eof")[:120])

@@ -8,7 +8,7 @@ manager; :class:`McpEndpoint`, the authenticated ASGI route) and :mod:`controlle
 
 from __future__ import annotations
 
+from controller.mcp.catalogue import TOOLS
 from controller.mcp.server import MCP_PATH, McpEndpoint, McpService
-from controller.mcp.tools import TOOLS
 
 __all__ = ["MCP_PATH", "TOOLS", "McpEndpoint", "McpService"]

@@ -42,11 +42,10 @@ from controller.api.errors import error_body
 from controller.audit import AuditLog
 from controller.auth import Principal, current_principal, current_user
 from controller.executor.steps import Progress, ProgressListener
+from controller.mcp.catalogue import TOOLS
+from controller.mcp.spec import Caller, Outcome, ToolSpec, check_arguments, check_output
 from controller.mcp.tools import (
     RUN_URI_PREFIX,
-    TOOLS,
-    Caller,
-    Outcome,
     list_run_resources,
     png_base64,
     read_run_resource,
@@ -144,9 +143,17 @@ class McpService:
             tools=[
                 types.Tool(
                     name=spec.name,
+                    title=spec.title,
                     description=spec.description,
                     input_schema=spec.input_schema,
-                    annotations=types.ToolAnnotations(read_only_hint=spec.read_only),
+                    output_schema=spec.output_schema,
+                    annotations=types.ToolAnnotations(
+                        title=spec.title,
+                        read_only_hint=spec.read_only,
+                        destructive_hint=spec.destructive and not spec.read_only,
+                        idempotent_hint=spec.idempotent,
+                        open_world_hint=spec.open_world,
+                    ),
                 )
                 for spec in TOOLS.values()
             ]
@@ -166,9 +173,13 @@ class McpService:
         args = dict(params.arguments or {})
         action = f"mcp.{params.name[:64]}"
         spec = TOOLS.get(params.name)
+        if spec is None:  # a protocol error (the spec's -32602), not a tool's failure
+            error = RpcError(ErrorCode.NOT_FOUND, f"unknown tool: {params.name[:64]!r}")
+            await self._audit(caller.principal, "mcp.unknown_tool", {}, error=error)
+            raise MCPError(code=INVALID_PARAMS, message=error.message,
+                           data={"tools": sorted(TOOLS)})
         try:
-            if spec is None:
-                raise RpcError(ErrorCode.NOT_FOUND, f"no tool {params.name[:64]!r}")
+            args = check_arguments(spec, args)
             outcome = await spec.fn(caller, args)
         except RpcError as exc:
             await self._audit(caller.principal, action, args, error=exc)
@@ -179,7 +190,7 @@ class McpService:
             await self._audit(caller.principal, action, args, error=error)
             return _error_result(error)
         await self._audit(caller.principal, action, args, outcome=outcome)
-        return _result(outcome)
+        return _result(spec, outcome)
 
     # -- resources
 
@@ -381,11 +392,17 @@ def _mcp_error(exc: RpcError) -> MCPError:
     return MCPError(code=code, message=exc.message, data=_error_body(exc)["error"])
 
 
-def _result(outcome: Outcome) -> types.CallToolResult:
+def _result(spec: ToolSpec, outcome: Outcome) -> types.CallToolResult:
+    """A successful call: its structured content must match the tool's output schema (a
+    mismatch is our bug: it is logged and answered as ``internal``, never sent unchecked)."""
+    problems = check_output(spec, outcome.data if outcome.data is not None else {})
+    if problems:
+        log.error("MCP tool %s answered outside its output schema: %s", spec.name, problems)
+        return _error_result(RpcError(ErrorCode.INTERNAL, "internal error"))
     content: list[types.ContentBlock] = []
     if outcome.image_png is not None:
         content.append(types.ImageContent(data=png_base64(outcome.image_png),
                                           mime_type=outcome.image_type))
     if outcome.data is not None:
         content.append(types.TextContent(text=json.dumps(outcome.data)))
-    return types.CallToolResult(content=content, structured_content=outcome.data)
+    return types.CallToolResult(content=content, structured_content=outcome.data or {})

@@ -12,7 +12,8 @@ argv (``input tap X Y``, ``am start -n PKG/CLS`` …) that must pass the ``stand
 allow-list with the device's screen size as bounds — whatever the profile, since ``no-shell``
 allows UI but no shell, so the UI's argv are the allow-list's and nothing else — except under
 ``full``, the owner's own devices, where the profile's own shell check applies (no package
-scope). Only then is anything sent. Reads (``dumpsys``, ``wm size``, ``uiautomator dump``,
+scope), and under ``agent``, whose allow-list is the standard one plus any app's activity.
+Only then is anything sent. Reads (``dumpsys``, ``wm size``, ``uiautomator dump``,
 ``screencap``) are the bridge's own fixed commands.
 
 Evidence: after an action the bridge waits ``at_action_delay_s`` (0.35 s: toasts and ripples
@@ -258,7 +259,7 @@ class AgentToolkit:
         if screen is not None:
             screen = self._oriented(serial, screen)
         context = self.rpc.context(serial, screen=screen)
-        if policy.profile_for(serial) is Profile.FULL:
+        if policy.profile_for(serial) in (Profile.FULL, Profile.AGENT):
             return policy.check_shell(serial, argv, context)
         return _STANDARD.check_shell(serial, argv, context)
 

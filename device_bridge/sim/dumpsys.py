@@ -85,6 +85,15 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             "  voltage: 4258\n"
             f"  temperature: {dev.battery_temperature}\n  technology: Li-ion\n"
         )
+    if service == "cpuinfo":
+        # The app in front works a little; the system too (AOSP ProcessCpuTracker's format).
+        rows = [f"  {8 + proc.pid % 7}% {proc.pid}/{name}: {5 + proc.pid % 5}% user + 3% kernel"
+                f" / faults: {proc.pid % 900} minor" for name, proc in sorted(dev.processes.items())
+                if name == pkg]
+        return ("Load: 1.12 / 0.98 / 0.87\nCPU usage from 5012ms to 11ms ago:\n"
+                + "".join(r + "\n" for r in rows)
+                + "  6% 1000/system_server: 4% user + 2% kernel / faults: 812 minor\n"
+                + "21% TOTAL: 14% user + 6% kernel + 0.4% iowait\n")
     if service == "display":
         return (
             "DISPLAY MANAGER (dumpsys display)\n"
@@ -123,7 +132,7 @@ def dumpsys(dev: SimDevice, service: str, args: list[str]) -> str | None:
             "Applications Graphics Acceleration Info:\n"
             f"Uptime: {uptime} Realtime: {uptime}\n\n"
             f"** Graphics info for pid {proc.pid} [{target}] **\n\n"
-            "Total frames rendered: 120\nJanky frames: 3 (2.50%)\n"
+            f"Total frames rendered: {120 + uptime * 60 // 1000}\nJanky frames: 3 (2.50%)\n"
             "50th percentile: 6ms\n90th percentile: 11ms\n95th percentile: 14ms\n"
             "99th percentile: 32ms\n"
         )

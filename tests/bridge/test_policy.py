@@ -448,8 +448,9 @@ def test_screenshot_and_ui_by_profile() -> None:
     assert refused(p.check_ui, SERIAL).data["rule"] == Rule.UI_NOT_ALLOWED.value  # type: ignore[index]
 
 
-@pytest.mark.parametrize("profile", list(Profile))
+@pytest.mark.parametrize("profile", [p for p in Profile if p is not Profile.AGENT])
 def test_install_and_instrument_in_every_profile(profile: Profile) -> None:
+    """(Every profile but agent, which never installs: test_policy_agent.py.)"""
     p = policy(profile)
     p.check_install(SERIAL)
     p.check_instrument(SERIAL, RUNNER, CTX)

@@ -152,7 +152,7 @@ def test_index_links_every_page() -> None:
 
 
 def test_every_mcp_tool_is_documented() -> None:
-    from controller.mcp.tools import TOOLS
+    from controller.mcp import TOOLS
 
     text = (DOCS / "mcp.md").read_text(encoding="utf-8")
     missing = [name for name in TOOLS if f"`{name}`" not in text]

@@ -113,7 +113,7 @@ def test_recipes_own_stack_lend_mcp_and_ci_run_as_written(tmp_path: Path) -> Non
     # 3. lend: bob sees the phone while the loan lasts; the loan is revoked.
     assert parts["lend"].count(device) >= 2 and "revoked grant" in parts["lend"]
     # 4. mcp: the agent lists the phone it was lent.
-    assert f"{device} device Pixel 7" in parts["mcp"]
+    assert f"127.0.0.1:{sim_port} device Pixel 7" in parts["mcp"]  # the bare serial: unique
     # 5. ci: a suite per device with its verdict, read back from the JUnit report.
     assert re.search(rf"droidwire\.{re.escape(device)} CONFIRMED tests \d+ failures \d+",
                      parts["ci"]), parts["ci"]

@@ -61,6 +61,7 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
         "live_frame",  # the live screen's newest frame (issue 17)
         # the agent toolkit's (issue 11)
         "device_state", "ui_elements", "marked_screenshot", "device_action", "device_act",
+        "mark_done",  # the verifier (issue 19)
         # apps (issue 18)
         "list_apps", "install_app", "app_action",
     }
@@ -80,7 +81,9 @@ async def test_tools_are_listed_with_the_seeds_schema(rig: Rig) -> None:
 async def test_devices_shell_logcat_and_screenshot(rig: Rig) -> None:
     async with rig.session() as session:
         devices = _data(await session.call_tool("list_devices", {}))["devices"]
-        assert [d["id"] for d in devices] == [rig.device_id]
+        # The handle to pass as `device`: the bare serial while only one bridge has it.
+        assert [d["id"] for d in devices] == [rig.sim.address]
+        assert [d["qualified_id"] for d in devices] == [rig.device_id]
         assert devices[0]["state"] == "device"
 
         shell = _data(await session.call_tool(
@@ -104,8 +107,9 @@ async def test_devices_shell_logcat_and_screenshot(rig: Rig) -> None:
 
         shot = await session.call_tool("screenshot", {"device": rig.device_id})
         assert not shot.is_error
-        [image] = shot.content
-        assert isinstance(image, types.ImageContent) and image.mime_type == "image/png"
+        [image] = [c for c in shot.content if isinstance(c, types.ImageContent)]
+        assert image.mime_type == "image/png"
+        assert _data(shot)["mime_type"] == "image/png" and _data(shot)["width"] > 0
         assert base64.b64decode(image.data).startswith(b"\x89PNG\r\n\x1a\n")
 
     ok = await _audit(rig, "mcp.device_shell")
@@ -247,7 +251,7 @@ async def test_a_borrower_sees_and_uses_only_what_is_lent(rig: Rig) -> None:
         )
         assert grant.status_code == 201, grant.text
         devices = _data(await session.call_tool("list_devices", {}))["devices"]
-        assert [d["id"] for d in devices] == [rig.device_id]
+        assert [d["qualified_id"] for d in devices] == [rig.device_id]
         shell = _data(await session.call_tool(
             "device_shell", {"device": rig.device_id, "command": "echo lent"}
         ))
@@ -282,7 +286,7 @@ async def test_scopes_limit_what_a_token_can_do_over_mcp(rig: Rig) -> None:
     reader = response.json()["token"]
     async with rig.session(reader) as session:
         devices = _data(await session.call_tool("list_devices", {}))["devices"]
-        assert [d["id"] for d in devices] == [rig.device_id]
+        assert [d["qualified_id"] for d in devices] == [rig.device_id]
         shell = _error(await session.call_tool(
             "device_shell", {"device": rig.device_id, "command": "echo hi"}
         ))
@@ -296,8 +300,11 @@ async def test_unknown_tools_and_a_revoked_token(rig: Rig) -> None:
     assert created.status_code == 201, created.text
     carol, token_id = created.json()["token"], created.json()["id"]
     async with rig.session(carol) as session:
-        unknown = _error(await session.call_tool("format_phone", {}))
-        assert unknown["code"] == "not_found"
+        # An unknown tool is a protocol error (JSON-RPC -32602), not a tool's failure.
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("format_phone", {})
+        assert unknown.value.error.code == -32602
+        assert "format_phone" in unknown.value.error.message
     assert (await rig.controller.http.delete(f"/v1/tokens/{token_id}")).status_code == 204
     async with httpx2.AsyncClient(timeout=WAIT_S) as http:
         after = await http.post(
