@@ -60,8 +60,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
         query = query.where(Bridge.owner_id == principal.user_id)
     async with hub.store.session() as session:
         rows = (await session.execute(query.order_by(Bridge.name))).all()
-    remote_bridges = getattr(hub.cluster, "remote_bridges", None)
-    elsewhere = await remote_bridges() if remote_bridges is not None else {}
+    elsewhere = await hub.hooks.remote_bridges()
     out: list[dict[str, Any]] = []
     for bridge, owner in rows:
         entry = hub.entry(bridge.id)

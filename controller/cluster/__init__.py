@@ -16,9 +16,9 @@ logcat streams), :mod:`~controller.cluster.turns` (device turns across replicas)
 from __future__ import annotations
 
 from controller.cluster.cluster import Cluster
-from controller.cluster.ownership import RemoteBridge
 from controller.cluster.streams import RemoteLogStream
 from controller.cluster.wire import DEFAULT_PREFIX, ClusterUrl, parse_redis_url
+from controller.hub.hooks import RemoteBridge
 
 __all__ = [
     "DEFAULT_PREFIX", "Cluster", "ClusterUrl", "RemoteBridge", "RemoteLogStream",

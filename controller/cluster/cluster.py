@@ -1,7 +1,7 @@
 """Cluster mode: several controller replicas sharing Redis (routing) and PostgreSQL (state).
 
 docs/design.md §7, docs/cluster.md. One :class:`Cluster` per replica, attached to its hub as
-its cluster hooks (:class:`controller.hub.hub.ClusterHooks`). This module is its lifecycle,
+its cluster hooks (:class:`controller.hub.hooks.ClusterHooks`). This module is its lifecycle,
 heartbeat, cluster-wide notices (revocations, forgotten bridges) and the listener that
 dispatches other replicas' messages to its parts: the key layout and messages
 (:mod:`~controller.cluster.wire`), the ownership scripts (:mod:`~controller.cluster.scripts`),

@@ -22,7 +22,8 @@ from redis.exceptions import RedisError
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, json_map, pack
 from controller.hub.devices import DeviceRecord
-from controller.hub.hub import BridgeEntry
+from controller.hub.entry import BridgeEntry
+from controller.hub.hooks import RemoteBridge
 from protocol.closecodes import CloseCode
 
 log = logging.getLogger("droidwire.controller.cluster")
@@ -34,19 +35,6 @@ class Claiming:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteBridge:
-    """A bridge connected to another replica: which one, how many live devices, and (for the
-    executor's choice of a build bridge) its name, owner and capabilities as its ``hello``
-    said (``caps``, JSON; empty before its inventory was published)."""
-
-    replica: str
-    devices: int
-    name: str = ""
-    owner_id: str = ""
-    caps: dict[str, Any] = field(default_factory=dict)
 
 
 class Ownership(ClusterCore):

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from controller.auth import DeviceRef
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack, wire_error
-from controller.hub.hub import BridgeEntry
+from controller.hub.entry import BridgeEntry
 from protocol.envelope import Hello, Res
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for

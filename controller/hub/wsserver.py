@@ -29,7 +29,7 @@ the app runs on another server, e.g. Starlette's test client):
   uvicorn waits for their tasks like for its own.
 
 The hub sees a :class:`BridgeConnection` through the three methods it uses on any socket
-(``receive``, ``send_bytes``, ``close``: :class:`controller.hub.hub.BridgeSocket`).
+(``receive``, ``send_bytes``, ``close``: :class:`controller.hub.connection.BridgeSocket`).
 """
 
 from __future__ import annotations
