@@ -45,7 +45,7 @@ from controller.api import (
 )
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
-from controller.auth import Unauthenticated, ensure_bootstrap_admin
+from controller.auth.tokens import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.health import HealthMonitor
 from controller.hub import Hub

@@ -40,7 +40,8 @@ from controller.agent import (
     Trace,
     TraceStore,
 )
-from controller.auth import Principal, Scope, UserPrincipal
+from controller.auth.authorization import Principal, Scope
+from controller.auth.http import UserPrincipal
 from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError

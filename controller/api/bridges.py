@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy import or_, select
 
 from controller.api.refusals import audited_refusal
-from controller.auth import Admin, UserPrincipal
+from controller.auth.http import Admin, UserPrincipal
 from controller.hub import BridgeState, Hub
 from controller.hub.retire import forget_bridge
 from controller.store import Bridge, User

@@ -44,7 +44,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 from sqlalchemy import or_, select
 
-from controller.auth import RunReader, RunWriter, UserPrincipal
+from controller.auth.http import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
 from controller.executor.recovery import Recovered, clean_up, recover_runs
 from controller.store import Run, RunStatus, RunStep, new_id

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import pack
 from protocol.errors import ErrorCode, RpcError

@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack
 from controller.hub.streams import LogChunk, LogStream

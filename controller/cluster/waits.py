@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack, wire_error
 from controller.hub.entry import BridgeEntry

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.executor.gateway import BridgeView, DeviceView, Target
 from controller.hub import Hub
 from protocol.envelope import Capabilities

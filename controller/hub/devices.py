@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub.hub import Hub
 from controller.hub.inventory import serial_refusal
 from controller.store import Bridge, Device

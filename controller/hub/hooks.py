@@ -16,7 +16,7 @@ from protocol.envelope import Hello, Res
 from protocol.errors import ErrorCode, RpcError
 
 if TYPE_CHECKING:
-    from controller.auth import DeviceRef
+    from controller.auth.authorization import DeviceRef
     from controller.hub.devices import DeviceRecord
     from controller.hub.entry import BridgeEntry
     from controller.hub.streams import LogStream

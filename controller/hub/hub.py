@@ -51,7 +51,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from controller.audit import AuditLog
-from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
 from controller.hub.connection import BridgeSocket, Connection
 from controller.hub.entry import EXPIRED, BridgeEntry, BridgeState, Handshake, Waiter

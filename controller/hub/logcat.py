@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.hub.entry import BridgeEntry
 from controller.hub.streams import LogStream
 from protocol.envelope import is_channel

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, or_, select, update
 
-from controller.auth import Principal
+from controller.auth.authorization import Principal
 from controller.hub.devices import DISCONNECTED, resolve_device
 from controller.hub.hub import BridgeState, Hub
 from controller.store import Bridge, Device, Grant, Run, Token

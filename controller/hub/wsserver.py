@@ -53,7 +53,8 @@ from websockets.protocol import OPEN, Event, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from controller.auth import Unauthenticated, current_bridge, current_principal
+from controller.auth.http import current_bridge, current_principal
+from controller.auth.tokens import Unauthenticated
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import Request
 
-from controller.auth import Principal, Scope
+from controller.auth.authorization import Principal, Scope
 from controller.executor.steps import ProgressListener
 from controller.hub import Hub
 from protocol.errors import ErrorCode, RpcError

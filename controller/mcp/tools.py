@@ -25,7 +25,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controller.auth import Action, Scope, authorize
+from controller.auth.authorization import Action, Scope, authorize
 from controller.executor import ExecuteRequest, tool_schema
 from controller.hub import list_devices, resolve_device
 from controller.mcp.agent_tools import agent_tools
