@@ -55,6 +55,7 @@ from controller.loans import Loans
 from controller.mcp import MCP_PATH, McpEndpoint, McpService
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
+from controller.services import Services
 from controller.store import Store, Token, is_busy
 from controller.web import SessionStore, manage_pages
 from controller.web import router as web_router
@@ -224,6 +225,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         app.state.revocation_hooks.append(access.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, access.on_token_revoked)
+        cluster: Cluster | None = None
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
@@ -253,6 +255,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.callback(setattr, hub, "gate", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
+        # The app's services, as one typed object (controller.services): the sandbox executor
+        # is built here, once, over the hub.
+        app.state.services = Services(
+            config=config, store=store, audit=app.state.audit, web_sessions=web_sessions,
+            hub=hub, access=access, loans=app.state.loans, health=app.state.health,
+            executor=sandbox.build_executor(app, store, hub, access, cluster), cluster=cluster,
+        )
+        stack.callback(setattr, app.state, "services", None)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
         stack.push_async_callback(sandbox.close_executor, app)
         # MCP (stateless streamable HTTP) stops first: no tool call starts on a closing hub.

@@ -31,6 +31,7 @@ from controller.hub import list_devices, resolve_device
 from controller.mcp.agent_tools import agent_tools
 from controller.mcp.manage_tools import manage_tools
 from controller.mcp.spec import Caller, Outcome, ToolSpec
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
 
@@ -111,9 +112,7 @@ async def _sandbox_executor(caller: Caller, args: dict[str, Any]) -> Outcome:
             {"errors": [{"loc": [k], "msg": "not allowed"} for k in unknown[:16]]},
         )
     body = _parse(ExecuteRequest, args)
-    from controller.api.sandbox import executor_of  # the app's one executor
-
-    executor = executor_of(caller.request)
+    executor = services_of(caller.request).executor  # the app's one executor
     plan = await executor.plan(body, caller.principal)
     results = await executor.run(plan, listener=caller.progress)
     data = results[0] if len(results) == 1 else {"results": results}
