@@ -10,9 +10,11 @@ docs/design.md §3–4, docs/protocol.md. The delivery rules live in
 * one live connection per bridge: a new one replaces the old, which is closed with 4409
   (terminal for the bridge, so two copies of one bridge do not evict each other forever) —
   but only once the new one has sent a valid ``hello`` of our protocol version: garbage, a
-  probe or another version is closed without touching the live one (:meth:`Hub._await_hello`);
+  probe or another version is closed without touching the live one
+  (:meth:`controller.hub.link.BridgeLink.await_hello`);
 * frames are decoded within their kind's limits (:mod:`protocol.codec`), large ones in a
-  worker thread (:meth:`Hub.decode`), so a hostile frame neither stalls the loop nor balloons;
+  worker thread (:meth:`controller.hub.link.BridgeLink.decode`), so a hostile frame neither
+  stalls the loop nor balloons;
 * per connection, a reader (frames → session → outcomes: the task serving the WebSocket)
   and a writer that alone drains :meth:`~protocol.session.ControllerSession.frames_to_send`,
   so frames leave in the order the session produced them and a stalled socket holds up

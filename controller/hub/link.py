@@ -38,7 +38,7 @@ log = logging.getLogger("droidwire.controller.hub")
 # Frames larger than this are decoded in a worker thread, at most _LARGE_DECODES at once.
 LARGE_FRAME_BYTES = 256 * 1024
 _LARGE_DECODES = 2
-# Results up to this size may be handled in the read callback (Hub._result_now); larger
+# Results up to this size may be handled in the read callback (BridgeLink.result_now); larger
 # ones are left to the reader.
 FAST_RESULT_BYTES = 64 * 1024
 

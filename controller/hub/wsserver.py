@@ -231,7 +231,7 @@ class BridgeConnection(ServerConnection):
     def __init__(self, protocol: ServerProtocol, server: BridgeServer, **kwargs: Any) -> None:
         self.principal: Any = None  # the token's principal, once the handshake checked it
         # Set by the hub (Hub.serve): a binary frame handled in the read callback when the
-        # hub's reader is idle; True when it was (see Hub._result_now).
+        # hub's reader is idle; True when it was (see BridgeLink.result_now).
         self.frame_hook: Callable[[bytes], bool] | None = None
         self.bridges = server
         super().__init__(protocol, server, **kwargs)  # type: ignore[arg-type]
