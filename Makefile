@@ -44,7 +44,7 @@ check: lint test
 ## lint: ruff everywhere, mypy --strict on every package
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/mypy protocol controller device_bridge fixer bench
+	$(BIN)/mypy protocol controller device_bridge fixer droidwire bench
 
 ## bench: run the benchmarks in bench/ (QUICK=1 for a short run)
 bench: setup

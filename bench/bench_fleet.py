@@ -38,7 +38,7 @@ __all__ = ["run"]
 
 
 def _test_code() -> str:
-    from controller.cli.demo import DEMO_TESTS
+    from droidwire.demo import DEMO_TESTS
 
     return DEMO_TESTS[0].code
 

@@ -32,7 +32,7 @@ __all__ = ["run"]
 
 
 def _draft() -> str:
-    from controller.cli.demo import DEMO_TESTS
+    from droidwire.demo import DEMO_TESTS
 
     return DEMO_TESTS[1].code  # the demo's draft that forgot `import android.util.Log`
 

@@ -46,10 +46,10 @@ REPEATS = 5
 @contextlib.asynccontextmanager
 async def _controller_and_bridge() -> AsyncIterator[tuple[Any, Any]]:
     """A controller on uvicorn and a bridge connected to it: (hub, bridge)."""
-    from controller.cli.serve import uvicorn_config
     from controller.config import ControllerConfig
     from device_bridge.bridge import Bridge
     from device_bridge.config import load_host_config
+    from droidwire.serve import uvicorn_config
 
     admin = "bench-" + secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:

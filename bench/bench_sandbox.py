@@ -33,7 +33,7 @@ DEVICE_PHASES = ("install_ms", "run_ms", "logcat_ms", "cleanup_ms")
 
 
 def _test_code() -> str:
-    from controller.cli.demo import DEMO_TESTS
+    from droidwire.demo import DEMO_TESTS
 
     return DEMO_TESTS[0].code
 

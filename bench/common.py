@@ -43,6 +43,9 @@ TARGETS: dict[str, tuple[str, str, float]] = {
     "loop_delay_p99_ms": ("value", "<", 10.0),
     "fix_round_s": ("ratio", "≤", 0.2),
     "fleet_throughput": ("ratio", "≥", 0.9),  # issue 16
+    "tunnel_push_mb_per_s": ("ratio", "≥", 0.5),  # issue 24
+    "bridge_install_mb": ("value", "≤", 60.0),  # the bridge-only install (issue 21)
+    "bridge_idle_rss_mb": ("value", "≤", 45.0),
 }
 
 

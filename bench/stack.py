@@ -295,8 +295,8 @@ async def start_all(*servers: ServerProcess) -> None:
 async def _serve_controller(port: int, db_url: str) -> None:
     import uvicorn
 
-    from controller.cli.serve import uvicorn_config
     from controller.config import ControllerConfig
+    from droidwire.serve import uvicorn_config
 
     config = ControllerConfig(db_url=db_url, bootstrap_token=os.environ.get(
         "DROIDWIRE_BOOTSTRAP_TOKEN"))
@@ -580,10 +580,10 @@ async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIte
     import httpx
     import uvicorn
 
-    from controller.cli.serve import uvicorn_config
     from controller.config import ControllerConfig
     from device_bridge.bridge import Bridge
     from device_bridge.config import HostConfig
+    from droidwire.serve import uvicorn_config
     from tests.adb_support import connected_sim, start_adb_server
 
     admin = secrets.token_urlsafe(32)

@@ -9,7 +9,7 @@ all. Memory per connection stays bounded: that budget plus one message of at mos
 ``ws_max_size``, where uvicorn's own bound is one message.
 
 uvicorn takes :class:`RoutingProtocol` as ``ws=`` (see
-:func:`controller.cli.serve.uvicorn_config`): it serves ``/v1/bridge`` with websockets' own
+:func:`droidwire.serve.uvicorn_config`): it serves ``/v1/bridge`` with websockets' own
 server connection (:mod:`controller.hub.wsserver`) and every other WebSocket with
 :class:`WebSocketProtocol`.
 """

@@ -41,6 +41,7 @@ from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy
 from device_bridge.rpc import Dispatcher
 from device_bridge.screen import ScreenService
+from device_bridge.tunnel import TunnelService
 from protocol import redact
 from protocol.envelope import DEVICES_CHANNEL, Capabilities, DeviceInfo
 from protocol.errors import RpcError
@@ -131,6 +132,7 @@ class Bridge:
         self.agent = AgentToolkit.install(self.dispatcher)  # device.state, ui.*, app.*
         # device.screen.*, device.input
         self.screen = ScreenService.install(self.dispatcher, self.agent)
+        self.tunnel = TunnelService.install(self.dispatcher)  # device.tunnel.* (docs/tunnel.md)
         self.manage = ManageToolkit.install(self.dispatcher)  # stage.*, files.*, apps.*, health
         self.link: Link | None = None
         self.opened = asyncio.Event()

@@ -221,7 +221,7 @@ def _load_simulated() -> SimulatedCompiler | None:
     try:
         from device_bridge.sim.toolchain import SimulatedToolchain
     except ImportError as exc:
-        log.warning("simulated toolchain unavailable: %s", exc)
+        log.warning("simulated toolchain unavailable (pip install 'droidwire[sim]'): %s", exc)
         return None
     return SimulatedToolchain()
 

@@ -69,6 +69,7 @@ __all__ = [
     "PolicyConfig",
     "Profile",
     "Rule",
+    "TunnelOpen",
     "parse_command",
 ]
 
@@ -137,6 +138,12 @@ class Rule(StrEnum):
     PULL_NOT_ALLOWED = "pull_not_allowed"
     INSTALL_NOT_ALLOWED = "install_not_allowed"
     INSTRUMENT_NOT_ALLOWED = "instrument_not_allowed"
+    # adb services opened through a tunnel (docs/tunnel.md).
+    SERVICE_NOT_ALLOWED = "service_not_allowed"
+    INTERACTIVE_SHELL = "interactive_shell"
+    ADBD_CONTROL = "adbd_control"
+    REVERSE_NOT_CARRIED = "reverse_not_carried"
+    FORWARD_NOT_ALLOWED = "forward_not_allowed"
 
 
 def _refuse(rule: Rule, message: str, **data: Any) -> NoReturn:
@@ -1005,6 +1012,18 @@ class Policy:
         """Return the normalised device path a pull may read."""
         return self._transfer(serial, path, Rule.PULL_NOT_ALLOWED, "pull")
 
+    def check_tunnel(
+        self, serial: str, service: str, context: CommandContext | None = None
+    ) -> TunnelOpen:
+        """An adb service a tunnel opens (``shell,v2,raw:CMD``, ``sync:``, ``tcp:PORT`` …):
+        what to open on the device, or ``forbidden`` naming the rule (docs/tunnel.md)."""
+        return _check_tunnel(self, serial, service, context)
+
+    def check_sync(self, serial: str, request: str, path: str) -> None:
+        """One request on a tunnel's ``sync:`` stream (``SEND``, ``RECV``, ``STAT`` …): its
+        path confined as pushes and pulls are."""
+        _check_sync(self, serial, request, path)
+
     # -- helpers -----------------------------------------------------------------------------
 
     def _not_in(self, serial: str, rule: Rule, what: str, *profiles: Profile) -> Profile:
@@ -1028,3 +1047,156 @@ class Policy:
                 _refuse(Rule.PATH_INVALID, f"path {path!r} must be absolute")
             return posixpath.normpath("/" + path.lstrip("/"))
         return _in_workspace(path, allow_root=False)
+
+
+# --------------------------------------------------------------------------------------------
+# adb services opened through a tunnel (docs/tunnel.md)
+
+# adb's `adb logcat` runs `export ANDROID_LOG_TAGS=''; exec logcat ARGS` (older clients quote
+# the empty value in double quotes): the prefix is adb's own, the rest is checked as a command.
+_LOGCAT_PREFIX = re.compile(r"""export ANDROID_LOG_TAGS=(?:''|"''"|""); exec (?=logcat(?: |$))""")
+_SHELL_OPTION = re.compile(r"v2|raw|pty|TERM=[A-Za-z0-9._+-]{1,64}")
+# Services that change adbd itself or the device's state: the owner's (``full``) alone.
+_ADBD_CONTROL = frozenset({
+    "reboot", "root", "unroot", "remount", "tcpip", "usb", "enable-verity", "disable-verity",
+    "sideload", "sideload-host", "backup", "restore",
+})
+_FORWARD_TARGET = re.compile(r"tcp:(?:localhost:)?\d{1,5}|localabstract:[A-Za-z0-9._@/:-]{1,107}")
+_INSTALL_FLAGS = frozenset({"-r", "-t", "-d"})
+_INSTALL_SESSION = re.compile(r"\d{1,10}")
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_SYNC_READS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2"})
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelOpen:
+    """A tunnel ``OPEN`` the policy let through: what to open on the device (the checked,
+    re-quoted command, never the client's text) and how the bridge relays it (``sync``: every
+    request's path checked; ``raw``: bytes as they come)."""
+
+    service: str
+    kind: str = "raw"
+    installs: bool = False  # ends an install (``install`` or ``install-commit``)
+
+
+def _size_arg(argv: Sequence[str], value: str) -> None:
+    if not re.fullmatch(r"\d{1,12}", value) or int(value) > 4 << 30:
+        _bad_arg(argv, "-S takes a size in bytes")
+
+
+def _install_command(argv: list[str], *, owner: bool) -> None:
+    """``cmd package install|install-create|install-write|install-commit|install-abandon``
+    as ``adb install`` and ``adb install-multiple`` send them (APK bytes on stdin)."""
+    verb, args = argv[2], argv[3:]
+    if verb in ("install", "install-create"):
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "-S" and i + 1 < len(args):
+                _size_arg(argv, args[i + 1])
+                i += 2
+                continue
+            if arg == "-p" and i + 1 < len(args) and _PACKAGE.fullmatch(args[i + 1]):
+                i += 2  # a split of an installed package (install-multiple -p)
+                continue
+            if arg not in _INSTALL_FLAGS and not (owner and arg == "-g"):
+                _bad_arg(argv, f"install option {arg!r} is not allowed")
+            i += 1
+        if verb == "install" and "-S" not in args:
+            _bad_arg(argv, "a streamed install names its size (-S)")
+        return
+    if verb == "install-write":
+        if (len(args) != 5 or args[0] != "-S" or not _INSTALL_SESSION.fullmatch(args[2])
+                or not _SPLIT_NAME.fullmatch(args[3]) or args[4] != "-"):
+            _bad_arg(argv, "expected `install-write -S SIZE SESSION NAME -`")
+        _size_arg(argv, args[1])
+        return
+    if len(args) != 1 or not _INSTALL_SESSION.fullmatch(args[0]):
+        _bad_arg(argv, f"expected `{verb} SESSION`")
+
+
+def _tunnel_command(policy: Policy, serial: str, command: str,
+                    context: CommandContext | None) -> list[str]:
+    """A tunnel shell/exec command: adb's own install and logcat forms, else the shell check."""
+    stripped = _LOGCAT_PREFIX.sub("", command, count=1) if command.startswith("export ") else command
+    argv = parse_command(stripped)
+    profile = policy.profile_for(serial)
+    if argv[0] == "logcat" and profile is not Profile.FULL:
+        # A tunnel's stream may follow the log (as the logcat stream does), so no -d is needed;
+        # the options are the allow-list's. A logcat read, not a shell: no-shell allows it,
+        # instrument-only (the app's processes only, which adb's logcat cannot filter) not.
+        policy.check_logcat(serial, context)
+        _check_denied(argv)
+        _logcat([*argv, "-d"], context or CommandContext())
+        return argv
+    if argv[:2] == ["cmd", "package"] and len(argv) >= 3 and argv[2] in (
+            "install", "install-create", "install-write", "install-commit", "install-abandon"):
+        policy.check_install(serial)
+        _install_command(argv, owner=policy.profile_for(serial) is Profile.FULL)
+        return argv
+    return policy.check_shell(serial, argv, context)
+
+
+def _installs(argv: list[str]) -> bool:
+    return argv[:2] == ["cmd", "package"] and argv[2] in ("install", "install-commit")
+
+
+def _check_tunnel(policy: Policy, serial: str, service: str,
+                  context: CommandContext | None) -> TunnelOpen:
+    profile = policy.check_exposed(serial)
+    head, sep, rest = service.partition(":")
+    name = head.split(",", 1)[0]
+    if name == "shell" and sep:
+        options = head.split(",")[1:]
+        if any(not _SHELL_OPTION.fullmatch(o) for o in options):
+            _refuse(Rule.SERVICE_NOT_ALLOWED, f"unknown shell option in {head!r}")
+        if not rest.strip():
+            if profile is not Profile.FULL:
+                _refuse(Rule.INTERACTIVE_SHELL,
+                        f"an interactive shell is not available on profile {profile.value}: "
+                        "run one command at a time (adb shell CMD)", profile=profile.value)
+            return TunnelOpen(service)
+        argv = _tunnel_command(policy, serial, rest, context)
+        return TunnelOpen(f"{head}:{shlex.join(argv)}", installs=_installs(argv))
+    if name == "exec" and sep and head == "exec":
+        argv = _tunnel_command(policy, serial, rest, context)
+        return TunnelOpen(f"exec:{shlex.join(argv)}", installs=_installs(argv))
+    if service == "sync:":
+        policy._not_in(serial, Rule.PUSH_NOT_ALLOWED, "file transfer", Profile.INSTRUMENT_ONLY)
+        return TunnelOpen(service, "sync")
+    if _FORWARD_TARGET.fullmatch(service):
+        policy._not_in(serial, Rule.FORWARD_NOT_ALLOWED, "port forwards", Profile.INSTRUMENT_ONLY)
+        return TunnelOpen(service)
+    if service in ("jdwp", "track-jdwp") or re.fullmatch(r"jdwp:\d{1,10}", service):
+        policy._not_in(serial, Rule.FORWARD_NOT_ALLOWED, "debugger connections",
+                       Profile.INSTRUMENT_ONLY)
+        return TunnelOpen(service)
+    if service == "framebuffer:":
+        policy.check_screenshot(serial)
+        return TunnelOpen(service)
+    if name == "reverse":
+        _refuse(Rule.REVERSE_NOT_CARRIED,
+                "adb reverse is not carried by a tunnel: the device's connections would reach "
+                "the bridge's host, not yours")
+    if name in _ADBD_CONTROL:
+        if profile is Profile.FULL:
+            return TunnelOpen(service)
+        _refuse(Rule.ADBD_CONTROL,
+                f"{name}: refused on a shared device (profile {profile.value})",
+                profile=profile.value)
+    _refuse(Rule.SERVICE_NOT_ALLOWED, f"adb service {name[:40]!r} is not carried by a tunnel")
+
+
+def _check_sync(policy: Policy, serial: str, request: str, path: str) -> None:
+    if request == "SEND":
+        policy.check_push(serial, path.rpartition(",")[0] if "," in path else path)
+    elif request == "RECV":
+        policy.check_pull(serial, path)
+    elif request in _SYNC_READS:
+        profile = policy._not_in(serial, Rule.PULL_NOT_ALLOWED, "file listing",
+                                 Profile.INSTRUMENT_ONLY)
+        if profile is not Profile.FULL:
+            _in_workspace(path, allow_root=True)
+    else:
+        _refuse(Rule.SERVICE_NOT_ALLOWED, f"sync request {request[:8]!r} is not carried")
+

@@ -691,8 +691,16 @@ def _only(lines: list[str], pids: frozenset[int] | None) -> list[str]:
 
 
 def _open_index(root: Path) -> Any:
-    # The only fixer import the bridge allows (docs/design.md §2): pure parsing of the sources.
-    from fixer.source_index import SourceCodeIndex
+    # The only fixer import the bridge allows (docs/design.md §2): pure parsing of the sources,
+    # with the tree-sitter parsers of the `sources` extra.
+    try:
+        from fixer.source_index import SourceCodeIndex
+    except ImportError as exc:
+        raise RpcError(
+            ErrorCode.UNAVAILABLE,
+            "this bridge has no source index: pip install 'droidwire[sources]' on it",
+            {"reason": "no_source_index"},
+        ) from exc
 
     try:
         return SourceCodeIndex(root, auto_refresh=True)

@@ -15,13 +15,40 @@ No sockets, no devices (docs/design.md §2); the LLM is reached through the ``op
 
 from __future__ import annotations
 
-from fixer.errors import CompileError, CompileReport, parse_errors
-from fixer.exceptions import FixerError, LlmError, ReplyRejected
-from fixer.llm import ChatCompleter, LlmClient, LlmSettings
-from fixer.loop import CompileRound, LoopResult, compile_fix_loop, compile_fix_loop_async
-from fixer.repair import FixResult, fix, fix_detailed
-from fixer.rules import apply_rules
-from fixer.source_index import ClassRecord, MethodRecord, SourceCodeIndex
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fixer.errors import CompileError, CompileReport, parse_errors
+    from fixer.exceptions import FixerError, LlmError, ReplyRejected
+    from fixer.llm import ChatCompleter, LlmClient, LlmSettings
+    from fixer.loop import CompileRound, LoopResult, compile_fix_loop, compile_fix_loop_async
+    from fixer.repair import FixResult, fix, fix_detailed
+    from fixer.rules import apply_rules
+    from fixer.source_index import ClassRecord, MethodRecord, SourceCodeIndex
+
+# Each name is imported from its module on first use, so importing one part (the bridge's
+# ``fixer.source_index``) loads neither the ``openai`` client nor the rest.
+_HOMES = {
+    "errors": ("CompileError", "CompileReport", "parse_errors"),
+    "exceptions": ("FixerError", "LlmError", "ReplyRejected"),
+    "llm": ("ChatCompleter", "LlmClient", "LlmSettings"),
+    "loop": ("CompileRound", "LoopResult", "compile_fix_loop", "compile_fix_loop_async"),
+    "repair": ("FixResult", "fix", "fix_detailed"),
+    "rules": ("apply_rules",),
+    "source_index": ("ClassRecord", "MethodRecord", "SourceCodeIndex"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fixer.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ChatCompleter",

@@ -16,6 +16,7 @@ from protocol import (
     agent_methods,  # noqa: F401  (registers the agent toolkit's RPCs)
     manage_methods,  # noqa: F401  (registers the device management RPCs)
     screen_methods,  # noqa: F401  (registers the live screen's RPCs)
+    tunnel_methods,  # noqa: F401  (registers the adb tunnel's RPCs)
 )
 from protocol.closecodes import CloseClass, CloseCode, classify, describe, is_terminal
 from protocol.codec import Codec, decode, decode_raw, encode, encode_event, encode_result

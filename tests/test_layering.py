@@ -17,20 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # package -> (top-level modules it must not import, allowed exceptions as (file prefix, module))
 IO_LIBRARIES = {"websockets", "fastapi", "starlette", "uvicorn", "adbutils", "httpx", "socket"}
 RULES: dict[str, tuple[set[str], set[tuple[str, str]]]] = {
-    "protocol": (IO_LIBRARIES | {"controller", "device_bridge", "fixer"}, set()),
-    "device_bridge": ({"controller", "fastapi", "sqlalchemy", "redis"}, set()),
-    "controller": (
-        {"device_bridge"},
-        # The CLI is the one place where both sides meet: `bridge`, `sim-device` and `demo`
-        # start bridge-side pieces in this process.
-        {
-            ("controller/cli/bridge.py", "device_bridge"),
-            ("controller/cli/sim.py", "device_bridge"),
-            ("controller/cli/demo.py", "device_bridge"),
-        },
+    "protocol": (IO_LIBRARIES | {"controller", "device_bridge", "fixer", "droidwire"}, set()),
+    # The bridge-only install has none of the controller's libraries (docs/cli.md, "Installing").
+    "device_bridge": (
+        {"controller", "droidwire", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic",
+         "asyncpg", "redis", "mcp", "openai"},
+        set(),
     ),
-    "fixer": ({"controller", "device_bridge", "adbutils", "websockets", "socket"}, set()),
+    # The two sides never import each other: only the composition root (``droidwire/``, the
+    # CLI) starts bridge-side pieces next to controller-side ones.
+    "controller": ({"device_bridge", "droidwire"}, set()),
+    "fixer": ({"controller", "device_bridge", "droidwire", "adbutils", "websockets", "socket"}, set()),
 }
+# The composition root (the CLI): it may import every package, and no package imports it.
+COMPOSITION_ROOT = "droidwire"
 # device_bridge may use exactly one part of fixer: the source index (pure parsing).
 FIXER_ALLOWED_IN_BRIDGE = {"fixer.source_index"}
 
@@ -68,6 +68,16 @@ def test_package_keeps_its_layer(package: str) -> None:
     assert _violations(package) == []
 
 
+def test_every_shipped_package_has_its_rule() -> None:
+    """A package added to the wheel gets its line in the table (and in the design page)."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = set(pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+    assert shipped == set(RULES) | {COMPOSITION_ROOT}
+    assert all(COMPOSITION_ROOT in banned for banned, _ in RULES.values())
+
+
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     """The scan itself works: imports in functions and under TYPE_CHECKING are found."""
     source = tmp_path / "m.py"
@@ -83,7 +93,7 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
 
 # --- import cycles --------------------------------------------------------------------------
 
-PACKAGES = ("protocol", "controller", "device_bridge", "fixer")
+PACKAGES = (*sorted(RULES), COMPOSITION_ROOT)
 
 
 def _module_name(path: Path) -> str:

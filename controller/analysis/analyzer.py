@@ -23,15 +23,17 @@ changes no result.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any
 
 import controller.analysis.anr as anr_mod
 import controller.analysis.strictmode as strictmode
+from controller.analysis import scan
 from controller.analysis.displayed import parse_displayed
 from controller.analysis.instrumentation import InstrumentationResult
-from controller.analysis.lines import LogLine, ParsedLog, iter_lines
+from controller.analysis.lines import LogLine, ParsedLog, decode, iter_lines
 from controller.analysis.models import (
     Anr,
     Crash,
@@ -60,6 +62,10 @@ _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
 _TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
 Key = tuple[int | None, int | None]
+
+# Whether ``analyze`` runs the whole-buffer pre-filter (``scan``) when its native scanners are
+# installed; the tests turn it off to compare against reading every line.
+_PREFILTER = True
 
 
 @dataclass
@@ -240,7 +246,7 @@ def _strip_ide(s: str) -> str:
 
 
 def analyze(
-    text: str,
+    text: str | bytes,
     *,
     package: str | None = None,
     pids: Mapping[int, str] | Iterable[int] | None = None,
@@ -248,7 +254,7 @@ def analyze(
     completed: bool | None = None,
     instrumentation: InstrumentationResult | None = None,
 ) -> AnalysisResult:
-    """Analyse a log.
+    """Analyse a log: its text, or the bytes of a log file (decoded as ``lines.decode`` does).
 
     ``package`` limits the evidence to that app; ``pids`` adds known pids (a pid → process map,
     or pids of the app); ``completed`` says whether the run finished (default: unknown, or what
@@ -257,7 +263,13 @@ def analyze(
     stats = ParsedLog([])
     state = _State(package)
     feed = state.feed
-    for ln in iter_lines(text, stats, state.wants):
+    p = scan.plan(text) if _PREFILTER else None
+    lines: Iterator[LogLine]
+    if p is not None:
+        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line)
+    else:
+        lines = iter_lines(decode(text) if isinstance(text, bytes) else text, stats, state.wants)
+    for ln in lines:
         feed(ln)
     state.close_all()
     return state.result(stats.entries, stats.total, stats.damaged, dict(stats.formats),
@@ -300,6 +312,39 @@ class _State:
             key = (int(m[1]), int(m[2]))
             return key in self.traces or key in self.anr_open
         return False
+
+    def open_keys(self) -> frozenset[tuple[int, int]] | None:
+        """The (pid, tid) keys whose plain threadtime lines ``wants`` takes whatever they say
+        (open traces and ANR blocks); None: every line (a trace without a key is open)."""
+        if not self.traces and not self.anr_open:
+            return frozenset()
+        if (None, None) in self.traces:
+            return None
+        return frozenset((p, t) for p, t in chain(self.traces, self.anr_open)
+                         if p is not None and t is not None)
+
+    def proc_line(self, index: int, pid: int, tid: int, msg: str) -> bool:
+        """``feed`` for a plain threadtime line whose message says ``proc`` and that holds no
+        other keyword of ``wants`` (nor the tag ``am_proc_start``): the same steps, without
+        building the line. False, having changed nothing but the stale check ``feed`` also
+        does first: the line continues an open trace or ANR block, and ``feed`` must have it."""
+        if index >= self.next_stale_check:
+            self.next_stale_check = index + 256
+            if self.traces or self.anr_open:
+                self._close_stale(index)
+        key = (pid, tid)
+        if self.traces and (key in self.traces or (None, None) in self.traces):
+            return False
+        if self.anr_open and key in self.anr_open:
+            return False
+        # No keyword but "proc": no header, no ANR, no timing, no test event, no death.
+        st = parse_start(msg, None)
+        if st is not None:
+            self.procs[st[0]] = st[1]
+            host = start_host(msg) if "Start proc" in msg else None
+            if host is not None:
+                self.hosts[st[0]] = host
+        return True
 
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg

@@ -281,14 +281,10 @@ def iter_lines(
     if "\x1b" in text:  # terminal colours (logcat -v color, copied consoles)
         text = _ANSI.sub("", text)
     raw_lines = text.splitlines()
-    formats = stats.formats
-    prev: LogLine | None = None       # last entry: what unprefixed lines inherit
-    skipped: tuple[int, str, re.Match[str]] | None = None   # a declined entry, parsed lazily
-    long_ctx: LogLine | None = None   # the header of an open `-v long` record
+    cur = Cursor(stats, keep)
     fast = _THREADTIME_FAST.match
     i = 0
     n = len(raw_lines)
-    tt_count = 0
     try:
         while i < n:
             raw = raw_lines[i]
@@ -297,93 +293,153 @@ def iter_lines(
             # Fast path: plain threadtime, the format the executor itself collects.
             m = fast(raw) if len(raw) <= _HEAD else None
             if m is not None:
-                tt_count += 1
-                long_ctx = None
-                if keep is not None and not keep(m):
-                    prev, skipped = None, (idx, raw, m)
-                    continue
-                ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None,
-                             "threadtime", True)
-                prev = ln
-                yield ln
+                ln = cur.threadtime(idx, raw, m)
+                if ln is not None:
+                    yield ln
                 continue
-            if prev is None and skipped is not None:
-                # An unprefixed line after a declined one still inherits its prefix.
-                sidx, sraw, sm = skipped
+            ln, joined = cur.other(idx, raw, raw_lines[i] if i < n else None)
+            if joined:
+                i += 1
+            yield ln
+    finally:
+        cur.finish(n)
+
+
+class Cursor:
+    """What one line's parse depends on from the lines above it, and the counts so far.
+
+    ``iter_lines`` drives it over every line; ``scan`` drives it over the lines its
+    whole-buffer pre-filter could not rule out, and tells it about the plain threadtime lines
+    in between (``skip``) without building them.
+    """
+
+    __slots__ = ("keep", "long_ctx", "prev", "skipped", "stats", "tt_count")
+
+    def __init__(self, stats: ParsedLog, keep: Callable[[re.Match[str]], bool] | None):
+        self.stats = stats
+        self.keep = keep
+        self.prev: LogLine | None = None       # last entry: what unprefixed lines inherit
+        # A declined entry (index, raw line or how to read it), parsed only when needed.
+        self.skipped: tuple[int, str | Callable[[], str]] | None = None
+        self.long_ctx: LogLine | None = None   # the header of an open `-v long` record
+        self.tt_count = 0
+
+    def threadtime(self, idx: int, raw: str, m: re.Match[str]) -> LogLine | None:
+        """A line ``_THREADTIME_FAST`` matched: built, or None when ``keep`` declines it."""
+        self.tt_count += 1
+        self.long_ctx = None
+        keep = self.keep
+        if keep is not None and not keep(m):
+            self.prev, self.skipped = None, (idx, raw)
+            return None
+        ln = LogLine(idx, raw, m[5], int(m[1]), int(m[2]), m[3], m[4], None, "threadtime", True)
+        self.prev = ln
+        return ln
+
+    def kept(self, idx: int, raw: str) -> None:
+        """A plain threadtime line ``keep`` took, handled by the caller without a LogLine
+        (one is built from ``raw`` if a line below needs its prefix)."""
+        self.tt_count += 1
+        self.long_ctx = None
+        self.prev, self.skipped = None, (idx, raw)
+
+    def skip(self, count: int, last: int, raw: Callable[[], str]) -> None:
+        """``count`` plain threadtime lines that ``keep`` would decline, the last at ``last``."""
+        if count:
+            self.tt_count += count
+            self.long_ctx = None
+            self.prev, self.skipped = None, (last, raw)
+
+    def finish(self, total: int) -> None:
+        stats = self.stats
+        stats.entries += self.tt_count
+        if self.tt_count:
+            stats.formats["threadtime"] += self.tt_count
+        stats.total = total
+
+    def other(self, idx: int, raw: str, nxt: str | Callable[[], str | None] | None
+              ) -> tuple[LogLine, bool]:
+        """Any other line; ``nxt`` is the next line (or how to read it). Returns the line and
+        whether it took the next line too (a console wrap joined back)."""
+        stats = self.stats
+        formats = stats.formats
+        prev = self.prev
+        if prev is None and self.skipped is not None:
+            # An unprefixed line after a declined one still inherits its prefix.
+            sidx, sraw = self.skipped
+            if not isinstance(sraw, str):
+                sraw = sraw()
+            sm = _THREADTIME_FAST.match(sraw)
+            if sm is not None:
                 prev = LogLine(sidx, sraw, sm[5], int(sm[1]), int(sm[2]), sm[3], sm[4], None,
                                "threadtime", True)
-            skipped = None
-            s = clean(raw.rstrip())
-            if not s:
-                prev = long_ctx = None
-                yield LogLine(idx, raw, "", fmt="blank")
-                continue
-            if _SEPARATOR.match(s):
-                prev = long_ctx = None
-                yield LogLine(idx, raw, s, fmt="separator")
-                continue
-            if (long_ctx is not None and s[:1].isdigit() and _DATED.match(s)
-                    and _match(s[:_HEAD]) is not None):
-                # A whole dated log line of another format: a paste that mixes formats (Studio
-                # shows a line it could not parse as a -v long record) — the record is over.
-                long_ctx = None
-            if long_ctx is not None and not s.startswith("["):
-                # Inside a -v long record every line is message, whatever it looks like.
-                yield LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
-                              long_ctx.level, long_ctx.tag, None, "long", False, True)
-                continue
-            if prev is not None and prev.fmt == "studio_4x":
-                m4 = _LEVEL_ONLY.match(s)
-                if m4 and not _STUDIO_4X.match(s):
-                    # "E  Process: x" repeats only the level: it is not "L Tag: msg".
-                    stats.entries += 1
-                    formats["studio_4x"] += 1
-                    yield LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
-                                  "studio_4x", True)
-                    continue
-            r = _match(s) if len(s) <= _HEAD else _match_long(s)
-            if r is None and i < n and len(s) < 30 and _DAMAGED.match(s):
+        self.skipped = None
+        long_ctx = self.long_ctx
+        s = clean(raw.rstrip())
+        if not s:
+            self.prev = self.long_ctx = None
+            return LogLine(idx, raw, "", fmt="blank"), False
+        if _SEPARATOR.match(s):
+            self.prev = self.long_ctx = None
+            return LogLine(idx, raw, s, fmt="separator"), False
+        if (long_ctx is not None and s[:1].isdigit() and _DATED.match(s)
+                and _match(s[:_HEAD]) is not None):
+            # A whole dated log line of another format: a paste that mixes formats (Studio
+            # shows a line it could not parse as a -v long record) — the record is over.
+            long_ctx = self.long_ctx = None
+        if long_ctx is not None and not s.startswith("["):
+            # Inside a -v long record every line is message, whatever it looks like.
+            self.prev = prev
+            return LogLine(idx, raw, raw.rstrip(), long_ctx.pid, long_ctx.tid,
+                           long_ctx.level, long_ctx.tag, None, "long", False, True), False
+        if prev is not None and prev.fmt == "studio_4x":
+            m4 = _LEVEL_ONLY.match(s)
+            if m4 and not _STUDIO_4X.match(s):
+                # "E  Process: x" repeats only the level: it is not "L Tag: msg".
+                stats.entries += 1
+                formats["studio_4x"] += 1
+                self.prev = prev
+                return LogLine(idx, raw, m4[2], None, None, m4[1], prev.tag, None,
+                               "studio_4x", True), False
+        joined_next = False
+        r = _match(s) if len(s) <= _HEAD else _match_long(s)
+        if r is None and len(s) < 30 and _DAMAGED.match(s):
+            nraw = nxt() if callable(nxt) else nxt
+            if nraw is not None:
                 # A console hard-wrap that split the prefix ("06-2" / "8 21:39:59.649 …").
-                tail = clean(raw_lines[i].rstrip()).lstrip()
+                tail = clean(nraw.rstrip()).lstrip()
                 for joined in (s + tail, s + " " + tail):   # cut inside a token, or at a space
                     r2 = _match(joined) if len(joined) <= _HEAD else None
                     if r2 is not None:
-                        r, s, raw = r2, joined, raw + raw_lines[i]
-                        i += 1
+                        r, s, raw = r2, joined, raw + nraw
+                        joined_next = True
                         break
-            if r is not None:
-                fmt, pid, tid, level, tag, proc, msg = r
-                if fmt == "long":
-                    ln = LogLine(idx, raw, msg, pid, tid, level, tag, None, fmt, True)
-                    long_ctx = ln
-                else:
-                    ln = LogLine(idx, raw, msg, pid, tid, level, tag, proc, fmt, True)
-                    long_ctx = None
-                stats.entries += 1
-                formats[fmt] += 1
-                prev = ln
-                yield ln
-                continue
-            bad = bool(_DAMAGED.match(s))
-            if bad:
-                stats.damaged += 1
-                if _ENTRY_START.match(s):
-                    # The start of an entry whose prefix could not be read (a console wrap cut
-                    # it): it is nobody's continuation, and what follows it is not the earlier
-                    # entry's either — another process's line must not become this one's.
-                    pm = _PARTIAL_PID.match(s)
-                    ln = LogLine(idx, raw, s, int(pm[1]) if pm else None, fmt="bare",
-                                 damaged=True)
-                    prev = ln
-                    yield ln
-                    continue
-            if prev is not None:
-                yield LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
-                              "continuation", False, True, bad)
+        if r is not None:
+            fmt, pid, tid, level, tag, proc, msg = r
+            if fmt == "long":
+                ln = LogLine(idx, raw, msg, pid, tid, level, tag, None, fmt, True)
+                self.long_ctx = ln
             else:
-                yield LogLine(idx, raw, s, fmt="bare", damaged=bad)
-    finally:
-        stats.entries += tt_count
-        if tt_count:
-            formats["threadtime"] += tt_count
-        stats.total = n
+                ln = LogLine(idx, raw, msg, pid, tid, level, tag, proc, fmt, True)
+                self.long_ctx = None
+            stats.entries += 1
+            formats[fmt] += 1
+            self.prev = ln
+            return ln, joined_next
+        bad = bool(_DAMAGED.match(s))
+        if bad:
+            stats.damaged += 1
+            if _ENTRY_START.match(s):
+                # The start of an entry whose prefix could not be read (a console wrap cut
+                # it): it is nobody's continuation, and what follows it is not the earlier
+                # entry's either — another process's line must not become this one's.
+                pm = _PARTIAL_PID.match(s)
+                ln = LogLine(idx, raw, s, int(pm[1]) if pm else None, fmt="bare",
+                             damaged=True)
+                self.prev = ln
+                return ln, False
+        self.prev = prev
+        if prev is not None:
+            return LogLine(idx, raw, s, prev.pid, prev.tid, prev.level, prev.tag, prev.process,
+                           "continuation", False, True, bad), False
+        return LogLine(idx, raw, s, fmt="bare", damaged=bad), False

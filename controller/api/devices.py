@@ -268,6 +268,15 @@ async def screen_stream(
     await serve_screen(websocket, _hub(websocket.app.state), principal, device, codec)
 
 
+@router.websocket("/{device}/tunnel")
+async def tunnel(websocket: WebSocket, device: str, principal: UserPrincipal) -> None:
+    """Remote adb (docs/tunnel.md): the adb streams of ``droidwire device tunnel`` relayed to
+    the device's bridge, each checked by its policy. Binary msgpack frames, ``hello`` first."""
+    from controller.api.tunnel import serve_tunnel
+
+    await serve_tunnel(websocket, _hub(websocket.app.state), principal, device)
+
+
 @router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
 async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
     """The newest frame of the device's live screen as a picture, without a new ``screencap``

@@ -92,7 +92,8 @@ class BridgeEntry:
 
 
 class ScreenChannel(Protocol):
-    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`)."""
+    """A live screen's end of a channel (:class:`controller.hub.screen.ScreenFeed`), or a
+    tunnel stream's (:class:`controller.hub.tunnel.RelayStream`)."""
 
     def on_event(self, evt: Evt) -> None: ...
     def end(self, reason: str) -> None: ...

@@ -64,6 +64,7 @@ from controller.hub.logcat import LogcatStreams, StreamHold
 from controller.hub.metrics import HubMetrics
 from controller.hub.screen import ScreenFeeds
 from controller.hub.streams import LogStream
+from controller.hub.tunnel import Tunnels
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.envelope import DEVICES_CHANNEL, Evt
@@ -116,6 +117,7 @@ class Hub:
         # cluster (cluster mode, docs/cluster.md).
         self.hooks: ClusterHooks = LocalHooks()
         self.screens = ScreenFeeds(self)  # live screens, one bridge stream per device
+        self.tunnels = Tunnels(self)  # remote adb tunnels (docs/tunnel.md)
         # Set by the app: refuses a call on a device that may not serve now (the owner's
         # health thresholds, controller.health); raises RpcError.
         self.gate: Callable[[DeviceRef], None] | None = None
@@ -143,6 +145,7 @@ class Hub:
     async def close(self) -> None:
         """Staged shutdown: close every bridge (1001), fail what waits, stop the timers."""
         self._closing = True
+        self.tunnels.end_all("shutdown")
         error = RpcError(
             ErrorCode.UNAVAILABLE, "the controller is shutting down", {"reason": "shutdown"}
         )
@@ -531,7 +534,9 @@ class Hub:
                 # This task reads; a kick (another connection of the bridge, liveness,
                 # revocation, shutdown) or a failed writer cancels it (Connection._end).
                 conn.reader = asyncio.current_task()
-                await self.link.read(entry, conn, hello)
+                reading = self.link.read(entry, conn, hello)
+                del hello  # read() lets go of it after the first frame (~2 KB per idle bridge)
+                await reading
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not conn.ending or task is None or task.uncancel() > 0:
@@ -603,6 +608,7 @@ class Hub:
     async def _on_resume(self, entry: BridgeEntry, resume: Resume) -> None:
         hello = entry.session.hello
         assert hello is not None
+        entry.session.hello = None  # applied below; not kept for the connection's life (~2 KB)
         for completion in resume.failed:
             self._complete(entry, completion)
         entry.streams.clear()

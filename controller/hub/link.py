@@ -114,6 +114,7 @@ class BridgeLink:
             message = frame = outcome = data = None
             if first:
                 frame = hello
+                del hello  # not kept for the connection's life (~2 KB per idle bridge)
             else:
                 message = await conn.ws.receive()
                 if message["type"] == "websocket.disconnect":

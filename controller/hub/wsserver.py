@@ -156,6 +156,10 @@ class BridgeServer:
             if principal is None or conn.protocol.state is not OPEN:
                 conn.transport.abort()
                 return
+            # The handshake's response (its headers) is not read again, and an idle bridge
+            # holds its connection for hours (docs/benchmarks.md). (The request stays:
+            # websockets' frame parser holds it anyway.)
+            conn.response = None
             conn.start_keepalive()
             try:
                 async with conn:  # closes the socket on the way out, whatever happened

@@ -323,7 +323,7 @@ async def device_page(device: str, request: Request) -> Response:
     holders = Markup(
         f'<p class="holders" id="holders">Owner: {esc(owners.get(record.owner_id, "?"))}'
         f' · Lent to: {esc(", ".join(loans) or "nobody")}</p>'
-    )
+    ) + _tunnels(_hub(request), record.ref)
     if await may(principal, record.ref, Action.USE, store=store):
         base = f"/devices/{path_segment(record.id)}"
         stream = f"{base}/logcat/stream?tail={LIVE_TAIL_LINES}"
@@ -365,6 +365,27 @@ _CONTROLS = Markup(
     + '<form id="screen-text"><input id="screen-text-input" maxlength="500" '
     'placeholder="type on the device"><button type="submit">Send</button></form></div>'
 )
+
+
+def _tunnels(hub: Hub, ref: Any) -> Markup:
+    """Live remote adb tunnels to the device (docs/tunnel.md): who, since when, streams."""
+    live = hub.tunnels.live(ref)
+    if not live:
+        return Markup("")
+    rows = [[t.principal.user_name, _when(datetime.fromtimestamp(t.started_at).astimezone()),
+             str(len(t.streams)), str(t.opened), str(t.refused), _last_refusal(t.steps)]
+            for t in live]
+    grid = table(["User", "Since", "Streams open", "Opened", "Refused", "Last refused"], rows)
+    return Markup('<section class="tunnels" id="tunnels"><h2>adb tunnels</h2>' + grid
+                  + "</section>")
+
+
+def _last_refusal(steps: Any) -> str:
+    refused = [step for step in steps if step.get("outcome") != "ok"]
+    if not refused:
+        return ""
+    last = refused[-1]
+    return f"{last.get('service')} ({last.get('rule')})"
 
 
 @router.websocket("/devices/{device}/screen/stream")

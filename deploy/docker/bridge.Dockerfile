@@ -13,6 +13,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # --- build: a virtual environment with the project and its pinned dependencies -------------
+# The bridge-only install (no controller: no FastAPI, SQLAlchemy, Redis, MCP, OpenAI) plus the
+# `sim` extra, for `droidwire sim-device` trials; a bridge host outside Docker needs neither:
+# `pip install droidwire` (deploy/README.md, "What to install where").
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -22,10 +25,11 @@ WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY protocol ./protocol
 COPY controller ./controller
+COPY droidwire ./droidwire
 COPY device_bridge ./device_bridge
 COPY fixer ./fixer
 COPY gradle-workspace ./gradle-workspace
-RUN /opt/droidwire/bin/pip install -c constraints.txt . \
+RUN /opt/droidwire/bin/pip install -c constraints.txt '.[sim]' \
  && /opt/droidwire/bin/droidwire --help > /dev/null
 
 # --- runtime ---------------------------------------------------------------------------------

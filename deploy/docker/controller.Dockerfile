@@ -23,10 +23,12 @@ WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY protocol ./protocol
 COPY controller ./controller
+COPY droidwire ./droidwire
 COPY device_bridge ./device_bridge
 COPY fixer ./fixer
 COPY gradle-workspace ./gradle-workspace
-RUN /opt/droidwire/bin/pip install -c constraints.txt . \
+# The controller extra: FastAPI, uvicorn, SQLAlchemy, PostgreSQL, Redis, MCP, OpenAI, …
+RUN /opt/droidwire/bin/pip install -c constraints.txt '.[controller]' \
  && /opt/droidwire/bin/droidwire --help > /dev/null
 
 # --- runtime: the environment only, run by an unprivileged user -----------------------------

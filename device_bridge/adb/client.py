@@ -999,6 +999,10 @@ class AdbDevices:
         result = await self.shell(serial, ["pm", "uninstall", package])
         return "Success" in result.stdout
 
+    async def package_paths(self, serial: str) -> dict[str, str]:
+        """``pm list packages -f``: package → code path (what an install changes)."""
+        return await self._package_paths(serial)
+
     async def _package_paths(self, serial: str) -> dict[str, str]:
         """``pm list packages -f``: package → code path (``package:PATH=NAME`` lines)."""
         result = await self.shell(serial, ["pm", "list", "packages", "-f"])

@@ -8,7 +8,8 @@ dump`` parsing, element lookup), :mod:`.frames` (Set-of-Marks, composite, settle
 
 from __future__ import annotations
 
-from device_bridge.agent.frames import MARK_COLOR, composite, draw_marks, same_frame
+from typing import Any
+
 from device_bridge.agent.state import ActivityTrail, Focus, parse_focus, state_text
 from device_bridge.agent.toolkit import AgentSettings, AgentToolkit
 from device_bridge.agent.uitree import find, parse_ui
@@ -27,3 +28,15 @@ __all__ = [
     "same_frame",
     "state_text",
 ]
+
+# Pillow (for the frames) is imported on first use, not with the bridge: a bridge that never
+# draws a frame never loads it.
+_FRAMES = {"MARK_COLOR", "composite", "draw_marks", "same_frame"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FRAMES:
+        from device_bridge.agent import frames
+
+        return getattr(frames, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

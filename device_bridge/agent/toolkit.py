@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from device_bridge.agent.frames import composite, draw_marks, same_frame
 from device_bridge.agent.state import (
     ActivityTrail,
     parse_battery,
@@ -243,6 +242,8 @@ class AgentToolkit:
         png, elements = await asyncio.gather(
             self._adb.screenshot(p.serial), self.elements(p.serial)
         )
+        from device_bridge.agent.frames import draw_marks  # Pillow, on first use
+
         return {"png": await asyncio.to_thread(draw_marks, png, elements)}
 
     # -- actions -------------------------------------------------------------------------------
@@ -350,6 +351,8 @@ class AgentToolkit:
         at_action = await self._adb.screenshot(serial)
         if not settled:
             return {"at_action_png": at_action}
+        from device_bridge.agent.frames import composite, same_frame  # Pillow, on first use
+
         cap = timeout_s if timeout_s is not None else s.settle_timeout_s
         loop = asyncio.get_running_loop()
         started = loop.time()

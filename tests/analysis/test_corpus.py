@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.analysis.lines import parse_lines
-from controller.cli import app
+from droidwire import app
 from tests.conftest import require_or_skip
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"

@@ -18,6 +18,7 @@ import pytest
 import bench.__main__ as runner
 from bench import (
     bench_analysis,
+    bench_bridge,
     bench_fleet,
     bench_idle,
     bench_kotlinc,
@@ -27,6 +28,7 @@ from bench import (
     bench_screen,
     bench_shell,
     bench_storm,
+    bench_tunnel,
 )
 from tests.conftest import require_service
 
@@ -71,6 +73,13 @@ def test_push() -> None:
 
 
 @pytest.mark.adb
+def test_tunnel() -> None:
+    figures = check(bench_tunnel.run(quick=True, size_mib=1, reps=1, shells=2),
+                    {"tunnel_push_mb_per_s", "tunnel_shell_rtt_ms"})
+    assert all(f["value"] > 0 and f["baseline"] > 0 for f in figures)
+
+
+@pytest.mark.adb
 @pytest.mark.slow
 def test_shell() -> None:
     [fig] = check(bench_shell.run(quick=True, batch=2, reps=1), {"remote_shell_p50"})
@@ -98,6 +107,19 @@ def test_fleet() -> None:
 def test_fleet_is_skipped_without_its_services(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
     assert bench_fleet.run(quick=True) == []
+
+
+@pytest.mark.adb
+@pytest.mark.slow
+def test_bridge() -> None:
+    install, rss, start = sorted(
+        check(bench_bridge.run(quick=True, starts=1),
+              {"bridge_install_mb", "bridge_idle_rss_mb", "bridge_start_to_welcome_s"}),
+        key=lambda f: ["bridge_install_mb", "bridge_idle_rss_mb",
+                       "bridge_start_to_welcome_s"].index(f["name"]))
+    # The bridge-only install is a part of the full one, and both were measured.
+    assert 0 < install["value"] < install["baseline"]
+    assert rss["value"] > 0 and start["value"] > 0
 
 
 @pytest.mark.slow
@@ -156,6 +178,9 @@ def test_runner_prints_one_json_line_per_figure(
         ("loop_delay_p99_ms", 9.9, 5.0, True),  # a bound on the value, not the ratio
         ("loop_delay_p99_ms", 10.0, 0.5, False),
         ("remote_shell_p50", 30.0, 1.2, None),  # no target
+        ("bridge_install_mb", 60.0, 0.2, True),
+        ("bridge_install_mb", 61.0, 0.2, False),
+        ("bridge_idle_rss_mb", 46.0, 1.0, False),
     ],
 )
 def test_each_figure_is_judged_against_its_target(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.bridge import _split
 from device_bridge.bridge import ssl_context
 from device_bridge.config import ConfigError, HostConfig, load_host_config
+from droidwire.bridge import _split
 from protocol.settings import DEFAULTS
 
 EXAMPLE = """
@@ -117,7 +117,7 @@ def test_repeated_flags_and_env_lists() -> None:
 
 
 def test_device_profiles_from_flags_merge_with_the_file(tmp_path: Path) -> None:
-    from controller.cli.bridge import _pairs
+    from droidwire.bridge import _pairs
 
     path = tmp_path / "bridge.toml"
     path.write_text('[policy.devices]\n"R58M" = "full"\n')

@@ -168,7 +168,7 @@ async def test_cli_wrong_token_exits_non_zero_after_one_attempt(adb_server: AdbS
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            "from controller.cli import main; main()",
+            "from droidwire import main; main()",
             "bridge",
             "--controller",
             peer.url,

@@ -1,7 +1,7 @@
 """Replica and bridge processes for the cluster tests.
 
 ``python -m tests.cluster.procs PORT DB_URL REDIS_URL`` runs a controller replica: the real
-runner (``controller.cli.serve.run``, what ``droidwire controller --redis … --db …`` calls)
+runner (``droidwire.serve.run``, what ``droidwire controller --redis … --db …`` calls)
 with the suite's test-scaled settings, which the CLI has no flags for. Bridges are the real
 ``droidwire bridge`` CLI, configured with every replica's URL for failover.
 """
@@ -114,7 +114,7 @@ class BridgeProcess(_Process):
     def __init__(self, urls: list[str], token: str, adb_port: int, adb_env: dict[str, str],
                  log_path: Path) -> None:
         self.log_path = log_path
-        self.argv = [sys.executable, "-c", "from controller.cli import main; main()", "bridge"]
+        self.argv = [sys.executable, "-c", "from droidwire import main; main()", "bridge"]
         for url in urls:
             self.argv += ["--controller", url]
         self.argv += [
@@ -130,8 +130,8 @@ class BridgeProcess(_Process):
 
 
 def _replica(port: int, db_url: str, redis_url: str) -> int:
-    from controller.cli.serve import run
     from controller.config import ControllerConfig
+    from droidwire.serve import run
 
     config = ControllerConfig(host="127.0.0.1", port=port, db_url=db_url, redis_url=redis_url,
                               bootstrap_token=os.environ["DROIDWIRE_BOOTSTRAP_TOKEN"],

@@ -21,10 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.cli.run import write_junit
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from device_bridge.config import HostConfig
+from droidwire.run import write_junit
 from tests.adb_support import AdbServer, ConnectedSim, connected_sim
 from tests.cluster.procs import WAIT_S
 from tests.cluster.test_cluster import (  # noqa: F401 - fixtures

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.adb, pytest.mark.timeout(120)]
 
 async def cli(url: str, *args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from controller.cli import main; main()", *args,
+        sys.executable, "-c", "from droidwire import main; main()", *args,
         env={**os.environ, "DROIDWIRE_CONTROLLER": url, "DROIDWIRE_TOKEN": ADMIN_TOKEN},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )

@@ -77,7 +77,7 @@ async def test_runs_submitted_through_a_replica_that_dies_finish_once(
     test_file.write_text(code)
     async with fleet(world, api_a, adb_server, homes=(0, 0), layer=Counted) as (_, layers):
         cli = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "from controller.cli import main; main()",
+            sys.executable, "-c", "from droidwire import main; main()",
             "run", str(test_file), "--json", "--timeout", "120",
             env={**os.environ, "DROIDWIRE_CONTROLLER": f"{a.url},{b.url}",
                  "DROIDWIRE_TOKEN": ADMIN_TOKEN},

@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
 from controller.app import create_app
-from controller.cli.serve import uvicorn_config
 from controller.config import ControllerConfig
+from droidwire.serve import uvicorn_config
 from tests.conftest import require_service
 
 ADMIN_TOKEN = "test-bootstrap-" + secrets.token_urlsafe(16)

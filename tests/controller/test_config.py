@@ -68,7 +68,7 @@ def test_invalid_values_are_config_errors(kwargs: dict[str, object]) -> None:
 def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from controller.cli import serve
+    from droidwire import serve
 
     seen: list[ControllerConfig] = []
     monkeypatch.setattr(serve, "run", lambda config, **_: seen.append(config) or True)

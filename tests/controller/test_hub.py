@@ -459,7 +459,7 @@ async def _wait_until(predicate: Any) -> None:
 def _cli(controller: InLoopController, *args: str) -> Any:
     from typer.testing import CliRunner
 
-    from controller.cli import app as cli
+    from droidwire import app as cli
 
     env = {"DROIDWIRE_CONTROLLER": controller.url, "DROIDWIRE_TOKEN": ADMIN_TOKEN}
     return CliRunner().invoke(cli, list(args), env=env)

@@ -21,9 +21,9 @@ import uvicorn
 from fastapi import FastAPI
 from websockets.asyncio.client import ClientConnection, connect
 
-from controller.cli.serve import uvicorn_config
 from controller.config import ControllerConfig
 from controller.hub import Hub
+from droidwire.serve import uvicorn_config
 from protocol.codec import Codec
 from protocol.envelope import SUBPROTOCOL, Capabilities, DeviceInfo, Welcome
 from protocol.errors import ErrorCode, RpcError

@@ -59,6 +59,37 @@ async def test_a_bridge_is_served_by_websockets_and_calls_complete(tmp_path: Pat
             await bridge.close()
 
 
+async def test_an_idle_bridge_keeps_neither_its_hello_nor_the_handshake_response(
+        tmp_path: Path) -> None:
+    """What a connection holds for its whole life is bounded to what it uses: the hello is
+    applied (inventory, caps) and let go, the 101 response is not kept."""
+    import gc
+
+    from protocol.envelope import Hello
+
+    async with in_loop_controller(tmp_path) as controller:
+        bridge = FakeBridge(controller.url, await controller.bridge_token("b1"))
+        await bridge.connect()
+        try:
+            [entry] = controller.hub.entries()
+            assert entry.conn is not None
+            ws = entry.conn.ws
+            assert isinstance(ws, BridgeConnection)
+            assert ws.response is None
+            assert entry.session.hello is None
+            assert entry.session.session_id is not None  # what a resume needs stays
+            # No Hello with this bridge's session is left on the controller's side (the fake
+            # bridge sends a plain map; it holds no Hello of its own).
+            gc.collect()
+            held = [o for o in gc.get_objects() if isinstance(o, Hello)
+                    and o.session == entry.session.session_id]
+            assert held == []
+            result = await controller.hub.call(entry.id, "ping", {"payload": b"x"})
+            assert result["payload"] == b"x"
+        finally:
+            await bridge.close()
+
+
 async def test_other_websockets_stay_on_uvicorn(tmp_path: Path) -> None:
     """Any other WebSocket path goes through ASGI (here: no such route → refused by the app)."""
     async with in_loop_controller(tmp_path) as controller:

@@ -15,8 +15,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from controller.auth import Scope, effective_scopes
-from controller.cli import app as cli
 from controller.config import ControllerConfig
+from droidwire import app as cli
 from protocol.closecodes import CloseCode
 from protocol.envelope import SUBPROTOCOL
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer.main
-
 from tests.conftest import require_or_skip
 
 try:
@@ -70,11 +68,14 @@ def cli_context(argv: list[str]) -> Any:
 
     Returns the click context (typer vendors its own click: duck-typed here).
     """
-    from controller.cli import app
+    from droidwire import command_tree
 
-    command: Any = typer.main.get_command(app)
+    command: Any = command_tree()
     args = list(argv)
     while hasattr(command, "commands"):
+        if getattr(command, "invoke_without_command", False) and (
+                not args or args[0].startswith("-")):
+            break  # a group that runs itself (`droidwire bridge --controller …`)
         assert args, f"{argv}: no command after the group {command.name!r}"
         name = args.pop(0)
         assert name in command.commands, f"{argv}: unknown command {name!r}"

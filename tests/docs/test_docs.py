@@ -168,7 +168,7 @@ def test_every_policy_rule_is_documented() -> None:
 
 
 def test_every_exit_code_is_documented() -> None:
-    from controller.cli.client import ExitCode
+    from droidwire.client import ExitCode
 
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     missing = [code for code in ExitCode if f"| {int(code)} |" not in text]

@@ -1,5 +1,5 @@
 """Every client command the docs show runs as shown, against a live stack of real processes
-(tests/cli/stack.py: ``droidwire controller``, ``sim-device`` and ``bridge``).
+(tests/droidwire/stack.py: ``droidwire controller``, ``sim-device`` and ``bridge``).
 
 What changes, and nothing else (the placeholders of the pages):
 
@@ -40,9 +40,9 @@ import httpx
 import pytest
 
 from device_bridge.sim.apk import SimPackage, build_apk
-from tests.cli.stack import ADMIN, DROIDWIRE, Stack, live_stack
 from tests.conftest import TIME_SCALE
 from tests.docs.test_docs import CHECKED_PAGES, DOCS, ROOT, droidwire_commands
+from tests.droidwire.stack import ADMIN, DROIDWIRE, Stack, live_stack
 
 EXAMPLE = (ROOT / "gradle-workspace/app/src/androidTestExamples/java/com/droidwire/demo/examples"
            / "MainActivityExamplesTest.kt")

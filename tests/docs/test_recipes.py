@@ -22,8 +22,8 @@ import pytest
 
 from device_bridge.kotlinc.install import cache_dir
 from tests.adb_support import ADB_BINARY, free_port
-from tests.cli.stack import base_env
 from tests.conftest import TIME_SCALE, require_or_skip
+from tests.droidwire.stack import base_env
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX = ROOT / "docs" / "index.md"

@@ -48,7 +48,7 @@ class BridgeProcess:
     def __init__(self, url: str, token: str, adb: AdbServer, log_path: Path) -> None:
         self.log_path = log_path
         self.argv = [
-            sys.executable, "-c", "from controller.cli import main; main()", "bridge",
+            sys.executable, "-c", "from droidwire import main; main()", "bridge",
             "--controller", url, "--adb-port", str(adb.port), "--profile", "full",
             "--ping-interval", str(PING_S), "--ping-timeout", str(PING_S),
             "--close-timeout", str(0.5 * TIME_SCALE), "--handshake-timeout", str(5 * TIME_SCALE),
@@ -207,7 +207,7 @@ async def test_device_appears_shell_works_policy_refuses(world: World) -> None:
     # And what a person types: `droidwire device list` / `device shell`.
     from typer.testing import CliRunner
 
-    from controller.cli import app as cli
+    from droidwire import app as cli
 
     assert world.controller is not None
     env = {"DROIDWIRE_CONTROLLER": world.controller.url, "DROIDWIRE_TOKEN": ADMIN_TOKEN}

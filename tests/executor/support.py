@@ -3,7 +3,7 @@
 :class:`LocalGateway` is the executor's gateway without the WebSocket: each call goes straight
 into :class:`device_bridge.rpc.Dispatcher` — the bridge's policy, the real adb server, the
 simulated device, the build service with the simulated toolchain. The link itself is tested
-by the hub's own tests and by ``droidwire demo`` (tests/executor/test_demo_cli.py).
+by the hub's own tests and by ``droidwire demo`` (tests/droidwire/test_demo_cli.py).
 """
 
 from __future__ import annotations

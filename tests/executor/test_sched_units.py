@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from controller.analysis import parse_instrumentation
-from controller.cli.run import write_junit
 from controller.executor import DeviceView, select_devices
 from controller.executor.executor import _failed, _merge_retries
 from controller.executor.queue import DeviceQueue, Scheduler
 from controller.executor.slices import slice_by_test
+from droidwire.run import write_junit
 
 WAIT_S = 5.0
 

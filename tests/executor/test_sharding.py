@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.run import write_junit
 from controller.executor import ExecuteRequest, SandboxExecutor
 from controller.executor.sharding import (
     Units,
@@ -25,6 +24,7 @@ from controller.executor.sharding import (
 from controller.store import Run, RunStatus, Store
 from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
+from droidwire.run import write_junit
 from tests.adb_support import AdbServer, connected_sim
 from tests.executor.conftest import SETTINGS
 from tests.executor.support import LocalGateway

@@ -8,7 +8,7 @@ It deletes both namespaces on close; :func:`remove_stale` deletes any left by a 
 
 Processes run in a namespace with ``python -m tests.faults.netns ROLE ...``:
 
-* ``controller HOST PORT DB_URL`` — the real runner (``controller.cli.serve.run``) with the
+* ``controller HOST PORT DB_URL`` — the real runner (``droidwire.serve.run``) with the
   suite's test-scaled settings, bound to ``HOST``;
 * ``bridge URL ADB_PORT`` — the real :class:`device_bridge.bridge.Bridge` (plain ws to a
   non-loopback controller: ``controller.allow_plain``), token from ``DROIDWIRE_BRIDGE_TOKEN``;
@@ -180,8 +180,8 @@ class NetnsPair:
 
 
 def _controller(host: str, port: int, db_url: str) -> int:
-    from controller.cli.serve import run
     from controller.config import ControllerConfig
+    from droidwire.serve import run
     from tests.faults.timing import SETTINGS
 
     config = ControllerConfig(host=host, port=port, db_url=db_url,

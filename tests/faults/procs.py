@@ -1,5 +1,5 @@
 """Processes the fault suite kills: a controller (``python -m tests.faults.procs controller``:
-the real runner, ``controller.cli.serve.run``, with the suite's test-scaled settings) and
+the real runner, ``droidwire.serve.run``, with the suite's test-scaled settings) and
 helpers to start, SIGKILL and restart it on the same port and database."""
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class ControllerProcess:
 
 
 def _controller(port: int, db_url: str) -> int:
-    from controller.cli.serve import run
     from controller.config import ControllerConfig
+    from droidwire.serve import run
     from tests.faults.timing import SETTINGS
 
     config = ControllerConfig(host="127.0.0.1", port=port, db_url=db_url,

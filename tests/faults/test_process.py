@@ -177,7 +177,7 @@ class BridgeProcess:
 
     def __init__(self, url: str, token: str, adb: AdbServer, log_path: Path) -> None:
         self.argv = [
-            sys.executable, "-c", "from controller.cli import main; main()", "bridge",
+            sys.executable, "-c", "from droidwire import main; main()", "bridge",
             "--controller", url, "--adb-port", str(adb.port), "--profile", "full",
             "--ping-interval", str(PING_S), "--ping-timeout", str(PING_S),
             "--close-timeout", str(0.2 * TIME_SCALE),

@@ -99,7 +99,7 @@ async def test_the_bridge_process_exits_non_zero_after_one_attempt(
         env = {**os.environ, "DROIDWIRE_BRIDGE_TOKEN": "dw_b_fault-suite-not-real"}
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "from controller.cli import main; main()", "bridge",
+            sys.executable, "-c", "from droidwire import main; main()", "bridge",
             "--controller", peer.url.replace("ws://", "http://"), "--adb-port", str(adb_server.port),
             env={**env, **adb_server.env, "DROIDWIRE_BRIDGE_TOKEN": env["DROIDWIRE_BRIDGE_TOKEN"]}, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

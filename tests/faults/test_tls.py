@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from controller.cli.serve import uvicorn_config
 from controller.config import ControllerConfig
 from device_bridge.bridge import ssl_context
 from device_bridge.config import load_host_config
 from device_bridge.connection import Link, LinkError, LinkRefused
+from droidwire.serve import uvicorn_config
 from tests.bridge.test_connection import make_link
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.faults.figures import record

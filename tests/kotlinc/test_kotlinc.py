@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.demo import DEMO_TESTS
 from device_bridge.kotlinc import (
     API_LEVEL,
     CompilerBusy,
@@ -23,6 +22,7 @@ from device_bridge.kotlinc.install import base_args, stubs_dir
 from device_bridge.sim import toolchain_libraries as libs
 from device_bridge.sim.toolchain import SimulatedToolchain
 from device_bridge.workspace_template import template_dir
+from droidwire.demo import DEMO_TESTS
 from fixer.errors import parse_errors
 from tests.kotlinc.corpus import cases, diagnostics, expected, place
 

@@ -13,12 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from controller import auth
-from controller.cli import app as cli
 from controller.config import ControllerConfig
 from device_bridge.adb import AdbDevices
 from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
+from droidwire import app as cli
 from protocol.envelope import DeviceInfo
 from tests.adb_support import AdbServer, ConnectedSim, connected_sim
 from tests.conftest import TIME_SCALE

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.auth import Principal, authenticate
-from controller.cli import app as cli
 from controller.store import utcnow
+from droidwire import app as cli
 from tests.controller.conftest import ADMIN_TOKEN, Api, LiveController, bearer
 
 runner = CliRunner()

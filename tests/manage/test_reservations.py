@@ -11,8 +11,8 @@ from datetime import timedelta
 import httpx
 from typer.testing import CliRunner
 
-from controller.cli import app as cli
 from controller.store import Store, devices_seen, utcnow
+from droidwire import app as cli
 from tests.controller.conftest import ADMIN_TOKEN, Api, LiveController, bearer
 
 runner = CliRunner()

@@ -94,6 +94,14 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 EXAMPLES.update(AGENT_EXAMPLES)  # the agent toolkit's methods (issue 11)
 EXAMPLES.update(MANAGE_EXAMPLES)  # device management: stages, files, apps, health (issue 18)
+EXAMPLES.update({  # remote adb tunnels (issue 24)
+    "device.tunnel.start": ({"serial": SERIAL}, {"features": ["shell_v2"], "profile": "standard"}),
+    "device.tunnel.open": ({"serial": SERIAL, "service": "shell,v2,raw:getprop"},
+                           {"channel": "tn-1", "kind": "raw"}),
+    "device.tunnel.write": ({"channel": "tn-1", "offset": 0, "data": b"abc"}, {"written": 3}),
+    "device.tunnel.ack": ({"channel": "tn-1", "n": 65536}, {}),
+    "device.tunnel.close": ({"channel": "tn-1"}, {}),
+})
 
 #: Invalid params per method (each must be a bad_request).
 BAD: list[tuple[str, dict[str, Any]]] = [
@@ -117,6 +125,11 @@ BAD: list[tuple[str, dict[str, Any]]] = [
     ("device.instrument", {"serial": SERIAL, "package": "a..b"}),
     ("workspace.compile", {"test_code": ""}),
     ("source.lookup", {"names": []}),
+    ("device.tunnel.open", {"serial": SERIAL, "service": ""}),
+    ("device.tunnel.open", {"serial": SERIAL, "service": "sync:", "window": 1}),
+    ("device.tunnel.write", {"channel": "tn-1", "offset": -1, "data": b"x"}),
+    ("device.tunnel.write", {"channel": "tn-1", "offset": 0, "data": b""}),
+    ("device.tunnel.ack", {"channel": "tn-1", "n": 0}),
     ("no.such.method", {}),
 ]
 

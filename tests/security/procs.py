@@ -26,8 +26,8 @@ class SecurityController(ControllerProcess):
 
 
 def _controller(port: int, db_url: str) -> int:
-    from controller.cli.serve import run
     from controller.config import ControllerConfig
+    from droidwire.serve import run
     from tests.security.support import SETTINGS
 
     config = ControllerConfig(host="127.0.0.1", port=port, db_url=db_url,

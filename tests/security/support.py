@@ -57,7 +57,7 @@ class BridgeProcess:
     ) -> None:
         self.log_path = log_path
         self.argv = [
-            sys.executable, "-c", "from controller.cli import main; main()", "bridge",
+            sys.executable, "-c", "from droidwire import main; main()", "bridge",
             "--controller", url, "--adb-port", str(adb.port), "--profile", profile,
             "--ping-interval", str(PING_S), "--ping-timeout", str(PING_S),
             "--close-timeout", str(0.5 * TIME_SCALE), "--handshake-timeout", str(5 * TIME_SCALE),

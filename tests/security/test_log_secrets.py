@@ -27,7 +27,7 @@ async def _serve(port: int, db: str, log_path: Path) -> asyncio.subprocess.Proce
     env = {**os.environ, "DROIDWIRE_BOOTSTRAP_TOKEN": ADMIN_TOKEN}
     with log_path.open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "from controller.cli import main; main()", "controller",
+            sys.executable, "-c", "from droidwire import main; main()", "controller",
             "--port", str(port), "--db", db, "--log-level", "debug",
             env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
         )

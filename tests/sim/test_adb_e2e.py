@@ -203,7 +203,7 @@ def test_several_devices_in_one_process(adb_server):
 
 
 def test_sim_device_command_line(adb_server):
-    cmd = [sys.executable, "-c", "from controller.cli import main; main()",
+    cmd = [sys.executable, "-c", "from droidwire import main; main()",
            "sim-device", "--port", "0", "--profile", "old-nexus", "--serial", "CLI123",
            "--noise", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

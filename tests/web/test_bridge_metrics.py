@@ -65,7 +65,7 @@ async def test_the_metrics_port_flag_serves_while_the_bridge_dials() -> None:
         closed.bind(("127.0.0.1", 0))
         nobody = closed.getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from controller.cli import main; main()", "bridge",
+        sys.executable, "-c", "from droidwire import main; main()", "bridge",
         "--controller", f"ws://127.0.0.1:{nobody}", "--token", "dw_b_unused",
         "--no-start-adb", "--adb-port", str(free_port()), "--reconnect-budget", "3600",
         "--backoff-first-max", "0.05", "--backoff-base", "0.05", "--backoff-cap", "0.2",

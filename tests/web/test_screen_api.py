@@ -78,7 +78,7 @@ async def test_a_stranger_is_refused_before_the_socket_opens(stack: Stack) -> No
 async def test_device_view_prints_the_page(stack: Stack) -> None:
     from typer.testing import CliRunner
 
-    from controller.cli import app as cli
+    from droidwire import app as cli
 
     env = {"DROIDWIRE_CONTROLLER": stack.url, "DROIDWIRE_TOKEN": stack.tokens["olivia"]}
     result = await asyncio.to_thread(

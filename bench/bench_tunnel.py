@@ -1,0 +1,112 @@
+"""``tunnel_push_mb_per_s`` and ``tunnel_shell_rtt_ms``: the real adb client through a remote adb
+tunnel (``droidwire device tunnel``, docs/tunnel.md) against the same operations straight to the
+same simulated device.
+
+One simulated device behind the bridge's adb server, a controller on uvicorn and a real bridge
+in this process (:func:`bench.stack.device_stack`); the tunnel's local end
+(:class:`droidwire.tunnel.TunnelClient`) in this process too, and a second adb server —
+the user's laptop — ``adb connect``-ed to it.
+
+* ``tunnel_push_mb_per_s``: ``adb push`` of one file through the tunnel (laptop server → local
+  listener → controller WebSocket → bridge → bridge's adb server → device) against ``adb push``
+  of the same file on the bridge's adb server straight to the device; median of alternating
+  repetitions, MB/s (10^6 bytes per second). Higher is better; the target is ratio ≥ 0.5.
+  Sizes: 20 MiB full, 4 MiB quick.
+* ``tunnel_shell_rtt_ms``: one ``shell:echo`` round trip (a new adb stream each: the OPEN, the
+  command, its output, the close) through the tunnel against the same on the bridge's adb server,
+  both with adbutils on a warm server connection; median ms. Lower is better (the issue's bound:
+  at most twice the direct figure plus the link's round trip).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import figure, median
+from bench.stack import device_stack, noted
+
+__all__ = ["run"]
+
+MB = 1_000_000
+MIB = 1024 * 1024
+REMOTE = "/data/local/tmp/droidwire/bench-tunnel.bin"
+
+
+def _push(adb: Any, serial: str, local: Path) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([adb.adb, "-P", str(adb.port), "-s", serial, "push", str(local), REMOTE],
+                          env=adb.env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"adb push to {serial}: {done.stderr or done.stdout}")
+    return local.stat().st_size / elapsed / MB
+
+
+def _shell_rtts(device: Any, n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        started = time.perf_counter()
+        answer = device.shell(f"echo {i}")
+        out.append((time.perf_counter() - started) * 1000)
+        if answer.strip() != str(i):
+            raise RuntimeError(f"shell echo answered {answer!r}")
+    return out
+
+
+async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
+    from droidwire.tunnel import TunnelClient
+    from tests.adb_support import start_adb_server, wait_for_state
+
+    with tempfile.TemporaryDirectory(prefix="droidwire-bench-tunnel-") as tmp:
+        local = Path(tmp) / "payload.bin"
+        with local.open("wb") as f:
+            for _ in range(size // MIB):
+                f.write(os.urandom(MIB))
+        laptop = start_adb_server()
+        try:
+            async with device_stack(1) as stack:
+                serial = stack.serials[0]
+                async with TunnelClient(stack.url, stack.admin_token, serial) as tunnel:
+                    address = f"127.0.0.1:{tunnel.port}"
+                    await asyncio.to_thread(laptop.client().connect, address, 30.0)
+                    await asyncio.to_thread(wait_for_state, laptop.client(), address, "device",
+                                            60.0)
+                    await asyncio.to_thread(_push, laptop, address, local)  # warm-up
+                    await asyncio.to_thread(_push, stack.adb, serial, local)
+                    mine: list[float] = []
+                    base: list[float] = []
+                    for _ in range(reps):
+                        base.append(await asyncio.to_thread(_push, stack.adb, serial, local))
+                        mine.append(await asyncio.to_thread(_push, laptop, address, local))
+                    tunnelled = laptop.client().device(address)
+                    direct = stack.adb.client().device(serial)
+                    await asyncio.to_thread(_shell_rtts, tunnelled, 3)
+                    await asyncio.to_thread(_shell_rtts, direct, 3)
+                    rtt_base = await asyncio.to_thread(_shell_rtts, direct, shells)
+                    rtt_mine = await asyncio.to_thread(_shell_rtts, tunnelled, shells)
+                    await asyncio.to_thread(laptop.client().disconnect, address)
+        finally:
+            laptop.kill()
+    return [
+        noted(figure("tunnel_push_mb_per_s", median(mine), "MB/s", median(base)),
+              f"{reps} alternating `adb push` of {size // MIB} MiB: through a tunnel (laptop adb "
+              "server → tunnel → controller → bridge → adb server → device) vs straight on the "
+              f"bridge's adb server; {[round(x, 1) for x in mine]} vs "
+              f"{[round(x, 1) for x in base]} MB/s"),
+        noted(figure("tunnel_shell_rtt_ms", median(rtt_mine), "ms", median(rtt_base)),
+              f"{shells} sequential `shell:echo` streams (adbutils) through the tunnel vs straight "
+              "to the device on the bridge's adb server, median"),
+    ]
+
+
+def run(quick: bool, *, size_mib: int | None = None, reps: int | None = None,
+        shells: int | None = None) -> list[dict[str, Any]]:
+    return asyncio.run(_run((size_mib or (4 if quick else 20)) * MIB, reps or (2 if quick else 3),
+                            shells or (20 if quick else 100)))

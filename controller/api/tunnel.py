@@ -1,0 +1,108 @@
+"""Remote adb through the link, REST side (issue 24, docs/tunnel.md).
+
+WebSocket ``/v1/devices/{device}/tunnel`` (``Authorization: Bearer`` on the handshake, never a
+URL): one tunnel to one device, for ``droidwire device tunnel`` (or any client speaking the
+frames of :mod:`protocol.tunnel_methods`). Binary msgpack frames both ways; the first one the
+server sends is ``hello``. Using a device through a tunnel needs the right to *use* it (its
+owner, a borrower inside a live grant, an admin), checked before the socket opens, again at
+every stream the client opens, and watched for the tunnel's whole life: once the token is
+revoked or the loan revoked or expired (:func:`controller.access.until_lapsed`), the tunnel
+ends (``end {reason: "forbidden: …"}``, close code 1008) and the adb client sees the device go
+offline. The tunnel, every stream it opens (refused or not) and its end are in the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from controller.access import until_lapsed
+from controller.auth.authorization import Action, Principal, authorize
+from controller.hub import Hub, resolve_device
+from controller.hub.tunnel import Tunnel
+from protocol.errors import ErrorCode, RpcError
+from protocol.tunnel_methods import decode_frame
+
+__all__ = ["serve_tunnel"]
+
+log = logging.getLogger("droidwire.controller.api.tunnel")
+
+
+async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, device: str) -> None:
+    record = await resolve_device(hub, principal, device)
+    ref = record.ref
+    action = "device.tunnel"
+    tunnel: Tunnel | None = None
+    try:
+        await authorize(principal, ref, Action.USE, store=hub.store)
+        if hub.gate is not None:
+            hub.gate(ref)
+        if hub.cluster is not None:
+            entry = hub.entry(ref.bridge_id)
+            if entry is None or entry.conn is None:
+                raise RpcError(ErrorCode.UNAVAILABLE,
+                               "tunnels are served by the replica that holds the device's bridge",
+                               {"reason": "other_replica"})
+        tunnel = hub.tunnels.open(principal, ref)
+        hello = await tunnel.start()
+    except RpcError as exc:
+        if tunnel is not None:
+            tunnel.end("refused")
+        await hub.audit_device(principal, action, ref, exc)
+        raise
+    await hub.audit_device(principal, action, ref, None)
+    reason = "closed"
+    try:
+        await websocket.accept()
+        await websocket.send_bytes(hello)
+        reader = asyncio.create_task(_receive(websocket, tunnel))
+        lapsed = asyncio.create_task(until_lapsed(
+            getattr(websocket.app.state, "access", None), hub.store,
+            hub.settings.stream_reauth_s, principal, ref))
+
+        def ended(task: asyncio.Task[str]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                tunnel.end(task.result())
+
+        reader.add_done_callback(ended)
+        lapsed.add_done_callback(ended)
+        try:
+            while (frame := await tunnel.next_frame()) is not None:
+                await websocket.send_bytes(frame)
+            reason = tunnel.ended or "closed"
+            code = 1008 if reason.startswith("forbidden") else 1000
+            with contextlib.suppress(Exception):
+                await websocket.close(code, reason[:120])
+        finally:
+            for task in (reader, lapsed):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        reason = "client gone"
+    finally:
+        tunnel.end(reason if tunnel.ended is None else tunnel.ended)
+        with contextlib.suppress(Exception):
+            await hub.audit.record(principal, "device.tunnel.end", device=str(ref),
+                                   detail={"tunnel": tunnel.id, "reason": tunnel.ended or reason,
+                                           "opened": tunnel.opened, "refused": tunnel.refused})
+
+
+async def _receive(websocket: WebSocket, tunnel: Tunnel) -> str:
+    """Read the client's frames until it goes; the reason the tunnel ends."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return "client gone"
+        data = message.get("bytes")
+        try:
+            if data is None:
+                raise RpcError(ErrorCode.BAD_REQUEST, "tunnel frames are binary")
+            tunnel.handle(decode_frame(data))
+        except RpcError as exc:
+            log.info("tunnel %s: %s", tunnel.id, exc.message)
+            return f"bad_request: {exc.message}"

@@ -1,0 +1,451 @@
+"""Remote adb tunnels on the controller (issue 24, docs/tunnel.md): a client's streams relayed
+to the device's bridge.
+
+One :class:`Tunnel` per tunnel WebSocket (``/v1/devices/{device}/tunnel``). The client opens adb
+streams on it; each becomes a bridge channel (``device.tunnel.open``) whose ``evt`` frames the
+hub hands to the :class:`RelayStream` registered for it (like a live screen's, never blocking
+the hub's reader). Rules:
+
+* every ``OPEN`` is authorized again (:func:`controller.auth.authorize`, the owner's health
+  gate) and audited (``device.tunnel.open``, with the service's name and, if refused, the rule);
+* client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
+  up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
+  (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
+* device → client bytes come within the bridge's window; the client's ``ack`` frames go up as
+  ``device.tunnel.ack`` (one call in flight per stream, the rest added up meanwhile);
+* bounded: :attr:`Tunnels.per_user` tunnels per user, :attr:`Tunnels.max_streams` streams per
+  tunnel, ``window`` bytes per stream and direction; a client that overruns its window, or
+  frames that do not parse, end the tunnel (``bad_request``).
+
+A tunnel ends with its WebSocket, when the caller's access lapses (the API's watch), or at
+shutdown; it then closes every stream on the bridge. Streams (not the tunnel) end with the
+bridge's connection: adb streams do not survive a reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from protocol.envelope import Evt
+from protocol.errors import ErrorCode, RpcError
+from protocol.tunnel_methods import MAX_WINDOW, MAX_WRITE, encode_frame, parse_tunnel_chunk
+
+if TYPE_CHECKING:
+    from controller.hub.hub import Hub
+
+__all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "Tunnels"]
+
+log = logging.getLogger("droidwire.controller.tunnel")
+
+DEFAULT_WINDOW = 2 << 20
+WRITES_IN_FLIGHT = 8  # device.tunnel.write calls at once per stream
+DEFAULT_MAX_STREAMS = 16
+DEFAULT_PER_USER = 4
+_OPENS_WAITING = 16  # OPENs being answered at once per tunnel
+STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
+
+
+@dataclass(eq=False)
+class RelayStream:
+    """One adb stream of a tunnel: client id ``s``, bridge ``channel``."""
+
+    tunnel: Tunnel
+    s: int
+    service: str
+    channel: str | None = None
+    pending: collections.deque[bytes] = field(default_factory=collections.deque)
+    pending_bytes: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    writer: asyncio.Task[None] | None = None
+    offset: int = 0
+    ack_due: int = 0
+    acking: bool = False
+    next_seq: int = 0
+    closed: bool = False
+    sent_down: int = 0
+    sent_up: int = 0
+
+    # -- the hub's side (ScreenChannel protocol) -------------------------------------------
+
+    def on_event(self, evt: Evt) -> None:
+        try:
+            chunk = parse_tunnel_chunk(evt.d, seq=evt.seq)
+        except RpcError as exc:
+            log.warning("malformed tunnel chunk on %s: %s", evt.ch, exc.message)
+            return
+        if evt.seq < self.next_seq:
+            return  # a duplicate
+        self.next_seq = evt.seq + 1
+        if chunk.eof:
+            self.tunnel.stream_ended(self, chunk.reason or "closed", on_bridge=False)
+            return
+        self.sent_up += len(chunk.data)
+        self.tunnel.push(encode_frame("data", s=self.s, data=chunk.data), len(chunk.data))
+
+    def end(self, reason: str) -> None:
+        self.tunnel.stream_ended(self, reason, on_bridge=False)
+
+
+class Tunnel:
+    """One client's tunnel to one device."""
+
+    def __init__(self, tunnels: Tunnels, principal: Principal, device: DeviceRef) -> None:
+        self.tunnels = tunnels
+        self.hub = tunnels.hub
+        self.principal = principal
+        self.device = device
+        self.id = uuid.uuid4().hex[:12]
+        self.started_at = time.time()
+        self.window = tunnels.window
+        self.max_streams = tunnels.max_streams
+        self.streams: dict[int, RelayStream] = {}
+        self.ended: str | None = None
+        self.opened = 0
+        self.refused = 0
+        # The tunnel's step log: every OPEN, allowed or refused, newest last (bounded).
+        self.steps: collections.deque[dict[str, Any]] = collections.deque(maxlen=STEPS_KEPT)
+        self._out: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._out_bytes = 0
+        self._final: bytes | None = None  # the ``end`` frame, after what is queued
+        self._out_wake = asyncio.Event()
+        self._opening = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def info(self) -> dict[str, Any]:
+        """What the device page and the API show of a live tunnel."""
+        return {"id": self.id, "user": self.principal.user_name, "device": str(self.device),
+                "since": self.started_at, "streams": len(self.streams),
+                "opened": self.opened, "refused": self.refused, "steps": list(self.steps)}
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def start(self) -> bytes:
+        """Ask the bridge for the device's features; the client's ``hello`` frame."""
+        result = await self.hub.call(
+            self.device, "device.tunnel.start",
+            _vouch(self.principal, self.device, {}))
+        features = [str(f) for f in result.get("features", []) if isinstance(f, str)]
+        record = await self._record()
+        props = ";".join(f"{k}={v}" for k, v in record.items() if v)
+        banner = f"device::{props};" if props else "device::"
+        return encode_frame("hello", serial=self.device.serial, banner=banner[:1024],
+                            features=features, window=self.window, max_streams=self.max_streams)
+
+    async def _record(self) -> dict[str, str]:
+        entry = self.hub.entry(self.device.bridge_id)
+        info = entry.devices.get(self.device.serial) if entry is not None else None
+        if info is None:
+            return {}
+        model = (info.model or "").replace(" ", "_").replace(";", "_")[:64]
+        return {"ro.product.name": model, "ro.product.model": model,
+                "ro.product.device": model}
+
+    # -- client frames (from the WebSocket's reader; never blocks) ---------------------------
+
+    def handle(self, frame: dict[str, Any]) -> None:
+        op = frame["op"]
+        log.debug("tunnel %s: client %s s=%s", self.id, op, frame.get("s"))
+        stream: RelayStream | None
+        if op == "open":
+            s = frame["s"]
+            if s in self.streams or self._opening >= _OPENS_WAITING:
+                self._refuse_now(s, "busy", "too many streams opening at once")
+                return
+            if len(self.streams) >= self.max_streams:
+                self._refuse_now(s, "busy", f"at most {self.max_streams} streams per tunnel")
+                return
+            stream = RelayStream(self, s, frame["service"])
+            self.streams[s] = stream
+            self._opening += 1
+            self._spawn(self._open(stream))
+        elif op == "data":
+            stream = self.streams.get(frame["s"])
+            if stream is None or stream.closed:
+                return  # data racing a close: dropped, as adbd drops it
+            data: bytes = frame["data"]
+            if stream.pending_bytes + len(data) > self.window + MAX_WRITE:
+                raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
+            stream.pending.append(data)
+            stream.pending_bytes += len(data)
+            stream.wake.set()
+        elif op == "ack":
+            stream = self.streams.get(frame["s"])
+            if stream is not None and not stream.closed and stream.channel is not None:
+                stream.ack_due += frame["n"]
+                if not stream.acking:
+                    stream.acking = True
+                    self._spawn(self._acks(stream))
+        elif op == "close":
+            stream = self.streams.get(frame["s"])
+            if stream is not None:
+                self.stream_ended(stream, "closed by the client", on_bridge=True, tell=False)
+        else:
+            raise RpcError(ErrorCode.BAD_REQUEST, f"a client does not send {op!r}")
+
+    def _refuse_now(self, s: int, rule: str, message: str) -> None:
+        self.push(encode_frame("refused", s=s, message=message, rule=rule))
+
+    # -- frames to the client --------------------------------------------------------------
+
+    def push(self, frame: bytes, size: int = 0) -> None:
+        """Queue a frame for the client (``size``: the device bytes it carries, bounded)."""
+        if self.ended is not None:
+            return
+        limit = self.max_streams * (self.window + MAX_WRITE) + (1 << 20)
+        if self._out_bytes + size > limit:
+            self.end("the bridge overran the tunnel's windows")
+            return
+        self._out.append((frame, size))
+        self._out_bytes += size
+        self._out_wake.set()
+
+    async def next_frame(self) -> bytes | None:
+        """The next frame for the client; None after the ``end`` frame went out."""
+        while True:
+            if self._out:
+                frame, size = self._out.popleft()
+                self._out_bytes -= size
+                return frame
+            if self._final is not None:
+                frame, self._final = self._final, None
+                return frame
+            if self.ended is not None:
+                return None
+            self._out_wake.clear()
+            await self._out_wake.wait()
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def _open(self, stream: RelayStream) -> None:
+        hub, principal, device = self.hub, self.principal, self.device
+        action = "device.tunnel.open"
+        detail = {"service": _service_label(stream.service), "tunnel": self.id}
+        try:
+            try:
+                await authorize(principal, device, Action.USE, store=hub.store)
+                if hub.gate is not None:
+                    hub.gate(device)
+
+                def register(result: dict[str, Any]) -> None:
+                    channel = result.get("channel")
+                    entry = hub.entry(device.bridge_id)
+                    if entry is None or not isinstance(channel, str) or channel.startswith("$"):
+                        return
+                    stream.channel = channel
+                    if stream.closed:
+                        return  # closed meanwhile: _open closes it on the bridge
+                    entry.screens[channel] = stream  # its evt frames come to this stream
+                    # Before any of them: the hub reads them right after this result.
+                    self.push(encode_frame("opened", s=stream.s))
+
+                params = _vouch(principal, device,
+                                {"service": stream.service, "window": self.window})
+                await hub.call(device, "device.tunnel.open", params, on_result=register)
+                if stream.channel is None:
+                    raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a channel")
+            except RpcError as exc:
+                self.refused += 1
+                rule = str((exc.data or {}).get("rule") or exc.code.value)
+                self.steps.append({"at": time.time(), "service": detail["service"],
+                                   "outcome": exc.code.value, "rule": rule[:128],
+                                   "message": exc.message[:300]})
+                await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
+                self.streams.pop(stream.s, None)
+                stream.closed = True
+                message = exc.message if exc.code is ErrorCode.FORBIDDEN else \
+                    f"{exc.code.value}: {exc.message}"
+                self.push(encode_frame("refused", s=stream.s, message=message[:1000], rule=rule))
+                return
+            await self._audit(action, "ok", detail)
+            self.opened += 1
+            self.steps.append({"at": time.time(), "service": detail["service"], "outcome": "ok"})
+            if self.ended is not None or stream.closed:
+                self._close_on_bridge(stream)
+                return
+            stream.writer = self._spawn(self._write(stream))
+        finally:
+            self._opening -= 1
+
+    async def _audit(self, action: str, outcome: str, detail: dict[str, Any]) -> None:
+        try:
+            await self.hub.audit.record(self.principal, action, device=str(self.device),
+                                        outcome=outcome, detail=detail)
+        except Exception:  # an audit write that fails never hides the outcome
+            log.exception("audit write failed for %s on %s", action, self.device)
+
+    async def _write(self, stream: RelayStream) -> None:
+        """Client bytes down to the bridge: up to :data:`WRITES_IN_FLIGHT` calls at once, at
+        increasing offsets (the bridge writes them in order), each acknowledged to the client
+        once the bridge wrote it."""
+        assert stream.channel is not None
+        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)
+        calls: set[asyncio.Task[None]] = set()
+        try:
+            while not stream.closed:
+                if not stream.pending:
+                    stream.wake.clear()
+                    await stream.wake.wait()
+                    continue
+                await slots.acquire()
+                if stream.closed:
+                    break
+                parts: list[bytes] = []
+                size = 0
+                while stream.pending and (not parts
+                                          or size + len(stream.pending[0]) <= MAX_WRITE):
+                    part = stream.pending.popleft()
+                    parts.append(part)
+                    size += len(part)
+                offset = stream.offset
+                stream.offset += size
+                call = asyncio.get_running_loop().create_task(
+                    self._write_one(stream, offset, b"".join(parts), slots))
+                calls.add(call)
+                call.add_done_callback(calls.discard)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for call in list(calls):
+                call.cancel()
+
+    async def _write_one(self, stream: RelayStream, offset: int, data: bytes,
+                         slots: asyncio.Semaphore) -> None:
+        try:
+            await self.hub.call(self.device.bridge_id, "device.tunnel.write",
+                                {"channel": stream.channel, "offset": offset, "data": data})
+        except RpcError as exc:
+            if not stream.closed:
+                self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
+            return
+        finally:
+            slots.release()
+        stream.pending_bytes -= len(data)
+        stream.sent_down += len(data)
+        self.push(encode_frame("ack", s=stream.s, n=len(data)))
+
+    async def _acks(self, stream: RelayStream) -> None:
+        try:
+            while stream.ack_due and not stream.closed and stream.channel is not None:
+                n = min(stream.ack_due, MAX_WINDOW)
+                stream.ack_due -= n
+                await self.hub.call(self.device.bridge_id, "device.tunnel.ack",
+                                    {"channel": stream.channel, "n": n})
+        except RpcError as exc:
+            log.debug("tunnel %s: ack failed: %s", self.id, exc.message)
+        finally:
+            stream.acking = False
+
+    def stream_ended(self, stream: RelayStream, reason: str, *, on_bridge: bool,
+                     tell: bool = True) -> None:
+        """``stream`` is over: tell the client (``tell``), and the bridge (``on_bridge``)."""
+        if stream.closed:
+            return
+        stream.closed = True
+        stream.wake.set()
+        self.streams.pop(stream.s, None)
+        entry = self.hub.entry(self.device.bridge_id)
+        if entry is not None and stream.channel is not None:
+            entry.screens.pop(stream.channel, None)
+        if stream.writer is not None and stream.writer is not asyncio.current_task():
+            stream.writer.cancel()
+        if tell:
+            self.push(encode_frame("close", s=stream.s, reason=reason[:200]))
+        if on_bridge:
+            self._close_on_bridge(stream)
+
+    def _close_on_bridge(self, stream: RelayStream) -> None:
+        if stream.channel is None:
+            return
+        entry = self.hub.entry(self.device.bridge_id)
+        if entry is None or not entry.is_open:
+            return
+        channel = stream.channel
+
+        async def close() -> None:
+            with contextlib.suppress(RpcError):
+                await self.hub.call(self.device.bridge_id, "device.tunnel.close",
+                                    {"channel": channel},
+                                    timeout_s=self.hub.settings.rpc_timeout_s)
+
+        self.hub._spawn(close())
+
+    def end(self, reason: str) -> None:
+        """The whole tunnel ends: every stream closed on the bridge, the client told."""
+        if self.ended is not None:
+            return
+        for stream in list(self.streams.values()):
+            self.stream_ended(stream, reason, on_bridge=True, tell=False)
+        self.ended = reason
+        self._out.clear()  # what was queued is moot: the end goes out next
+        self._out_bytes = 0
+        self._final = encode_frame("end", reason=reason[:200])
+        self._out_wake.set()
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+        self.tunnels.forget(self)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _vouch(principal: Principal, device: DeviceRef, params: dict[str, Any]) -> dict[str, Any]:
+    """``as_owner`` when the caller owns the device (the bridge's ``full`` profile is the
+    owner's alone), as every device call the hub makes for a user."""
+    if principal.user_id == device.owner_id and principal.bridge_id is None:
+        return {**params, "as_owner": True}
+    return params
+
+
+def _service_label(service: str) -> str:
+    """What the audit log keeps of a service: its name and a command's first word."""
+    head, _, rest = service.partition(":")
+    word = rest.strip().split(" ", 1)[0][:40] if head.split(",")[0] in ("shell", "exec") else ""
+    return f"{head.split(',')[0][:32]}:{word}" if word else head[:32]
+
+
+class Tunnels:
+    """Every live tunnel of a hub (the device page lists them)."""
+
+    def __init__(self, hub: Hub, *, window: int = DEFAULT_WINDOW,
+                 max_streams: int = DEFAULT_MAX_STREAMS, per_user: int = DEFAULT_PER_USER) -> None:
+        self.hub = hub
+        self.window = window
+        self.max_streams = max_streams
+        self.per_user = per_user
+        self._live: dict[str, Tunnel] = {}
+        self.on_change: Callable[[], None] | None = None
+
+    def open(self, principal: Principal, device: DeviceRef) -> Tunnel:
+        """A new tunnel (the caller is authorized already); ``busy`` past the user's quota."""
+        mine = sum(1 for t in self._live.values() if t.principal.user_id == principal.user_id)
+        if mine >= self.per_user:
+            raise RpcError(ErrorCode.BUSY, f"at most {self.per_user} tunnels per user",
+                           {"reason": "tunnel_quota"})
+        tunnel = Tunnel(self, principal, device)
+        self._live[tunnel.id] = tunnel
+        return tunnel
+
+    def forget(self, tunnel: Tunnel) -> None:
+        self._live.pop(tunnel.id, None)
+
+    def live(self, device: DeviceRef | None = None) -> list[Tunnel]:
+        return [t for t in self._live.values()
+                if device is None or (t.device.bridge_id, t.device.serial)
+                == (device.bridge_id, device.serial)]
+
+    def end_all(self, reason: str) -> None:
+        for tunnel in list(self._live.values()):
+            tunnel.end(reason)

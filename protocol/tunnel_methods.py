@@ -1,0 +1,269 @@
+"""Remote adb through the link (issue 24, docs/tunnel.md): RPCs, stream chunks, client frames.
+
+==========================  ==============================  ==============================
+method                      params                          result
+==========================  ==============================  ==============================
+``device.tunnel.start``     :class:`TunnelStartParams`      :class:`TunnelStartResult`
+``device.tunnel.open``      :class:`TunnelOpenParams`       :class:`TunnelOpenResult`
+``device.tunnel.write``     :class:`TunnelWriteParams`      :class:`TunnelWriteResult`
+``device.tunnel.ack``       :class:`TunnelAckParams`        :class:`~protocol.methods.Empty`
+``device.tunnel.close``     :class:`TunnelCloseParams`      :class:`~protocol.methods.Empty`
+==========================  ==============================  ==============================
+
+One adb stream is one channel. ``open`` names the adb service (``shell,v2,raw:getprop``,
+``sync:``, ``tcp:8080`` …); the bridge checks it against the caller's rights and the device's
+profile and opens it through its adb server, or refuses it (``forbidden`` with the ``rule``).
+Device → client bytes come as ``evt`` frames on the channel: ``{"data": bin}``, the last one
+``{"eof": true, "reason"}``. At most ``window`` bytes are sent that the client has not
+acknowledged (``device.tunnel.ack``). Client → device bytes go down as ``device.tunnel.write``
+calls, one at a time per channel, at increasing ``offset``; each is answered once the device's
+adb stream took the bytes (that is the back-pressure).
+
+The client's side of the controller's tunnel WebSocket speaks msgpack maps (:func:`encode_frame`,
+:func:`decode_frame`), one per binary message, ``op`` first:
+
+client → controller: ``open {s, service}``, ``data {s, data}``, ``ack {s, n}``, ``close {s}``;
+controller → client: ``hello {serial, banner, features, window, max_streams}``, ``opened {s}``,
+``refused {s, message, rule}``, ``data {s, data}``, ``ack {s, n}``, ``close {s, reason}``,
+``end {reason}`` (the whole tunnel ends: access lapsed, bridge gone).
+
+Also here, sans I/O: what a refused ``OPEN`` looks like to the adb client that asked
+(:func:`refusal_reply`) and the device features a tunnel announces (:data:`TUNNEL_FEATURES`).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Annotated, Any
+
+import msgpack
+from pydantic import Field, StringConstraints
+
+from protocol.envelope import ChannelId, Serial
+from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Empty, MethodSpec, Params, Result, register
+
+__all__ = [
+    "MAX_SERVICE",
+    "MAX_WINDOW",
+    "MAX_WRITE",
+    "TUNNEL_FEATURES",
+    "TunnelAckParams",
+    "TunnelChunk",
+    "TunnelCloseParams",
+    "TunnelOpenParams",
+    "TunnelOpenResult",
+    "TunnelStartParams",
+    "TunnelStartResult",
+    "TunnelWriteParams",
+    "TunnelWriteResult",
+    "decode_frame",
+    "encode_frame",
+    "parse_tunnel_chunk",
+    "refusal_reply",
+]
+
+#: The longest adb service string carried (a long ``shell:`` command line fits).
+MAX_SERVICE = 16 * 1024
+#: The most bytes one ``device.tunnel.write`` carries.
+MAX_WRITE = 1 << 20
+#: The largest window a client may ask for, per stream and direction.
+MAX_WINDOW = 4 << 20
+#: The largest client ↔ controller frame (a data frame of MAX_WRITE bytes and its keys).
+MAX_CLIENT_FRAME = MAX_WRITE + 4096
+
+#: Device features a tunnel passes on (those the device has): every one changes only what the
+#: adb client asks for in ways the bridge still checks. Left out: ``abb``/``abb_exec`` (binder
+#: calls past the shell allow-list), ``sendrecv_v2*`` (sync requests the bridge does not parse),
+#: ``delayed_ack`` (another transport).
+TUNNEL_FEATURES = (
+    "shell_v2",
+    "cmd",
+    "stat_v2",
+    "ls_v2",
+    "fixed_push_mkdir",
+    "fixed_push_symlink_timestamp",
+    "apex",
+)
+
+_Service = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SERVICE)]
+
+
+class TunnelStartParams(Params):
+    serial: Serial
+    as_owner: bool = False
+
+
+class TunnelStartResult(Result):
+    features: list[Annotated[str, StringConstraints(max_length=64)]] = Field(max_length=64)
+    profile: Annotated[str, StringConstraints(max_length=64)]
+
+
+class TunnelOpenParams(Params):
+    serial: Serial
+    service: _Service
+    window: int = Field(default=1 << 20, ge=64 * 1024, le=MAX_WINDOW)
+    as_owner: bool = False
+
+
+class TunnelOpenResult(Result):
+    channel: ChannelId
+    kind: Annotated[str, StringConstraints(max_length=32)] = "raw"
+
+
+class TunnelWriteParams(Params):
+    channel: ChannelId
+    offset: int = Field(ge=0)
+    data: bytes = Field(min_length=1, max_length=MAX_WRITE)
+
+
+class TunnelWriteResult(Result):
+    written: int
+
+
+class TunnelAckParams(Params):
+    channel: ChannelId
+    n: int = Field(ge=1, le=MAX_WINDOW)
+
+
+class TunnelCloseParams(Params):
+    channel: ChannelId
+
+
+class TunnelChunk:
+    """One ``evt`` of a tunnel stream: device bytes, or the end."""
+
+    __slots__ = ("data", "eof", "reason", "seq")
+
+    def __init__(self, data: bytes = b"", *, eof: bool = False, reason: str | None = None,
+                 seq: int = 0) -> None:
+        self.data = data
+        self.eof = eof
+        self.reason = reason
+        self.seq = seq
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.eof:
+            return {"eof": True, "reason": self.reason or "closed"}
+        return {"data": self.data}
+
+
+def parse_tunnel_chunk(d: Any, *, seq: int = 0) -> TunnelChunk:
+    """Validate one tunnel ``evt``'s ``d`` (:class:`RpcError` ``bad_request``)."""
+    if not isinstance(d, dict):
+        raise RpcError(ErrorCode.BAD_REQUEST, "tunnel chunk must be a map")
+    if d.get("eof") is True:
+        reason = d.get("reason")
+        return TunnelChunk(eof=True, reason=str(reason)[:200] if reason is not None else "closed",
+                           seq=seq)
+    data = d.get("data")
+    if not isinstance(data, bytes) or not 0 < len(data) <= MAX_WRITE:
+        raise RpcError(ErrorCode.BAD_REQUEST, f"tunnel chunk data must be 1..{MAX_WRITE} bytes")
+    return TunnelChunk(data, seq=seq)
+
+
+# -- the client's WebSocket frames ------------------------------------------------------------
+
+_OPS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    # client → controller
+    "open": {"s": int, "service": str},
+    "data": {"s": int, "data": bytes},
+    "ack": {"s": int, "n": int},
+    "close": {"s": int},
+    # controller → client
+    "hello": {"serial": str, "banner": str, "features": list, "window": int,
+              "max_streams": int},
+    "opened": {"s": int},
+    "refused": {"s": int, "message": str, "rule": str},
+    "end": {"reason": str},
+}
+_OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "close": {"reason": str},
+}
+
+
+def encode_frame(op: str, **fields: Any) -> bytes:
+    """One client ↔ controller frame (msgpack map)."""
+    return msgpack.packb({"op": op, **fields}, use_bin_type=True)
+
+
+def decode_frame(data: bytes | str) -> dict[str, Any]:
+    """Validate one frame: a msgpack map with a known ``op`` and its typed fields.
+
+    Raises :class:`RpcError` ``bad_request``; never anything else."""
+    if not isinstance(data, bytes) or len(data) > MAX_CLIENT_FRAME:
+        raise RpcError(ErrorCode.BAD_REQUEST, "a tunnel frame is one binary msgpack map")
+    try:
+        frame = msgpack.unpackb(data, raw=False, max_bin_len=MAX_WRITE, max_str_len=MAX_SERVICE,
+                                max_array_len=64, max_map_len=16, max_ext_len=0)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise RpcError(ErrorCode.BAD_REQUEST, f"not a msgpack map: {type(exc).__name__}") from None
+    if not isinstance(frame, dict):
+        raise RpcError(ErrorCode.BAD_REQUEST, "a tunnel frame is a map")
+    op = frame.get("op")
+    fields = _OPS.get(op) if isinstance(op, str) else None
+    if fields is None:
+        raise RpcError(ErrorCode.BAD_REQUEST, f"unknown tunnel op {str(op)[:32]!r}")
+    for name, kind in fields.items():
+        value = frame.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise RpcError(ErrorCode.BAD_REQUEST, f"tunnel {op}: {name} missing or mistyped")
+    assert isinstance(op, str)
+    for name, kind in _OPTIONAL.get(op, {}).items():
+        if name in frame and not isinstance(frame[name], kind):
+            raise RpcError(ErrorCode.BAD_REQUEST, f"tunnel {op}: {name} mistyped")
+    s = frame.get("s")
+    if isinstance(s, int) and not 0 < s < 1 << 31:
+        raise RpcError(ErrorCode.BAD_REQUEST, f"tunnel {op}: stream id out of range")
+    n = frame.get("n")
+    if op == "ack" and isinstance(n, int) and not 0 < n <= MAX_WINDOW:
+        raise RpcError(ErrorCode.BAD_REQUEST, "tunnel ack: n out of range")
+    if op == "data" and not frame["data"]:
+        raise RpcError(ErrorCode.BAD_REQUEST, "tunnel data: empty")
+    return frame
+
+
+# -- refusals as the adb client sees them -----------------------------------------------------
+
+
+def _service_name(service: str) -> str:
+    return service.split(":", 1)[0].split(",", 1)[0]
+
+
+def refusal_reply(service: str, message: str) -> bytes | None:
+    """What the local adbd side writes for a refused ``OPEN`` of ``service`` before its
+    ``CLSE`` — the service accepted, the refusal as its output, so the adb client prints it —
+    or None: answer with a bare ``CLSE``, as adbd answers a service it cannot open (``sync:``,
+    ``tcp:``, ``jdwp:`` …: their clients print their own "closed" error).
+
+    * ``shell,v2…:``: the message on stderr and exit code 1 (shell protocol packets);
+    * ``shell:``, ``exec:``, ``root:``, ``reboot:``, ``remount:`` …: the message as output;
+    * ``reverse:``: a ``FAIL`` answer with the message, which ``adb reverse`` prints.
+    """
+    text = f"droidwire: {message}".rstrip("\n") + "\n"
+    body = text.encode("utf-8", errors="replace")[:4000]
+    name = _service_name(service)
+    if name == "shell":
+        options = service.split(":", 1)[0].split(",")[1:]
+        if "v2" in options:
+            return struct.pack("<BI", 2, len(body)) + body + struct.pack("<BI", 3, 1) + b"\x01"
+        return body
+    if name == "reverse":
+        return b"FAIL" + f"{len(body):04x}".encode() + body
+    if name in ("exec", "root", "unroot", "remount", "reboot", "tcpip", "usb", "enable-verity",
+                "disable-verity", "backup", "restore", "sideload", "abb", "abb_exec"):
+        return body
+    return None
+
+
+TUNNEL_METHODS: tuple[MethodSpec, ...] = (
+    MethodSpec("device.tunnel.start", TunnelStartParams, TunnelStartResult, "devices",
+               idempotent=True),
+    MethodSpec("device.tunnel.open", TunnelOpenParams, TunnelOpenResult, "devices"),
+    MethodSpec("device.tunnel.write", TunnelWriteParams, TunnelWriteResult, "devices"),
+    MethodSpec("device.tunnel.ack", TunnelAckParams, Empty, "devices"),
+    MethodSpec("device.tunnel.close", TunnelCloseParams, Empty, "devices", idempotent=True),
+)
+
+for _spec in TUNNEL_METHODS:
+    register(_spec, replace=True)

@@ -1,0 +1,205 @@
+"""The tunnel's sans-I/O parts (docs/tunnel.md): the policy per adb service, the sync gate,
+the client frames and what a refused OPEN looks like to the adb client."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+
+from device_bridge.policy import Policy, PolicyConfig, Profile
+from device_bridge.tunnel import SyncGate
+from protocol.errors import ErrorCode, RpcError
+from protocol.tunnel_methods import MAX_WRITE, decode_frame, encode_frame, refusal_reply
+
+DIR = "/data/local/tmp/droidwire"
+
+
+def _policy(profile: Profile, *, owner: bool) -> Policy:
+    return Policy(PolicyConfig(profile=profile)).for_caller(as_owner=owner)
+
+
+def _rule(policy: Policy, service: str) -> str | None:
+    try:
+        policy.check_tunnel("s1", service)
+    except RpcError as exc:
+        assert exc.code is ErrorCode.FORBIDDEN
+        return str((exc.data or {})["rule"])
+    return None
+
+
+@pytest.mark.parametrize(("service", "rule"), [
+    ("shell,v2,TERM=xterm,raw:getprop ro.product.model", None),
+    ("shell:getprop", None),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat '-d'", None),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat", None),  # follows
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat '-T' '1'", None),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat -b radio", "argument"),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec logcat -f /sdcard/x", "argument"),
+    ("shell,v2,TERM=xterm:export ANDROID_LOG_TAGS='x'; exec logcat -d", "metacharacter"),
+    ("exec:cmd package 'install' '-r' -S 377", None),
+    ("exec:cmd package install-create -r -S 900", None),
+    ("exec:cmd package install-write -S 377 1234 base.apk -", None),
+    ("exec:cmd package install-commit 1234", None),
+    ("exec:cmd package install -r", "argument"),
+    ("exec:cmd package install --user 10 -S 5", "argument"),
+    ("exec:cmd power reboot", "command_wrapper"),
+    ("shell,v2,raw:reboot", "reboot"),
+    ("shell,v2,TERM=xterm-256color,pty:", "interactive_shell"),
+    ("shell,v2,bogus:echo", "service_not_allowed"),
+    ("root:", "adbd_control"),
+    ("reboot:bootloader", "adbd_control"),
+    ("remount:", "adbd_control"),
+    ("tcpip:5555", "adbd_control"),
+    ("reverse:forward:tcp:1;tcp:2", "reverse_not_carried"),
+    ("sync:", None),
+    ("tcp:8080", None),
+    ("tcp:localhost:8080", None),
+    ("localabstract:chrome_devtools_remote", None),
+    ("localfilesystem:/dev/socket/x", "service_not_allowed"),
+    ("jdwp:1234", None),
+    ("framebuffer:", None),
+    ("abb_exec:package\0install", "service_not_allowed"),
+    ("dev:/dev/block/sda", "service_not_allowed"),
+])
+def test_standard_borrower(service: str, rule: str | None) -> None:
+    assert _rule(_policy(Profile.STANDARD, owner=False), service) == rule
+
+
+def test_full_is_the_owners_alone() -> None:
+    owner = _policy(Profile.FULL, owner=True)
+    borrower = _policy(Profile.FULL, owner=False)
+    for service in ("root:", "reboot:", "shell,v2,TERM=xterm,pty:"):
+        assert _rule(owner, service) is None
+        assert _rule(borrower, service) in ("adbd_control", "interactive_shell")
+    # The deny list holds for the owner too; adb reverse is never carried.
+    assert _rule(owner, "shell,v2,raw:reboot") == "reboot"
+    assert _rule(owner, "reverse:list-forward") == "reverse_not_carried"
+
+
+def test_profiles_without_a_shell_or_files() -> None:
+    no_shell = _policy(Profile.NO_SHELL, owner=False)
+    assert _rule(no_shell, "shell,v2,raw:getprop") == "shell_not_allowed"
+    assert _rule(no_shell, "exec:cmd package install -S 10") is None  # installs are allowed
+    assert _rule(no_shell, "sync:") is None
+    assert _rule(no_shell, "shell,v2:logcat -v threadtime") is None  # a log read, not a shell
+    only = _policy(Profile.INSTRUMENT_ONLY, owner=False)
+    assert _rule(only, "sync:") == "push_not_allowed"
+    assert _rule(only, "tcp:80") == "forward_not_allowed"
+    assert _rule(only, "framebuffer:") == "screenshot_not_allowed"
+    assert _rule(only, "shell,v2:logcat") == "logcat_scope"
+
+
+def test_what_reaches_the_device_is_the_checked_command() -> None:
+    policy = _policy(Profile.STANDARD, owner=False)
+    opened = policy.check_tunnel("s1", "shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec "
+                                       "logcat '-d' '-v' 'threadtime'")
+    assert opened.service == "shell,v2,TERM=xterm:logcat -d -v threadtime"
+    assert policy.check_tunnel("s1", "exec:cmd package 'install' -S 3").service == \
+        "exec:cmd package install -S 3"
+    assert policy.check_tunnel("s1", "sync:").kind == "sync"
+
+
+def test_paused_sharing_refuses_every_service() -> None:
+    policy = Policy(PolicyConfig())
+    policy.pause()
+    assert _rule(policy, "tcp:80") == "paused"
+
+
+# -- the sync gate ----------------------------------------------------------------------------
+
+
+def _req(ident: bytes, path: str) -> bytes:
+    body = path.encode()
+    return ident + struct.pack("<I", len(body)) + body
+
+
+def _send(path: str, data: bytes) -> bytes:
+    out = _req(b"SEND", f"{path},33188")
+    for off in range(0, len(data), 65536):
+        chunk = data[off:off + 65536]
+        out += b"DATA" + struct.pack("<I", len(chunk)) + chunk
+    return out + b"DONE" + struct.pack("<I", 1700000000)
+
+
+def _gate() -> SyncGate:
+    policy = _policy(Profile.STANDARD, owner=False)
+    return SyncGate(lambda request, path: policy.check_sync("s1", request, path))
+
+
+@pytest.mark.parametrize("step", [1, 7, 4096, 1 << 20])
+def test_gate_passes_allowed_requests_whatever_the_split(step: int) -> None:
+    stream = (_req(b"STA2", f"{DIR}/a.bin") + _send(f"{DIR}/a.bin", bytes(range(256)) * 600)
+              + _req(b"RECV", f"{DIR}/a.bin") + b"QUIT" + bytes(4))
+    gate = _gate()
+    out = bytearray()
+    for off in range(0, len(stream), step):
+        forwarded, answers = gate.feed(stream[off:off + step])
+        out += forwarded
+        assert answers == []
+    assert bytes(out) == stream and gate.broken is None
+
+
+def test_gate_answers_refused_requests_in_their_own_format() -> None:
+    gate = _gate()
+    forwarded, answers = gate.feed(_req(b"STAT", "/sdcard/x") + _req(b"LIS2", "/")
+                                   + _req(b"STA2", "/system/build.prop"))
+    assert forwarded == b""
+    assert answers[0] == b"STAT" + bytes(12)
+    assert answers[1] == b"DONE" + bytes(72)
+    assert answers[2][:8] == b"STA2" + struct.pack("<I", 2) and len(answers[2]) == 72
+    forwarded, answers = gate.feed(_req(b"RECV", "/system/build.prop"))
+    assert forwarded == b"" and answers[0].startswith(b"FAIL")
+    assert b"outside /data/local/tmp/droidwire/" in answers[0]
+    # A refused SEND: its data swallowed up to DONE, then FAIL; the stream goes on.
+    push = _send("/sdcard/evil", b"x" * 200_000)
+    forwarded, answers = gate.feed(push[:1000])
+    assert forwarded == b"" and answers == []
+    forwarded, answers = gate.feed(push[1000:] + _req(b"STA2", f"{DIR}/ok"))
+    assert answers and answers[0].startswith(b"FAIL")
+    assert forwarded == _req(b"STA2", f"{DIR}/ok")
+    assert len(gate.refusals) == 5
+
+
+def test_gate_ends_a_broken_stream() -> None:
+    gate = _gate()
+    _, answers = gate.feed(b"SND2" + struct.pack("<I", 5) + b"/x,12")
+    assert gate.broken is not None and answers == []
+    assert gate.feed(_req(b"STAT", f"{DIR}/a")) == (b"", [])
+
+
+# -- client frames and refusals ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"op": "nope"}),
+    msgpack.packb({"op": "open", "s": 1}), msgpack.packb({"op": "open", "s": True, "service": "x"}),
+    msgpack.packb({"op": "data", "s": 0, "data": b"x"}),
+    msgpack.packb({"op": "data", "s": 1, "data": b""}),
+    msgpack.packb({"op": "ack", "s": 1, "n": 0}),
+    msgpack.packb({"op": "close", "s": 1, "reason": 5}),
+    msgpack.packb({"op": "data", "s": 1, "data": b"x" * (MAX_WRITE + 1)}),
+], ids=lambda d: d[:12].hex() or "empty")
+def test_bad_client_frames_are_bad_requests(data: bytes) -> None:
+    with pytest.raises(RpcError) as refused:
+        decode_frame(data)
+    assert refused.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_frames_round_trip() -> None:
+    frame = decode_frame(encode_frame("data", s=3, data=b"\x00\x01"))
+    assert frame == {"op": "data", "s": 3, "data": b"\x00\x01"}
+    assert decode_frame(encode_frame("close", s=3))["op"] == "close"
+
+
+def test_refusals_as_adb_clients_print_them() -> None:
+    v2 = refusal_reply("shell,v2,TERM=xterm,raw:reboot", "reboot is not allowed")
+    assert v2 is not None
+    text = b"droidwire: reboot is not allowed\n"
+    assert v2 == struct.pack("<BI", 2, len(text)) + text + struct.pack("<BI", 3, 1) + b"\x01"
+    assert refusal_reply("shell:reboot", "no") == b"droidwire: no\n"
+    assert refusal_reply("root:", "no") == b"droidwire: no\n"
+    assert refusal_reply("reverse:forward:tcp:1;tcp:2", "no") == b"FAIL000edroidwire: no\n"
+    for bare in ("sync:", "tcp:80", "jdwp:12", "framebuffer:", "localfilesystem:/x"):
+        assert refusal_reply(bare, "no") is None
