@@ -35,7 +35,14 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from controller.auth import Action, DeviceRef, Principal, authorize, live_grant_filter, now
+from controller.auth.authorization import (
+    Action,
+    DeviceRef,
+    Principal,
+    authorize,
+    live_grant_filter,
+    now,
+)
 from controller.store import Bridge, Device, Grant, Store, Token, User
 from protocol.errors import ErrorCode, RpcError
 

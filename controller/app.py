@@ -46,7 +46,7 @@ from controller.api import (
 )
 from controller.api.errors import ERROR_RESPONSES, error_body, install_openapi
 from controller.audit import AuditLog
-from controller.auth import Unauthenticated, ensure_bootstrap_admin
+from controller.auth.tokens import Unauthenticated, ensure_bootstrap_admin
 from controller.config import ControllerConfig
 from controller.health import HealthMonitor
 from controller.hub import Hub
@@ -58,6 +58,7 @@ from controller.mcp.oauth import router as oauth_router
 from controller.mcp.oauth import www_authenticate
 from controller.metrics import Metrics, MetricsMiddleware
 from controller.redact import install_access_log_redaction
+from controller.services import Services
 from controller.store import Store, Token, is_busy
 from controller.web import SessionStore, manage_pages
 from controller.web import router as web_router
@@ -227,6 +228,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         app.state.revocation_hooks.append(access.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, access.on_token_revoked)
+        cluster: Cluster | None = None
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
@@ -256,6 +258,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.callback(setattr, hub, "gate", None)
         app.state.revocation_hooks.append(hub.on_token_revoked)
         stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
+        # The app's services, as one typed object (controller.services): the sandbox executor
+        # is built here, once, over the hub.
+        app.state.services = Services(
+            config=config, store=store, audit=app.state.audit, web_sessions=web_sessions,
+            hub=hub, access=access, loans=app.state.loans, health=app.state.health,
+            executor=sandbox.build_executor(app, store, hub, access, cluster), cluster=cluster,
+        )
+        stack.callback(setattr, app.state, "services", None)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
         stack.push_async_callback(sandbox.close_executor, app)
         # MCP (stateless streamable HTTP) stops first: no tool call starts on a closing hub.

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from controller.auth import Principal
+from controller.auth.authorization import Principal
 from controller.store import AuditEntry, Store, retrying
 
 __all__ = ["AuditLog"]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.periodic import every
 from controller.store import DeviceThresholds, retrying
 from protocol.errors import ErrorCode, RpcError

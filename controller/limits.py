@@ -149,7 +149,7 @@ async def _authenticated(scope: Scope) -> bool:
     """Whether the request carries a valid token (one indexed read) or dashboard session."""
     from starlette.requests import HTTPConnection
 
-    from controller.auth import authenticate
+    from controller.auth.tokens import authenticate
     from controller.web.sessions import session_principal
 
     store = getattr(getattr(scope.get("app"), "state", None), "store", None)

@@ -26,7 +26,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from controller.api.reservations import activate_due
-from controller.auth import DeviceRef, Principal, live_grant_filter, now
+from controller.auth.authorization import DeviceRef, Principal, live_grant_filter, now
 from controller.periodic import every
 from controller.store import Bridge, Device, Grant, LoanItem, retrying
 from protocol.errors import ErrorCode, RpcError

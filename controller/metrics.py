@@ -275,7 +275,8 @@ async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) 
         remote = getattr(cluster, "remote_bridges", None)
         if snap.reporter and callable(remote):
             held.update(await remote())
-    executor = getattr(app_state, "executor", None)
+    services = getattr(app_state, "services", None)  # controller.services.Services
+    executor = services.executor if services is not None else None
     busy: Mapping[str, float] = getattr(getattr(executor, "scheduler", None), "busy_seconds", {})
     if store is None:
         return snap

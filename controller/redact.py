@@ -16,7 +16,7 @@ import logging
 import re
 from urllib.parse import parse_qsl, urlencode
 
-from controller.auth import QUERY_TOKEN_PARAMS
+from protocol.redact import QUERY_TOKEN_PARAMS
 
 __all__ = ["RedactQuerySecrets", "install_access_log_redaction"]
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, and_, or_, select
 
-from controller.auth import UserPrincipal
+from controller.auth.http import UserPrincipal
 from controller.store import AuditEntry, Bridge
 from protocol.errors import ErrorCode, RpcError
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy import or_, select
 
 from controller.api.refusals import audited_refusal
-from controller.auth import Admin, UserPrincipal
+from controller.auth.http import Admin, UserPrincipal
 from controller.hub import BridgeState, Hub
 from controller.hub.retire import forget_bridge
 from controller.store import Bridge, User
@@ -60,8 +60,7 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
         query = query.where(Bridge.owner_id == principal.user_id)
     async with hub.store.session() as session:
         rows = (await session.execute(query.order_by(Bridge.name))).all()
-    remote_bridges = getattr(hub.cluster, "remote_bridges", None)
-    elsewhere = await remote_bridges() if remote_bridges is not None else {}
+    elsewhere = await hub.hooks.remote_bridges()
     out: list[dict[str, Any]] = []
     for bridge, owner in rows:
         entry = hub.entry(bridge.id)

@@ -25,7 +25,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from controller.access import until_lapsed
 from controller.api.refusals import audited_refusal
-from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from controller.auth.http import UserPrincipal
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.retire import forget_device
 from controller.hub.streams import LogChunk

@@ -38,19 +38,17 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import aliased
 
 from controller.api.refusals import audited_refusal
-from controller.auth import (
-    NAME_PATTERN,
+from controller.auth.authorization import (
     Action,
-    DeviceReader,
     DeviceRef,
     Principal,
-    UserPrincipal,
     authorize,
-    is_row_id,
     live_grant_filter,
     now,
     visible_devices,
 )
+from controller.auth.http import DeviceReader, UserPrincipal
+from controller.auth.tokens import NAME_PATTERN, is_row_id
 from controller.store import Bridge, Device, Grant, Reservation, Store, User
 from protocol.errors import ErrorCode, RpcError
 

@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from controller.api.errors import error_body
-from controller.auth import Action, DeviceRef, Principal, UserPrincipal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from controller.auth.http import UserPrincipal
 from controller.health import HealthMonitor, Thresholds
 from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder

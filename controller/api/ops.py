@@ -11,7 +11,7 @@ import logging
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from controller.auth import current_principal, current_user
+from controller.auth.http import current_principal, current_user
 from controller.health import render_gauges
 from controller.hub import list_devices
 from controller.metrics import CONTENT_TYPE

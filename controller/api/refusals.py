@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from controller.audit import AuditLog
-from controller.auth import Principal
+from controller.auth.authorization import Principal
 from protocol.errors import RpcError
 
 __all__ = ["audited_refusal"]

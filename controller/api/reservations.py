@@ -27,15 +27,9 @@ from sqlalchemy import or_, select, update
 
 from controller.api.grants import resolve_seen_device
 from controller.api.refusals import audited_refusal
-from controller.auth import (
-    NAME_PATTERN,
-    Action,
-    Principal,
-    UserPrincipal,
-    authorize,
-    live_grant_filter,
-    now,
-)
+from controller.auth.authorization import Action, Principal, authorize, live_grant_filter, now
+from controller.auth.http import UserPrincipal
+from controller.auth.tokens import NAME_PATTERN
 from controller.store import Bridge, Device, Grant, Reservation, Store, User
 from protocol.errors import ErrorCode, RpcError
 

@@ -24,9 +24,9 @@ uninstalled in the background once their devices' bridges are back.
 * ``GET /v1/tools`` — the tools an agent can call, in OpenAI function format: the
   ``sandbox_executor``.
 
-The executor is built on first use from the app's hub and store (the LLM client from the
-environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``); a test may set
-``app.state.executor`` itself. Finished runs are counted in ``droidwire_sandbox_runs_total``
+The executor is built once, in the app's lifespan, from its hub and store (the LLM client from
+the environment: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``), and is one of the app's services
+(:class:`controller.services.Services`); a test may replace ``services.executor``. Finished runs are counted in ``droidwire_sandbox_runs_total``
 (by verdict and reason code) and timed in ``droidwire_sandbox_run_seconds``.
 """
 
@@ -37,18 +37,24 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 from sqlalchemy import or_, select
 
-from controller.auth import RunReader, RunWriter, UserPrincipal
+from controller.auth.http import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
 from controller.executor.recovery import Recovered, clean_up, recover_runs
-from controller.store import Run, RunStatus, RunStep, new_id
+from controller.services import Services, services_of
+from controller.store import Run, RunStatus, RunStep, Store, new_id
 from protocol.errors import ErrorCode, RpcError
+
+if TYPE_CHECKING:
+    from controller.access import AccessWatch
+    from controller.cluster import Cluster
+    from controller.hub import Hub
 
 __all__ = ["close_executor", "executor_of", "instance_of", "recover", "router"]
 
@@ -94,7 +100,7 @@ async def recover(app: Any) -> list[Recovered]:
     resume = restart = None
     if hub is not None:
         try:  # a run whose bridge holds its instrumentation result is resumed, not ended
-            executor = _executor(app)
+            executor = services_of(app).executor
             resume = executor.resume
             if cluster is not None:
                 # A dead replica's run that never reached its tests starts over here, on its
@@ -127,7 +133,7 @@ async def take_over(app: Any) -> None:
 
 async def _clean_up(app: Any, owed: list[Recovered]) -> None:
     try:
-        executor = _executor(app)
+        executor = services_of(app).executor
         settings = getattr(getattr(app.state, "config", None), "settings", None)
         wait_s = max(float(getattr(settings, "grace_period_s", 0.0) or 0.0), CLEANUP_WAIT_S)
         await clean_up(executor.gateway, app.state.store, owed, wait_s=wait_s,
@@ -160,31 +166,25 @@ router = APIRouter(prefix="/v1", tags=["sandbox"], lifespan=_lifespan)
 
 
 def executor_of(request: Request) -> SandboxExecutor:
-    """The app's executor, created on first use over its hub."""
-    return _executor(request.app)
+    """The app's executor (:class:`controller.services.Services`)."""
+    return services_of(request).executor
 
 
-def _executor(app: Any) -> SandboxExecutor:
-    state = app.state
-    executor: SandboxExecutor | None = getattr(state, "executor", None)
-    if executor is None:
-        hub = getattr(state, "hub", None)
-        if hub is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
-        from controller.executor.hub_gateway import HubGateway
-        from fixer import LlmClient
+def build_executor(
+    app: Any, store: Store, hub: Hub, access: AccessWatch | None, cluster: Cluster | None
+) -> SandboxExecutor:
+    """The app's one executor over its hub, built in the lifespan (:mod:`controller.app`)."""
+    from controller.executor.hub_gateway import HubGateway
+    from fixer import LlmClient
 
-        cluster = hub.cluster
-        executor = SandboxExecutor(
-            HubGateway(hub), state.store, llm=LlmClient.from_env(), observer=_observer(state),
-            instance=instance_of(app),
-            # Cluster mode: a device serves one run at a time across every replica.
-            shared_turn=cluster.device_turn if cluster is not None else None,
-            # A run ends when its caller's token or loan does (controller.access).
-            access=getattr(state, "access", None),
-        )
-        state.executor = executor
-    return executor
+    return SandboxExecutor(
+        HubGateway(hub), store, llm=LlmClient.from_env(), observer=_observer(app.state),
+        instance=instance_of(app),
+        # Cluster mode: a device serves one run at a time across every replica.
+        shared_turn=cluster.device_turn if cluster is not None else None,
+        # A run ends when its caller's token or loan does (controller.access).
+        access=access,
+    )
 
 
 def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
@@ -225,10 +225,9 @@ async def close_executor(app: Any) -> None:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    executor: SandboxExecutor | None = getattr(app.state, "executor", None)
-    if executor is not None:
-        await executor.aclose()
-        app.state.executor = None
+    services: Services | None = getattr(app.state, "services", None)
+    if services is not None:
+        await services.executor.aclose()
 
 
 async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> None:
@@ -349,8 +348,7 @@ async def cancel_run(run_id: str, request: Request, principal: RunWriter) -> dic
     if run.status in _FINAL:
         raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is already {run.status}",
                        {"status": run.status})
-    executor: SandboxExecutor | None = getattr(request.app.state, "executor", None)
-    if executor is None or not executor.cancel(run_id, by=principal.user_name):
+    if not executor_of(request).cancel(run_id, by=principal.user_name):
         raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is not running on this controller",
                        {"status": run.status})
     audit = getattr(request.app.state, "audit", None)

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from controller.access import until_lapsed
-from controller.auth import Action, DeviceRef, Principal, authorize, may
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize, may
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import InputParams, ScreenFrame

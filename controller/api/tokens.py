@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controller import auth
 from controller.api.refusals import audited_refusal
-from controller.auth import NAME_PATTERN, Scope, UserPrincipal
+from controller.auth.authorization import Scope
+from controller.auth.http import UserPrincipal
+from controller.auth.tokens import NAME_PATTERN
 from controller.store import TokenKind
 
 __all__ = ["TokenCreate", "TokenCreated", "TokenInfo", "router"]

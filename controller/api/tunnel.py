@@ -21,7 +21,7 @@ from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from controller.access import until_lapsed
-from controller.auth import Action, Principal, authorize
+from controller.auth.authorization import Action, Principal, authorize
 from controller.hub import Hub, resolve_device
 from controller.hub.tunnel import Tunnel
 from protocol.errors import ErrorCode, RpcError

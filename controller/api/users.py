@@ -27,7 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, or_, select
 
 from controller.api.refusals import audited_refusal
-from controller.auth import ADMIN_USER, Admin, Principal, UserPrincipal, now
+from controller.auth.authorization import Principal, now
+from controller.auth.http import Admin, UserPrincipal
+from controller.auth.tokens import ADMIN_USER
 from controller.store import Store, Token, User, retrying
 from protocol.errors import ErrorCode, RpcError
 

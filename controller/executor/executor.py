@@ -49,7 +49,8 @@ from controller.analysis import (
     analyze,
     parse_instrumentation,
 )
-from controller.auth import Action, DeviceRef, Principal, authorize, principal_for
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from controller.auth.tokens import principal_for
 from controller.executor.cache import ApkCache, CompiledTest, build_boundary, cache_key
 from controller.executor.gateway import (
     BridgeView,

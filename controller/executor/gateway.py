@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from protocol.envelope import Capabilities
 
 __all__ = ["BridgeView", "DeviceView", "Gateway", "Target", "all_bridges", "all_devices"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller.auth import DeviceRef
+from controller.auth.authorization import DeviceRef
 from controller.executor.gateway import BridgeView, DeviceView, Target
 from controller.hub import Hub
 from protocol.envelope import Capabilities
@@ -57,24 +57,20 @@ class HubGateway:
         """:meth:`devices`, plus in cluster mode the live devices of bridges other replicas
         hold (a call to those is forwarded by the hub)."""
         out = self.devices()
-        remote = getattr(self.hub.cluster, "remote_devices", None)
-        if callable(remote):
-            out += [DeviceView(r.bridge_id, r.bridge, r.owner_id, r.serial, r.state, r.info)
-                    for r in await remote()]
+        out += [DeviceView(r.bridge_id, r.bridge, r.owner_id, r.serial, r.state, r.info)
+                for r in await self.hub.hooks.remote_devices()]
         return out
 
     async def cluster_bridges(self) -> list[BridgeView]:
         """:meth:`bridges`, plus in cluster mode those other replicas hold (connected: a call
         to one is forwarded by the hub), with the capabilities their ``hello`` published."""
         out = self.bridges()
-        remote = getattr(self.hub.cluster, "remote_bridges", None)
-        if callable(remote):
-            for bridge_id, held in sorted((await remote()).items()):
-                try:
-                    caps = Capabilities.model_validate(held.caps)
-                except ValidationError:
-                    caps = Capabilities()  # not a builder we can trust: never chosen to build
-                out.append(BridgeView(bridge_id, held.name or bridge_id, held.owner_id, caps))
+        for bridge_id, held in sorted((await self.hub.hooks.remote_bridges()).items()):
+            try:
+                caps = Capabilities.model_validate(held.caps)
+            except ValidationError:
+                caps = Capabilities()  # not a builder we can trust: never chosen to build
+            out.append(BridgeView(bridge_id, held.name or bridge_id, held.owner_id, caps))
         return out
 
     async def call(

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub.hub import Hub
 from controller.hub.inventory import serial_refusal
 from controller.store import Bridge, Device
@@ -113,10 +113,8 @@ async def _all_devices(hub: Hub) -> list[DeviceRecord]:
         )
     # Live inventories win (and cover devices whose first store write is still under way):
     # those of bridges held by other replicas (cluster mode), then this replica's own.
-    remote = getattr(hub.cluster, "remote_devices", None)
-    if remote is not None:
-        for record in await remote():
-            records[(record.bridge_id, record.serial)] = record
+    for record in await hub.hooks.remote_devices():
+        records[(record.bridge_id, record.serial)] = record
     for entry in hub.entries():
         for serial, info in entry.live_devices().items():
             records[(entry.id, serial)] = DeviceRecord(

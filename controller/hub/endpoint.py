@@ -29,7 +29,8 @@ from __future__ import annotations
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from controller.auth import Unauthenticated, current_bridge, current_principal
+from controller.auth.http import current_bridge, current_principal
+from controller.auth.tokens import Unauthenticated
 from controller.hub.hub import Hub
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlalchemy import delete, or_, select, update
 
-from controller.auth import Principal
+from controller.auth.authorization import Principal
 from controller.hub.devices import DISCONNECTED, resolve_device
 from controller.hub.hub import BridgeState, Hub
 from controller.store import Bridge, Device, Grant, Run, Token
@@ -45,7 +45,7 @@ async def forget_device(hub: Hub, principal: Principal, text: str) -> str:
             await session.execute(update(Run).where(Run.device_id.in_(ids)).values(device_id=None))
             await session.execute(delete(Device).where(Device.id.in_(ids)))
     hub.forget(record.bridge_id, record.serial)
-    await _tell_replicas(hub, record.bridge_id, record.serial)
+    await hub.hooks.forgotten(record.bridge_id, record.serial)  # and the other replicas
     return record.id
 
 
@@ -62,8 +62,7 @@ async def forget_bridge(hub: Hub, principal: Principal, text: str) -> str:
     if bridge is None or not (principal.is_admin or principal.user_id == bridge.owner_id):
         raise RpcError(ErrorCode.NOT_FOUND, "no such bridge")
     entry = hub.entry(bridge.id)
-    remote = getattr(hub.cluster, "remote_bridges", None)
-    held_elsewhere = callable(remote) and bridge.id in await remote()
+    held_elsewhere = bridge.id in await hub.hooks.remote_bridges()
     if held_elsewhere or (entry is not None and entry.state is not BridgeState.DISCONNECTED):
         raise RpcError(ErrorCode.CONFLICT,
                        f"bridge {bridge.name} is connected or reconnecting: revoke its token "
@@ -78,11 +77,6 @@ async def forget_bridge(hub: Hub, principal: Principal, text: str) -> str:
         await session.execute(delete(Token).where(Token.bridge_id == bridge.id))
         await session.execute(delete(Bridge).where(Bridge.id == bridge.id))
     hub.forget(bridge.id)
-    await _tell_replicas(hub, bridge.id, None)
+    await hub.hooks.forgotten(bridge.id, None)  # and the other replicas
     return str(bridge.name)
 
-
-async def _tell_replicas(hub: Hub, bridge_id: str, serial: str | None) -> None:
-    forgotten = getattr(hub.cluster, "forgotten", None)
-    if callable(forgotten):
-        await forgotten(bridge_id, serial)

@@ -32,7 +32,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import ScreenFrame, parse_screen_frame
 
 if TYPE_CHECKING:
-    from controller.auth import DeviceRef
+    from controller.auth.authorization import DeviceRef
     from controller.hub.hub import Hub
 
 __all__ = ["MAX_BEHIND", "ScreenFeed", "ScreenFeeds", "Viewer"]

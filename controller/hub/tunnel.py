@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.auth import Action, DeviceRef, Principal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import MAX_WINDOW, MAX_WRITE, encode_frame, parse_tunnel_chunk

@@ -29,7 +29,7 @@ the app runs on another server, e.g. Starlette's test client):
   uvicorn waits for their tasks like for its own.
 
 The hub sees a :class:`BridgeConnection` through the three methods it uses on any socket
-(``receive``, ``send_bytes``, ``close``: :class:`controller.hub.hub.BridgeSocket`).
+(``receive``, ``send_bytes``, ``close``: :class:`controller.hub.connection.BridgeSocket`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ from websockets.protocol import OPEN, Event, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from controller.auth import Unauthenticated, current_bridge, current_principal
+from controller.auth.http import current_bridge, current_principal
+from controller.auth.tokens import Unauthenticated
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError
 
@@ -234,7 +235,7 @@ class BridgeConnection(ServerConnection):
     def __init__(self, protocol: ServerProtocol, server: BridgeServer, **kwargs: Any) -> None:
         self.principal: Any = None  # the token's principal, once the handshake checked it
         # Set by the hub (Hub.serve): a binary frame handled in the read callback when the
-        # hub's reader is idle; True when it was (see Hub._result_now).
+        # hub's reader is idle; True when it was (see BridgeLink.result_now).
         self.frame_hook: Callable[[bytes], bool] | None = None
         self.bridges = server
         super().__init__(protocol, server, **kwargs)  # type: ignore[arg-type]

@@ -40,7 +40,8 @@ from starlette.types import Receive, Scope, Send
 
 from controller.api.errors import error_body
 from controller.audit import AuditLog
-from controller.auth import Principal, current_principal, current_user
+from controller.auth.authorization import Principal
+from controller.auth.http import current_principal, current_user
 from controller.executor.steps import Progress, ProgressListener
 from controller.mcp.catalogue import TOOLS
 from controller.mcp.spec import Caller, Outcome, ToolSpec, check_arguments, check_output

@@ -24,7 +24,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from controller.auth import Principal, Scope
+from controller.auth.authorization import Principal, Scope
 from controller.executor.steps import ProgressListener
 from controller.hub import Hub
 from protocol.errors import ErrorCode, RpcError

@@ -30,6 +30,7 @@ from controller.auth import Action, Scope, authorize
 from controller.executor import ExecuteRequest
 from controller.hub import list_devices, resolve_device
 from controller.mcp.spec import Caller, Outcome, parse
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
 
@@ -75,9 +76,7 @@ class _LogcatArgs(BaseModel):
 async def sandbox_executor(caller: Caller, args: dict[str, Any]) -> Outcome:
     caller.require(Scope.RUNS_WRITE)
     body = parse(ExecuteRequest, args)  # "apks", "retries": refused by the schema already
-    from controller.api.sandbox import executor_of  # the app's one executor
-
-    executor = executor_of(caller.request)
+    executor = services_of(caller.request).executor  # the app's one executor
     plan = await executor.plan(body, caller.principal)
     results = await executor.run(plan, listener=caller.progress)
     data = results[0] if len(results) == 1 else {"results": results}

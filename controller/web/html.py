@@ -15,7 +15,7 @@ import html
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
-from controller.auth import Principal
+from controller.auth.authorization import Principal
 
 __all__ = [
     "CSP",

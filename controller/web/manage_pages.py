@@ -32,7 +32,7 @@ from controller.api import grants as grants_api
 from controller.api import manage as manage_api
 from controller.api import reservations as reservations_api
 from controller.api.errors import error_body
-from controller.auth import Action, Principal, may
+from controller.auth.authorization import Action, Principal, may
 from controller.hub import list_devices, resolve_device
 from controller.web.html import Markup, esc, link, page, path_segment, table
 from controller.web.pages import _html, _hub, _message, _read_form, _signed_in, _to_login

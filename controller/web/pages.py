@@ -27,15 +27,9 @@ from sqlalchemy import select
 from controller.api import devices as devices_api
 from controller.api.grants import list_grants
 from controller.api.screen import may_control, serve_screen
-from controller.auth import (
-    QUERY_TOKEN_PARAMS,
-    Action,
-    Principal,
-    Scope,
-    Unauthenticated,
-    authenticate,
-    may,
-)
+from controller.auth.authorization import Action, Principal, Scope, may
+from controller.auth.http import QUERY_TOKEN_PARAMS
+from controller.auth.tokens import Unauthenticated, authenticate
 from controller.hub import Hub, list_devices, resolve_device
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
 from controller.web.health_view import health_summary

@@ -42,7 +42,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from controller.auth import Principal, now, principal_for
+from controller.auth.authorization import Principal, now
+from controller.auth.tokens import principal_for
 from controller.store import Store, Token, TokenKind, User, WebSession
 
 __all__ = [

@@ -43,7 +43,7 @@ def sandbox_controller(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveCo
         with httpx.Client(base_url=controller.url) as http:
             assert http.get("/healthz").status_code == 200  # start-up (the store) is done
         app = apps[0]
-        app.state.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        app.state.services.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
         yield controller
 
 

@@ -36,7 +36,7 @@ async def client(tmp_path: Path, gateway: LocalGateway) -> AsyncIterator[Api]:
     app = with_sandbox(create_app(ControllerConfig(db_url=f"sqlite:///{tmp_path / 'c.db'}",
                                                    bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
-        app.state.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        app.state.services.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
         yield api
 
 
@@ -66,7 +66,7 @@ async def test_execute_without_waiting_gives_run_ids(client: Api) -> None:
                                         headers=ADMIN)
     assert response.status_code == 202
     run_id = response.json()["run_id"]
-    executor: SandboxExecutor = client.app.state.executor
+    executor: SandboxExecutor = client.app.state.services.executor
     async with asyncio.timeout(TIMEOUT):
         while executor._tasks:
             await asyncio.gather(*executor._tasks, return_exceptions=True)
@@ -131,7 +131,7 @@ async def test_shutdown_cancels_background_runs(tmp_path: Path, gateway: LocalGa
     app = with_sandbox(create_app(ControllerConfig(db_url=db, bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
         executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
-        app.state.executor = executor
+        app.state.services.executor = executor
         body = {"test_code": llm_style_test("formatTitle()")}
         response = await api.client.post("/v1/sandbox/execute?wait=false", json=body,
                                           headers=ADMIN)

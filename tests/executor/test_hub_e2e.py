@@ -56,7 +56,7 @@ async def test_sandbox_run_through_the_hub(
             assert result["verification_status"] == "CONFIRMED"
             assert result["summary"].startswith("StrictMode violations: Network | ")
             assert result["device"]["id"] == f"desk~{sim.address}"
-            assert isinstance(controller.app.state.executor.gateway, HubGateway)
+            assert isinstance(controller.app.state.services.executor.gateway, HubGateway)
             metrics = (await controller.http.get("/metrics")).text
             assert ('droidwire_sandbox_runs_total{reason_code="strict_mode_violation",'
                     'verdict="CONFIRMED"} 1.0') in metrics

@@ -89,7 +89,7 @@ async def test_runs_past_max_running_wait_and_past_max_queued_are_refused(
     assert (error["code"], error["quota"], error["limit"]) == ("busy", "max_queued", 1)
     assert "1 queued runs" in error["message"]
 
-    executor: SandboxExecutor = client.app.state.executor
+    executor: SandboxExecutor = client.app.state.services.executor
     async with asyncio.timeout(TIMEOUT):
         while executor._tasks:
             await asyncio.gather(*executor._tasks, return_exceptions=True)

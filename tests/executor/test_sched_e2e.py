@@ -205,7 +205,7 @@ async def client(tmp_path: Path, gateway: LocalGateway) -> AsyncIterator[Api]:
     app = with_sandbox(create_app(ControllerConfig(db_url=f"sqlite:///{tmp_path / 'c.db'}",
                                                    bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
-        app.state.executor = OpenExecutor(gateway, app.state.store, settings=SETTINGS)
+        app.state.services.executor = OpenExecutor(gateway, app.state.store, settings=SETTINGS)
         yield api
 
 

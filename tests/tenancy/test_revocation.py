@@ -129,7 +129,7 @@ async def test_a_step_not_reauthorized_after_the_revocation_is_counted(
     async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
                              bridges=("alice", "bob")) as stack:
         app = stack.controller.app
-        app.state.executor = SandboxExecutor(HubGateway(stack.controller.hub), app.state.store)
+        app.state.services.executor = SandboxExecutor(HubGateway(stack.controller.hub), app.state.store)
         stopped = await queued_runs_stop(stack, runs=1, before=forced.held.wait,
                                          revoked=forced.effective.set)
         assert stopped.after >= 1  # at least the instrumentation
@@ -206,7 +206,7 @@ async def test_each_device_step_reauthorizes_when_it_runs(
                              bridges=("alice", "bob")) as stack:
         alice, bob = stack["alice"], stack["bob"]
         app = stack.controller.app
-        executor = app.state.executor = SandboxExecutor(HubGateway(stack.controller.hub),
+        executor = app.state.services.executor = SandboxExecutor(HubGateway(stack.controller.hub),
                                                         app.state.store)
         grant = await stack.lend("alice", alice.device_id, "bob")
         # Hold the phone's turn, so bob's run waits for it after it was planned.
