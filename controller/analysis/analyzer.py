@@ -29,8 +29,8 @@ from itertools import chain
 from typing import Any
 
 import controller.analysis.anr as anr_mod
+import controller.analysis.scan as scan
 import controller.analysis.strictmode as strictmode
-from controller.analysis import scan
 from controller.analysis.displayed import parse_displayed
 from controller.analysis.heuristics import Heuristics
 from controller.analysis.instrumentation import InstrumentationResult
