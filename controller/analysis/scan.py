@@ -50,6 +50,7 @@ KEYWORDS = (
     "StrictMode", "iolation", "proc", "never released", "eaked", "Finalizing a Cursor",
     "FATAL EXCEPTION", "ANR in", "Displayed", "elapsed", "PROCESS", "Kill", "died", "signal",
     "POLICY_DEATH", ">>> ", "DroidUnblocker", "executing service", "TestRunner", "am_anr",
+    "pause timeout", "GC freed",
 )
 
 _KEYWORD, _LONG, _ABORT, _PROC = 0, 1, 2, 3

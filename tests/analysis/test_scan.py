@@ -208,3 +208,20 @@ def test_analyses_in_several_threads_at_once() -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_the_prefilter_knows_every_word_the_line_filter_tests() -> None:
+    """A substring ``wants`` tests but the pre-filter does not look for would be skipped as
+    chatter: each ``"word" in msg`` of ``wants`` is one of the scan's keywords."""
+    import ast
+    import inspect
+    import textwrap
+
+    from controller.analysis import analyzer, scan
+
+    source = textwrap.dedent(inspect.getsource(analyzer._State.wants))
+    words = {node.left.value for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In)
+             and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)}
+    assert {"StrictMode", "pause timeout", "GC freed"} <= words
+    assert words <= set(scan.KEYWORDS)
