@@ -34,7 +34,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from protocol.methods import (
     DeviceParams,
-    MethodSpec,
+    Method,
     Package,
     Params,
     Result,
@@ -43,8 +43,13 @@ from protocol.methods import (
 )
 
 __all__ = [
+    "ACTIONS",
     "ACTION_METHODS",
+    "AGENT_CHECK",
     "AGENT_METHODS",
+    "DEVICE_STATE",
+    "UI_DUMP",
+    "UI_SCREENSHOT",
     "ActionParams",
     "ActionResult",
     "AgentCheckParams",
@@ -269,12 +274,23 @@ ACTION_METHODS: dict[str, type[ActionParams]] = {
     "app.stop": AppStopParams,
 }
 
-AGENT_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("device.state", DeviceParams, DeviceStateResult, "devices", idempotent=True),
-    MethodSpec("ui.dump", DeviceParams, UiDumpResult, "devices", idempotent=True),
-    MethodSpec("ui.screenshot", UiScreenshotParams, ScreenshotResult, "devices", idempotent=True),
-    *(MethodSpec(name, model, ActionResult, "devices") for name, model in ACTION_METHODS.items()),
-    MethodSpec("agent.check", AgentCheckParams, AgentCheckResult, "devices", idempotent=True),
+DEVICE_STATE = Method(
+    "device.state", DeviceParams, DeviceStateResult, "devices", idempotent=True
+)
+UI_DUMP = Method("ui.dump", DeviceParams, UiDumpResult, "devices", idempotent=True)
+UI_SCREENSHOT = Method(
+    "ui.screenshot", UiScreenshotParams, ScreenshotResult, "devices", idempotent=True
+)
+#: The action methods by name (each answers an :class:`ActionResult`).
+ACTIONS: dict[str, Method[ActionParams, ActionResult]] = {
+    name: Method(name, model, ActionResult, "devices") for name, model in ACTION_METHODS.items()
+}
+AGENT_CHECK = Method(
+    "agent.check", AgentCheckParams, AgentCheckResult, "devices", idempotent=True
+)
+
+AGENT_METHODS: tuple[Method[Any, Any], ...] = (
+    DEVICE_STATE, UI_DUMP, UI_SCREENSHOT, *ACTIONS.values(), AGENT_CHECK,
 )
 
 

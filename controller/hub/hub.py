@@ -48,10 +48,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controller.audit import AuditLog
 from controller.auth import Action, DeviceRef, Principal, authorize
@@ -83,7 +83,15 @@ from protocol.errors import (
     RpcError,
     UnexpectedFrame,
 )
-from protocol.methods import METHODS, DevicesChanged, LogBatch
+from protocol.methods import (
+    LOGCAT_SUBSCRIBE,
+    LOGCAT_UNSUBSCRIBE,
+    METHODS,
+    DevicesChanged,
+    LogBatch,
+    LogcatUnsubscribeParams,
+    Method,
+)
 from protocol.session import (
     ACK_BATCH,
     Completion,
@@ -98,6 +106,8 @@ from protocol.settings import Settings
 
 __all__ = ["BridgeEntry", "BridgeSocket", "BridgeState", "ClusterHooks", "Connection", "Hub"]
 
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
@@ -485,7 +495,57 @@ class Hub:
 
     # -- calls
 
+    @overload
     async def call(
+        self,
+        target: DeviceRef | str,
+        method: Method[P, R],
+        params: P,
+        *,
+        timeout_s: float | None = None,
+        request_id: str | None = None,
+        settle: bool = True,
+    ) -> R: ...
+
+    @overload
+    async def call(
+        self,
+        target: DeviceRef | str,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        request_id: str | None = None,
+        settle: bool = True,
+    ) -> dict[str, Any]: ...
+
+    async def call(
+        self,
+        target: DeviceRef | str,
+        method: Method[P, R] | str,
+        params: P | dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        request_id: str | None = None,
+        settle: bool = True,
+    ) -> R | dict[str, Any]:
+        """Call ``method`` (its descriptor, :mod:`protocol.methods`) with its params model on
+        a device's bridge (``serial`` set to the device's) or on a bridge (its id); returns
+        the method's result model. See :meth:`call_wire` for the errors and the options.
+
+        Deprecated: ``method`` as a name with a params dict (returns the plain dict)."""
+        if isinstance(method, Method):
+            assert isinstance(params, BaseModel)
+            raw = await self.call_wire(
+                target, method.name, params.model_dump(exclude_unset=True, exclude_none=True),
+                timeout_s=timeout_s, request_id=request_id, settle=settle,
+            )
+            return method.parse_result(raw)
+        assert params is None or isinstance(params, dict)
+        return await self.call_wire(target, method, params, timeout_s=timeout_s,
+                                    request_id=request_id, settle=settle)
+
+    async def call_wire(
         self,
         target: DeviceRef | str,
         method: str,
@@ -497,7 +557,8 @@ class Hub:
         request_id: str | None = None,
         settle: bool = True,
     ) -> dict[str, Any]:
-        """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
+        """:meth:`call` by the method's wire name with plain params and result: what a call
+        forwarded from another replica or adopted from a recorded step carries.
 
         ``settle=False`` (with a ``request_id``): the call's shared wait (cluster mode) is left
         for the caller to end with :meth:`settle`, once it has recorded the result — so a
@@ -733,7 +794,7 @@ class Hub:
             await authorize(principal, device, Action.USE, store=self.store)
             self._reserve_stream(hold)  # before the await: concurrent opens count too
             stream = await self.subscribe_logcat(device, _vouch(
-                principal, device, "device.logcat.subscribe", params))
+                principal, device, LOGCAT_SUBSCRIBE.name, params))
             hold.stream = stream
         except RpcError as exc:
             self._stream_holds.discard(hold)
@@ -802,7 +863,7 @@ class Hub:
             entry.subscriptions.add(stream)
             made.append(stream)
 
-        await self.call(device, "device.logcat.subscribe", params, on_result=register)
+        await self.call_wire(device, LOGCAT_SUBSCRIBE.name, params, on_result=register)
         if not made:
             raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a valid channel")
         return made[0]
@@ -824,7 +885,8 @@ class Hub:
 
         device = DeviceRef(entry.id, stream.serial, entry.owner_id, entry.name)
         try:
-            result = await self.call(device, "device.logcat.subscribe", params, on_result=reroute)
+            result = await self.call_wire(device, LOGCAT_SUBSCRIBE.name, params,
+                                          on_result=reroute)
         except RpcError as exc:
             log.info("bridge %s: logcat of %s not resumed: %s", entry.name, stream.serial, exc)
             stream.end(f"resume_failed: {exc.code.value}")
@@ -834,7 +896,8 @@ class Hub:
         if stream.ended and isinstance(channel, str) and _usable(channel):
             # The consumer left while we were subscribing again: stop the new stream too.
             with contextlib.suppress(RpcError):
-                await self.call(entry.id, "device.logcat.unsubscribe", {"channel": channel})
+                await self.call(entry.id, LOGCAT_UNSUBSCRIBE,
+                                LogcatUnsubscribeParams(channel=channel))
 
     async def unsubscribe(self, stream: LogStream) -> None:
         """Stop a stream: at once here; on the bridge's side in the background (best effort:
@@ -858,8 +921,8 @@ class Hub:
         with contextlib.suppress(RpcError):
             await self.call(
                 bridge_id,
-                "device.logcat.unsubscribe",
-                {"channel": channel},
+                LOGCAT_UNSUBSCRIBE,
+                LogcatUnsubscribeParams(channel=channel),
                 timeout_s=self.settings.rpc_timeout_s,
             )
 

@@ -12,10 +12,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from controller.auth import DeviceRef
 from controller.hub import BridgeState
 from protocol.closecodes import CloseCode
 from protocol.envelope import SUBPROTOCOL, new_request_id
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import PING, SHELL, PingParams, PingResult, ShellParams, ShellResult
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.test_hub_support import (
     WAIT_S,
@@ -688,3 +690,43 @@ async def test_unknown_methods_and_bad_params_are_bad_requests(
             await controller.hub.call(entry.id, method, params)
         assert info.value.code is ErrorCode.BAD_REQUEST
     assert entry.session.pending_count == 0
+
+
+
+async def test_a_typed_call_returns_the_methods_result_model(
+    controller: InLoopController,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def recording(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        seen.append(params)
+        return await echo_handler(method, params)
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("typed"), handler=recording)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    pong = await controller.hub.call(entry.id, PING, PingParams(payload=b"typed"))
+    assert isinstance(pong, PingResult) and pong.payload == b"typed"
+    device = DeviceRef(entry.id, "emulator-5554", entry.owner_id, entry.name)
+    # The device's serial is the target's, whatever the params said.
+    shell = await controller.hub.call(device, SHELL, ShellParams(serial="x", command="echo hi"))
+    assert isinstance(shell, ShellResult) and shell.stdout == "echo hi\n"
+    assert seen[-1] == {"serial": "emulator-5554", "command": "echo hi"}
+    await fake.close()
+
+
+async def test_a_result_that_does_not_fit_the_methods_model_is_internal(
+    controller: InLoopController,
+) -> None:
+    async def wrong(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"exit_code": "not a number"}
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("odd"), handler=wrong)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    device = DeviceRef(entry.id, "emulator-5554", entry.owner_id, entry.name)
+    with pytest.raises(RpcError) as info:
+        await controller.hub.call(device, SHELL, ShellParams(serial="s", command="x"))
+    assert info.value.code is ErrorCode.INTERNAL
+    assert "invalid result for device.shell" in info.value.message
+    await fake.close()
