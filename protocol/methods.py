@@ -42,6 +42,7 @@ __all__ = [
     "DEVICES_LIST",
     "INSTALL",
     "INSTRUMENT",
+    "INVALID_RESULT",
     "LOGCAT_CLEAR",
     "LOGCAT_DUMP",
     "LOGCAT_SUBSCRIBE",
@@ -415,6 +416,9 @@ class SourceLookupResult(Result):
 # --- the registry ----------------------------------------------------------------------------
 
 
+#: ``data["reason"]`` of the :class:`RpcError` a result that does not fit its model raises.
+INVALID_RESULT = "invalid_result"
+
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 
@@ -458,7 +462,8 @@ class Method(Generic[P, R]):
             return self.result.model_validate(r)
         except ValidationError as exc:
             raise RpcError(
-                ErrorCode.INTERNAL, f"invalid result for {self.name}", {"errors": _errors(exc)}
+                ErrorCode.INTERNAL, f"invalid result for {self.name}",
+                {"reason": INVALID_RESULT, "errors": _errors(exc)},
             ) from exc
 
 

@@ -27,11 +27,13 @@ from typing import Any
 from controller.agent.plan import Check, Plan, PlanError, PlanStep, step_call
 from controller.agent.planners import Planner
 from controller.agent.traces import Trace
+from protocol.agent_methods import AGENT_CHECK, DEVICE_STATE, UI_DUMP
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import LOGCAT_DUMP, Method
 
 __all__ = ["AgentRunner", "Caller", "RunnerSettings", "evaluate", "failure_summary"]
 
-Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Caller = Callable[[Method[Any, Any], dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MAX_OUTPUT = 1000
 
@@ -96,12 +98,12 @@ async def failure_summary(call: Caller, what: str, *, lines: int = 300) -> str:
     """The A2A summary: current page, what failed, logcat issues, ANRs and crashes."""
     parts = [f"Failed: {what}"]
     try:
-        state = await call("device.state", {})
+        state = await call(DEVICE_STATE, {})
         parts.insert(0, str(state.get("text", "")))
     except RpcError as exc:
         parts.append(f"device state unavailable: {exc.message}")
     try:
-        log = await call("device.logcat.dump", {"lines": lines})
+        log = await call(LOGCAT_DUMP, {"lines": lines})
         from controller.analysis import analyze
 
         result = analyze("\n".join(log.get("lines", [])))
@@ -170,8 +172,8 @@ class AgentRunner:
     async def _observe(
         self, call: Caller, trace: Trace
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        state = await call("device.state", {})
-        elements = _elements(await call("ui.dump", {}))
+        state = await call(DEVICE_STATE, {})
+        elements = _elements(await call(UI_DUMP, {}))
         await trace.record("observe", "ok", state=state.get("text"), elements=len(elements))
         return state, elements
 
@@ -180,8 +182,8 @@ class AgentRunner:
         steps = []
         for step in plan.steps:
             method, params = step_call(step, settled=False)
-            steps.append({"method": method, "params": params})
-        out = await call("agent.check", {"steps": steps})
+            steps.append({"method": method.name, "params": params})
+        out = await call(AGENT_CHECK, {"steps": steps})
         results = list(out.get("results", []))
         refused = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
         if not refused:
@@ -216,8 +218,8 @@ class AgentRunner:
     async def _step(self, call: Caller, i: int, step: PlanStep, trace: Trace) -> str | None:
         elements: list[dict[str, Any]] | None = None
         if step.pre_check is not None:
-            state = await call("device.state", {})
-            elements = _elements(await call("ui.dump", {})) if step.pre_check.needs_ui else []
+            state = await call(DEVICE_STATE, {})
+            elements = _elements(await call(UI_DUMP, {})) if step.pre_check.needs_ui else []
             failures = evaluate(step.pre_check, state, elements)
             await trace.record(
                 "pre_check",
@@ -230,7 +232,7 @@ class AgentRunner:
                 return "pre-check failed: " + "; ".join(failures)
         method, params = step_call(step, settled=self.settings.settled)
         if step.action == "tap" and step.target is not None and step.index is None:
-            elements = _elements(await call("ui.dump", {}))
+            elements = _elements(await call(UI_DUMP, {}))
             found = _find(elements, step.target)
             if found is not None:
                 key, element = found
@@ -241,7 +243,7 @@ class AgentRunner:
                         "command",
                         "skipped",
                         step=i,
-                        method=method,
+                        method=method.name,
                         reason=f"{step.target!r} is already {step.state}",
                     )
                     return None
@@ -258,7 +260,7 @@ class AgentRunner:
         i: int,
         attempt: int,
         step: PlanStep,
-        method: str,
+        method: Method[Any, Any],
         params: dict[str, Any],
         trace: Trace,
     ) -> str | None:
@@ -273,7 +275,7 @@ class AgentRunner:
                 status,
                 step=i,
                 attempt=attempt,
-                method=method,
+                method=method.name,
                 params=params,
                 duration_ms=duration_ms,
                 code=exc.code.value,
@@ -292,7 +294,7 @@ class AgentRunner:
             "ok" if ok else "failed",
             step=i,
             attempt=attempt,
-            method=method,
+            method=method.name,
             params=params,
             command=result.get("command"),
             exit_code=exit_code,
@@ -305,8 +307,8 @@ class AgentRunner:
             return f"exit code {exit_code}: {output[:200]}"
         if step.expect is None:
             return None
-        state = result.get("state") or await call("device.state", {})
-        elements = _elements(await call("ui.dump", {})) if step.expect.needs_ui else []
+        state = result.get("state") or await call(DEVICE_STATE, {})
+        elements = _elements(await call(UI_DUMP, {})) if step.expect.needs_ui else []
         failures = evaluate(step.expect, state, elements)
         await trace.record(
             "expect",

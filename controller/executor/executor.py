@@ -37,9 +37,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -95,7 +95,24 @@ from fixer.prompt import declared_names, package_of
 from fixer.repair import unified_diff
 from protocol.envelope import new_request_id
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import Apk, CompileResult, InstrumentResult
+from protocol.methods import (
+    COMPILE,
+    INSTALL,
+    INSTRUMENT,
+    INVALID_RESULT,
+    LOGCAT_CLEAR,
+    LOGCAT_DUMP,
+    SHELL,
+    SOURCE_LOOKUP,
+    UNINSTALL,
+    Apk,
+    CompileResult,
+    InstallResult,
+    InstrumentResult,
+    LogcatDumpParams,
+    Method,
+    ShellParams,
+)
 
 __all__ = [
     "ExecutorSettings",
@@ -105,6 +122,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("droidwire.controller.executor")
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
 _QUOTA_POLL_S = 0.25  # a run waiting for its user's quota asks again this often
@@ -197,17 +217,18 @@ class _RecordingGateway:
     async def call(
         self,
         target: Target,
-        method: str,
-        params: Mapping[str, Any],
+        method: Method[P, R],
+        params: P,
         *,
         timeout_s: float | None,
         resume: Mapping[str, Any] | None = None,
         check: bool = True,
-    ) -> dict[str, Any]:
+    ) -> R:
         """``check=False``: a step that runs whatever the caller's right (cleanup)."""
-        shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
-        if "apk" in params:
-            shown["apk_bytes"] = len(params["apk"])
+        sent = params.model_dump(exclude_unset=True, exclude_none=True)
+        shown = {k: v for k, v in sent.items() if k not in ("test_code", "apk")}
+        if "apk" in sent:
+            shown["apk_bytes"] = len(sent["apk"])
         where = str(target) if not isinstance(target, str) else f"bridge {target}"
         if check and self.reauth is not None:
             # When the re-check began: it read the store as of then or later, so a step whose
@@ -217,7 +238,7 @@ class _RecordingGateway:
                 await self.reauth(target)
             except RpcError as exc:
                 await self.steps.record(
-                    "rpc", "refused", method=method, target=where, **checked,
+                    "rpc", "refused", method=method.name, target=where, **checked,
                     error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
                 )
                 raise
@@ -234,7 +255,9 @@ class _RecordingGateway:
                 request_id = new_request_id()
                 extra_in.update(request_id=request_id, bridge_session=bridge_session,
                                 resume=dict(resume))
-        step = await self.steps.begin("rpc", method=method, target=where, params=shown, **extra_in)
+        step = await self.steps.begin(
+            "rpc", method=method.name, target=where, params=shown, **extra_in
+        )
         started = time.monotonic()
         try:
             return await self._call(step, started, target, method, params, timeout_s,
@@ -251,11 +274,11 @@ class _RecordingGateway:
         step: Step,
         started: float,
         target: Target,
-        method: str,
-        params: Mapping[str, Any],
+        method: Method[P, R],
+        params: P,
         timeout_s: float | None,
         request_id: str | None,
-    ) -> dict[str, Any]:
+    ) -> R:
         try:
             if request_id is not None:
                 result = await self.gateway.call(  # type: ignore[call-arg]
@@ -283,16 +306,15 @@ class _RecordingGateway:
             await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
             raise
         extra: dict[str, Any] = {}
-        if (method == "device.install" and isinstance(result, dict) and result.get("package")
-                and not result.get("existed")):
+        if isinstance(result, InstallResult) and result.package and not result.existed:
             # Kept so that a controller restarted mid-run still knows what to uninstall (never
             # a package that was on the device before the run: that one is the owner's).
-            extra["package"] = str(result["package"])
-        if (request_id is not None and method == "device.instrument" and isinstance(result, dict)
-                and len(str(result.get("output") or "")) <= MAX_DETAIL_TEXT):
+            extra["package"] = result.package
+        if (request_id is not None and isinstance(result, InstrumentResult)
+                and len(result.output) <= MAX_DETAIL_TEXT):
             # Kept so that a replica taking over a run that died after its tests ran finishes
             # it (logcat, cleanup, verdict) instead of running the tests again (recovery.py).
-            extra["result"] = result
+            extra["result"] = result.model_dump(exclude_unset=True)
         await self.steps.end(step, "ok", ms=_ms_since(started), **extra)
         return result
 
@@ -1105,18 +1127,19 @@ class SandboxExecutor:
             if remaining <= 0:
                 raise _Abort("timeout", f"the run's deadline passed before compile round {n}")
             limit = min(self.settings.compile_timeout_s, remaining)
-            params: dict[str, Any] = {"test_code": code, "timeout_s": round(limit, 1)}
-            if request.project_dir is not None:
-                params["project"] = request.project_dir
+            params = COMPILE.parse_params({
+                "test_code": code, "timeout_s": round(limit, 1), "project": request.project_dir,
+            })
             try:
-                raw = await gw.call(
-                    target, "workspace.compile", params, timeout_s=limit + self.settings.rpc_grace_s
+                result = await gw.call(
+                    target, COMPILE, params, timeout_s=limit + self.settings.rpc_grace_s
                 )
-                result = CompileResult.model_validate(raw)
             except RpcError as exc:
+                if (exc.data or {}).get("reason") == INVALID_RESULT:
+                    # a malformed result from the bridge
+                    raise _Abort("bridge_unavailable", f"compile: bad result ({exc.message})") \
+                        from exc
                 raise _Abort(reason_for(exc, "build"), f"compile: {exc.message}") from exc
-            except ValueError as exc:  # a malformed result from the bridge
-                raise _Abort("bridge_unavailable", f"compile: bad result ({exc})") from exc
             state["last"] = result
             state.setdefault("checks", []).append(result.check)
             if not result.ok and n < max_compiles:
@@ -1177,16 +1200,14 @@ class SandboxExecutor:
         names = names_to_look_up(code, output)
         if not names:
             return
-        params: dict[str, Any] = {"names": names}
-        if request.project_dir is not None:
-            params["project"] = request.project_dir
         try:
-            raw = await gw.call(target, "source.lookup", params, timeout_s=self.settings.step_timeout_s)
+            params = SOURCE_LOOKUP.parse_params({"names": names, "project": request.project_dir})
+            found = await gw.call(
+                target, SOURCE_LOOKUP, params, timeout_s=self.settings.step_timeout_s
+            )
         except RpcError:
             return  # the fixer works without the app's sources, with its rules and the LLM
-        methods = raw.get("methods") if isinstance(raw, dict) else None
-        if isinstance(methods, list):
-            index.add(m for m in methods if isinstance(m, dict))
+        index.add(m.model_dump(exclude_none=True) for m in found.methods)
 
     async def _on_device(
         self,
@@ -1314,41 +1335,41 @@ class SandboxExecutor:
                 raise _Abort("timeout", "the run's deadline passed")
             return left
 
-        async def call(method: str, params: dict[str, Any], limit: float | None = None) -> dict[str, Any]:
+        async def call(method: Method[P, R], params: dict[str, Any],
+                       limit: float | None = None) -> R:
             budget = min(limit or self.settings.step_timeout_s, remaining())
             try:
+                typed = method.parse_params(
+                    {"serial": serial, **params, **({"as_owner": True} if as_owner else {})}
+                )
                 return await gw.call(
-                    target, method,
-                    {"serial": serial, **params, **({"as_owner": True} if as_owner else {})},
-                    timeout_s=budget + self.settings.rpc_grace_s,
+                    target, method, typed, timeout_s=budget + self.settings.rpc_grace_s,
                 )
             except RpcError as exc:
-                raise _Abort(reason_for(exc, "device"), f"{method}: {exc.message}") from exc
+                raise _Abort(reason_for(exc, "device"), f"{method.name}: {exc.message}") from exc
 
         assert compiled.app_apk is not None and compiled.test_apk is not None
         test_package: str | None = None
         retried: list[list[dict[str, Any]]] = []  # each retry's test records
         try:
             t = time.monotonic()
-            await call("device.logcat.clear", {})
+            await call(LOGCAT_CLEAR, {})
             steps.progress("installing")
             # What was installed is what the device says (its package list before and
             # after), never the APK's claim; what was there before is never removed.
             grant = {"grant_permissions": True} if as_owner else {}
             app = await call(
-                "device.install", {"apk": compiled.app_apk.data, **grant},
-                self.settings.compile_timeout_s,
+                INSTALL, {"apk": compiled.app_apk.data, **grant}, self.settings.compile_timeout_s,
             )
-            app_package = str(app.get("package") or "")
-            app_new = bool(app_package) and not app.get("existed")
+            app_package = app.package
+            app_new = bool(app_package) and not app.existed
             if app_new:
                 installed.append(app_package)
             test = await call(
-                "device.install", {"apk": compiled.test_apk.data, **grant},
-                self.settings.compile_timeout_s,
+                INSTALL, {"apk": compiled.test_apk.data, **grant}, self.settings.compile_timeout_s,
             )
-            test_package = str(test.get("package") or "")
-            if test_package and not test.get("existed"):
+            test_package = test.package
+            if test_package and not test.existed:
                 installed.append(test_package)
             timings["install_ms"] = _ms_since(t)
             if not test_package:
@@ -1363,11 +1384,13 @@ class SandboxExecutor:
                 args["class"] = test_class
             budget = remaining()
             try:
-                raw = await gw.call(
+                instrument = await gw.call(
                     target,
-                    "device.instrument",
-                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
-                     "args": args, "timeout_s": round(budget, 1)},
+                    INSTRUMENT,
+                    INSTRUMENT.parse_params(
+                        {"serial": serial, "package": test_package,
+                         "runner": self.settings.runner, "args": args,
+                         "timeout_s": round(budget, 1)}),
                     timeout_s=budget + self.settings.rpc_grace_s,
                     resume={
                         "device": {"bridge_id": device.bridge_id,
@@ -1386,12 +1409,12 @@ class SandboxExecutor:
                         "deadline_unix": time.time() + budget,
                     },
                 )
-                instrument = InstrumentResult.model_validate(raw)
             except RpcError as exc:
                 partial_output = str((exc.data or {}).get("output") or "")
-                abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
-            except ValueError as exc:
-                abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
+                if (exc.data or {}).get("reason") == INVALID_RESULT:
+                    abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc.message})")
+                else:
+                    abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
             timings["run_ms"] = _ms_since(t)
             if instrument is not None and abort is None and retries > 0:
                 t = time.monotonic()
@@ -1448,11 +1471,11 @@ class SandboxExecutor:
         steps.progress("collecting")
         t = time.monotonic()
         try:
-            raw = await gw.call(
-                target, "device.logcat.dump", {"serial": serial, "format": "threadtime"},
+            dumped = await gw.call(
+                target, LOGCAT_DUMP, LogcatDumpParams(serial=serial, format="threadtime"),
                 timeout_s=self.settings.step_timeout_s,
             )
-            logcat = "\n".join(str(line) for line in raw.get("lines", []))
+            logcat = "\n".join(dumped.lines)
             logcat_ok = True
         except RpcError as exc:
             if abort is None:
@@ -1524,7 +1547,7 @@ class SandboxExecutor:
         budget = float(params.get("timeout_s") or self.settings.step_timeout_s)
         try:
             waiter = adopt(
-                ref, item.request_id, "device.instrument", params,
+                ref, item.request_id, INSTRUMENT.name, params,
                 sent_session=item.bridge_session, timeout_s=budget + self.settings.rpc_grace_s,
             )
         except RpcError as exc:
@@ -1753,16 +1776,18 @@ class SandboxExecutor:
                 break
             try:
                 budget = remaining()
-                raw = await gw.call(
+                rerun = await gw.call(
                     target,
-                    "device.instrument",
-                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
-                     "args": {"class": ",".join(f"{c}#{n}" for c, n in failing)},
-                     "timeout_s": round(budget, 1)},
+                    INSTRUMENT,
+                    INSTRUMENT.parse_params(
+                        {"serial": serial, "package": test_package,
+                         "runner": self.settings.runner,
+                         "args": {"class": ",".join(f"{c}#{n}" for c, n in failing)},
+                         "timeout_s": round(budget, 1)}),
                     timeout_s=budget + self.settings.rpc_grace_s,
                 )
-                again = parse_instrumentation(InstrumentResult.model_validate(raw).output)
-            except (RpcError, ValueError, _Abort):
+                again = parse_instrumentation(rerun.output)
+            except (RpcError, _Abort):
                 break
             records = [
                 {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack}
@@ -1787,13 +1812,14 @@ class SandboxExecutor:
         with contextlib.suppress(RpcError):
             if app_package:
                 await gw.call(
-                    target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
+                    target, SHELL, ShellParams(serial=serial, argv=["pm", "clear", app_package]),
                     timeout_s=limit, check=False,
                 )
         for package in reversed(installed):  # the test package first: it targets the app
             with contextlib.suppress(RpcError):
                 await gw.call(
-                    target, "device.uninstall", {"serial": serial, "package": package},
+                    target, UNINSTALL,
+                    UNINSTALL.parse_params({"serial": serial, "package": package}),
                     timeout_s=limit, check=False,
                 )
 

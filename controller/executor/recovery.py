@@ -48,6 +48,7 @@ from controller.executor.results import pending_result
 from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
 from protocol.errors import RpcError
+from protocol.methods import INSTALL, INSTRUMENT, UNINSTALL
 
 __all__ = [
     "REASON",
@@ -118,7 +119,7 @@ def restartable(run: Run, steps: Sequence[RunStep]) -> bool:
         return False
     if request.get("apks") is not None or "classes" in request or request.get("kind"):
         return False
-    return not any(s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"
+    return not any(s.kind == "rpc" and (s.detail or {}).get("method") == INSTRUMENT.name
                    for s in steps)
 
 
@@ -128,7 +129,7 @@ def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
     if run.status != RunStatus.RUNNING.value:
         return None
     instruments = [s for s in steps
-                   if s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"]
+                   if s.kind == "rpc" and (s.detail or {}).get("method") == INSTRUMENT.name]
     open_steps = [s for s in steps if s.status == "running"]
     done = False
     if open_steps and open_steps[-1] in instruments:
@@ -227,9 +228,9 @@ def _owed(steps: Sequence[RunStep]) -> list[str]:
         detail = s.detail or {}
         if s.kind != "rpc" or s.status != "ok":
             continue
-        if detail.get("method") == "device.install" and detail.get("package"):
+        if detail.get("method") == INSTALL.name and detail.get("package"):
             installed.append(str(detail["package"]))
-        elif detail.get("method") == "device.uninstall":
+        elif detail.get("method") == UNINSTALL.name:
             package = (detail.get("params") or {}).get("package")
             if package in installed:
                 installed.remove(package)
@@ -338,11 +339,11 @@ async def clean_up(
                         # record no other); the bridge may have restarted and forgotten them,
                         # so the owner's own run cleans up as the owner (docs/security.md).
                         mine = item.user_id is not None and item.user_id == device.owner_id
-                        await gateway.call(
-                            device.ref, "device.uninstall",
+                        params = UNINSTALL.parse_params(
                             {"serial": device.serial, "package": package,
-                             **({"as_owner": True} if mine else {})},
-                            timeout_s=call_timeout_s,
+                             **({"as_owner": True} if mine else {})})
+                        await gateway.call(
+                            device.ref, UNINSTALL, params, timeout_s=call_timeout_s
                         )
                         removed.append(package)
                     except RpcError as exc:

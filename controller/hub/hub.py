@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -741,14 +741,17 @@ class Hub:
         self,
         principal: Principal,
         device: DeviceRef,
-        method: str,
-        params: dict[str, Any] | None = None,
+        method: Method[P, R],
+        params: P | Mapping[str, Any],
         *,
         timeout_s: float | None = None,
         action: str | None = None,
-    ) -> dict[str, Any]:
-        """A user's call on a device: authorize, call, audit (refusals and failures too)."""
-        name = action or method
+    ) -> R:
+        """A user's call on a device: authorize, call, audit (refusals and failures too).
+
+        ``params``: the params model, or the user's plain params without ``serial``
+        (validated here: invalid ones are a ``bad_request`` audited as such)."""
+        name = action or method.name
         try:
             await authorize(principal, device, Action.USE, store=self.store)
             if self.gate is not None:
@@ -757,7 +760,9 @@ class Hub:
             await self.audit_device(principal, name, device, exc)
             raise
         try:
-            result = await self.call(device, method, _vouch(principal, device, method, params),
+            typed = params if isinstance(params, BaseModel) else method.parse_params(
+                {**params, "serial": device.serial})
+            result = await self.call(device, method, _vouched(principal, device, typed),
                                      timeout_s=timeout_s)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
@@ -1428,6 +1433,15 @@ def _vouch(
     if "as_owner" not in fields:
         return params
     return {**(params or {}), "as_owner": True}
+
+
+def _vouched(principal: Principal, device: DeviceRef, params: P) -> P:
+    """:func:`_vouch` for a params model."""
+    if principal.user_id != device.owner_id or principal.bridge_id is not None:
+        return params
+    if "as_owner" not in type(params).model_fields:
+        return params
+    return params.model_copy(update={"as_owner": True})
 
 
 def _usable(channel: str) -> bool:

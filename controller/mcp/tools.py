@@ -32,7 +32,7 @@ from controller.mcp.agent_tools import agent_tools
 from controller.mcp.manage_tools import manage_tools
 from controller.mcp.spec import Caller, Outcome, ToolSpec
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
+from protocol.methods import LOGCAT_DUMP, SCREENSHOT, SHELL
 
 __all__ = [
     "RUN_URI_PREFIX",
@@ -135,11 +135,7 @@ async def _device_shell(caller: Caller, args: dict[str, Any]) -> Outcome:
     record = await resolve_device(hub, caller.principal, a.device)
     params = a.model_dump(exclude_none=True, exclude={"device"})
     timeout = None if a.timeout_s is None else a.timeout_s + hub.settings.rpc_timeout_s
-    result = await hub.device_call(
-        caller.principal, record.ref, "device.shell", params, timeout_s=timeout
-    )
-    out = validate_result("device.shell", result)
-    assert isinstance(out, ShellResult)
+    out = await hub.device_call(caller.principal, record.ref, SHELL, params, timeout_s=timeout)
     return Outcome(
         data={"exit_code": out.exit_code, "stdout": out.stdout, "stderr": out.stderr},
         devices=[record.id],
@@ -151,9 +147,7 @@ async def _logcat_dump(caller: Caller, args: dict[str, Any]) -> Outcome:
     hub = caller.hub
     record = await resolve_device(hub, caller.principal, a.device)
     params: dict[str, Any] = {} if a.lines is None else {"lines": a.lines}
-    result = await hub.device_call(caller.principal, record.ref, "device.logcat.dump", params)
-    out = validate_result("device.logcat.dump", result)
-    assert isinstance(out, LogcatDumpResult)
+    out = await hub.device_call(caller.principal, record.ref, LOGCAT_DUMP, params)
     return Outcome(data={"lines": list(out.lines)}, devices=[record.id])
 
 
@@ -161,9 +155,7 @@ async def _screenshot(caller: Caller, args: dict[str, Any]) -> Outcome:
     a = _parse(_DeviceArgs, args)
     hub = caller.hub
     record = await resolve_device(hub, caller.principal, a.device)
-    result = await hub.device_call(caller.principal, record.ref, "device.screenshot", {})
-    out = validate_result("device.screenshot", result)
-    assert isinstance(out, ScreenshotResult)
+    out = await hub.device_call(caller.principal, record.ref, SCREENSHOT, {})
     return Outcome(image_png=out.png, devices=[record.id])
 
 
