@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import BaseModel, ValidationError
@@ -495,7 +495,6 @@ class Hub:
 
     # -- calls
 
-    @overload
     async def call(
         self,
         target: DeviceRef | str,
@@ -505,45 +504,16 @@ class Hub:
         timeout_s: float | None = None,
         request_id: str | None = None,
         settle: bool = True,
-    ) -> R: ...
-
-    @overload
-    async def call(
-        self,
-        target: DeviceRef | str,
-        method: str,
-        params: dict[str, Any] | None = None,
-        *,
-        timeout_s: float | None = None,
-        request_id: str | None = None,
-        settle: bool = True,
-    ) -> dict[str, Any]: ...
-
-    async def call(
-        self,
-        target: DeviceRef | str,
-        method: Method[P, R] | str,
-        params: P | dict[str, Any] | None = None,
-        *,
-        timeout_s: float | None = None,
-        request_id: str | None = None,
-        settle: bool = True,
-    ) -> R | dict[str, Any]:
+    ) -> R:
         """Call ``method`` (its descriptor, :mod:`protocol.methods`) with its params model on
         a device's bridge (``serial`` set to the device's) or on a bridge (its id); returns
-        the method's result model. See :meth:`call_wire` for the errors and the options.
-
-        Deprecated: ``method`` as a name with a params dict (returns the plain dict)."""
-        if isinstance(method, Method):
-            assert isinstance(params, BaseModel)
-            raw = await self.call_wire(
-                target, method.name, params.model_dump(exclude_unset=True, exclude_none=True),
-                timeout_s=timeout_s, request_id=request_id, settle=settle,
-            )
-            return method.parse_result(raw)
-        assert params is None or isinstance(params, dict)
-        return await self.call_wire(target, method, params, timeout_s=timeout_s,
-                                    request_id=request_id, settle=settle)
+        the method's result model (one that does not fit it: ``internal``, ``data["reason"]``
+        ``invalid_result``). See :meth:`call_wire` for the other errors and the options."""
+        raw = await self.call_wire(
+            target, method.name, params.model_dump(exclude_unset=True, exclude_none=True),
+            timeout_s=timeout_s, request_id=request_id, settle=settle,
+        )
+        return method.parse_result(raw)
 
     async def call_wire(
         self,
