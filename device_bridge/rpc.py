@@ -118,7 +118,7 @@ _THREADTIME_PID = re.compile(r"^\S+ +\S+ +(\d+) ")
 class EventSink(Protocol):
     """Where stream batches go: the link (``emit`` waits for room; False once it is down)."""
 
-    async def emit(self, ch: str, d: Any) -> bool: ...
+    async def emit(self, channel: str, data: Any) -> bool: ...
 
 
 @dataclass(eq=False)

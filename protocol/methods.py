@@ -259,7 +259,7 @@ class LogBatch:
     @classmethod
     def from_event(cls, evt: Evt) -> LogBatch:
         """Validate an ``evt`` frame's batch as a whole (see :func:`parse_log_batch`)."""
-        return parse_log_batch(evt.d, seq=evt.seq)
+        return parse_log_batch(evt.data, seq=evt.seq)
 
 
 def parse_log_batch(d: Any, *, seq: int = 0) -> LogBatch:

@@ -141,7 +141,7 @@ class ScreenFrame:
 
     @classmethod
     def from_event(cls, evt: Evt) -> ScreenFrame:
-        return parse_screen_frame(evt.d, seq=evt.seq)
+        return parse_screen_frame(evt.data, seq=evt.seq)
 
 
 def parse_screen_frame(d: Any, *, seq: int = 0) -> ScreenFrame:

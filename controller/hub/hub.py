@@ -1273,9 +1273,9 @@ class Hub:
         self.store.seen.bridge(entry.id, entry.last_seen_at)
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
-        if evt.ch == DEVICES_CHANNEL:
+        if evt.channel == DEVICES_CHANNEL:
             try:
-                changed = DevicesChanged.model_validate(evt.d)
+                changed = DevicesChanged.model_validate(evt.data)
             except ValidationError as exc:
                 log.warning("bridge %s: malformed inventory event: %s", entry.name,
                             exc.error_count())
@@ -1284,22 +1284,22 @@ class Hub:
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
             return
-        screen = entry.screens.get(evt.ch)
+        screen = entry.screens.get(evt.channel)
         if screen is not None:
             screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
             return
-        stream = entry.streams.get(evt.ch)
+        stream = entry.streams.get(evt.channel)
         if stream is None:
-            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.ch)
+            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.channel)
             return
         try:
             batch = LogBatch.from_event(evt)
         except RpcError as exc:
-            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.ch, exc)
+            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.channel, exc)
             return
         stream.feed(batch)
         if stream.ended:
-            entry.streams.pop(evt.ch, None)
+            entry.streams.pop(evt.channel, None)
             entry.subscriptions.discard(stream)
         elif stream.queued * 2 >= stream.max_batches:
             # Let the stream's consumer run before the next frame is read: a burst read in one

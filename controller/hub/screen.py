@@ -131,9 +131,9 @@ class ScreenFeed:
 
     def on_event(self, evt: Evt) -> None:
         try:
-            frame = parse_screen_frame(evt.d, seq=evt.seq)
+            frame = parse_screen_frame(evt.data, seq=evt.seq)
         except RpcError as exc:
-            log.warning("malformed screen frame on %s: %s", evt.ch, exc.message)
+            log.warning("malformed screen frame on %s: %s", evt.channel, exc.message)
             return
         if evt.seq < self.next_seq:
             return  # a duplicate

@@ -135,7 +135,7 @@ def test_valid_params_and_results_validate_and_travel(method: str) -> None:
     req = Req(id=new_request_id(), m=method, p=dump(model))
     back = decode(encode(req))
     assert isinstance(back, Req)
-    assert validate_params(method, back.p) == model
+    assert validate_params(method, back.params) == model
     res = Res.success(req.id, dump(validate_result(method, result)))
     got = decode(encode(res))
     assert isinstance(got, Res)
