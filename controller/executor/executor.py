@@ -61,7 +61,13 @@ from controller.executor.gateway import (
 )
 from controller.executor.placement import Placement, order_by_load, with_store_labels
 from controller.executor.queue import Scheduler, SharedTurn
-from controller.executor.recovery import Resumable, clean_up, end_run
+from controller.executor.recovery import (
+    Resumable,
+    ResumeContext,
+    ResumedDevice,
+    clean_up,
+    end_run,
+)
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
 from controller.executor.results import analysed_result, pending_result
@@ -221,7 +227,7 @@ class _RecordingGateway:
         params: P,
         *,
         timeout_s: float | None,
-        resume: Mapping[str, Any] | None = None,
+        resume: ResumeContext | None = None,
         check: bool = True,
     ) -> R:
         """``check=False``: a step that runs whatever the caller's right (cleanup)."""
@@ -254,7 +260,7 @@ class _RecordingGateway:
             if isinstance(bridge_session, str):
                 request_id = new_request_id()
                 extra_in.update(request_id=request_id, bridge_session=bridge_session,
-                                resume=dict(resume))
+                                resume=resume.model_dump(mode="json"))
         step = await self.steps.begin(
             "rpc", method=method.name, target=where, params=shown, **extra_in
         )
@@ -1392,22 +1398,17 @@ class SandboxExecutor:
                          "runner": self.settings.runner, "args": args,
                          "timeout_s": round(budget, 1)}),
                     timeout_s=budget + self.settings.rpc_grace_s,
-                    resume={
-                        "device": {"bridge_id": device.bridge_id,
-                                   "bridge_name": device.bridge_name,
-                                   "owner_id": device.owner_id, "serial": serial,
-                                   "info": dict(device.info)},
-                        "app_package": app_package, "installed": list(installed),
-                        "app_new": app_new,
-                        "toolchain": compiled.toolchain,
-                        "builder": _builder_of(compiled),
-                        "compile_rounds": compiled.compile_rounds,
-                        "test_class": test_class_of(compiled.code),
-                        "timings": dict(timings),
-                        # What a resumed run needs to retry failed tests within the budget.
-                        "test_package": test_package, "retries": retries,
-                        "deadline_unix": time.time() + budget,
-                    },
+                    resume=ResumeContext(
+                        device=ResumedDevice(
+                            bridge_id=device.bridge_id, bridge_name=device.bridge_name,
+                            owner_id=device.owner_id, serial=serial, info=dict(device.info)),
+                        app_package=app_package, installed=list(installed), app_new=app_new,
+                        toolchain=compiled.toolchain, builder=_builder_of(compiled),
+                        compile_rounds=compiled.compile_rounds,
+                        test_class=test_class_of(compiled.code), timings=dict(timings),
+                        test_package=test_package, retries=retries,
+                        deadline_unix=time.time() + budget,
+                    ),
                 )
             except RpcError as exc:
                 partial_output = str((exc.data or {}).get("output") or "")
@@ -1540,9 +1541,8 @@ class SandboxExecutor:
                 asyncio.get_running_loop().create_future())
             recorded.set_result(dict(item.detail["result"]))
             return asyncio.get_running_loop().create_task(self._resume(item, recorded))
-        ctx = item.context
-        dev = ctx["device"]
-        ref = DeviceRef(dev["bridge_id"], dev["serial"], dev["owner_id"], dev["bridge_name"])
+        dev = item.context.device
+        ref = DeviceRef(dev.bridge_id, dev.serial, dev.owner_id, dev.bridge_name)
         params = dict(item.detail.get("params") or {})
         budget = float(params.get("timeout_s") or self.settings.step_timeout_s)
         try:
@@ -1560,8 +1560,8 @@ class SandboxExecutor:
         so a new run on that device waits until this one has collected its logcat and cleaned
         up. After a restart the turn is free (resume() runs before any new run can queue); a
         survivor adopting a dead replica's run may first finish its own run on that device."""
-        dev = item.context["device"]
-        turn = self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id)
+        dev = item.context.device
+        turn = self.scheduler.turn(f"{dev.bridge_name}~{dev.serial}", "", item.run_id)
         held = True
         try:
             await turn.__aenter__()
@@ -1578,7 +1578,7 @@ class SandboxExecutor:
     async def _finish_resumed(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
         assert self.store is not None
         ctx = item.context
-        dev = ctx["device"]
+        dev = ctx.device
         steps = StepLog(self.store, [item.run_id], start_seq=item.next_seq)
         step = Step("rpc", item.step_seq, dict(item.detail))
         started = time.monotonic()
@@ -1606,19 +1606,19 @@ class SandboxExecutor:
                 await steps.end(step, "ok", ms=_ms_since(started), resumed=True)
             device = next(
                 (d for d in self.gateway.devices()
-                 if d.bridge_id == dev["bridge_id"] and d.serial == dev["serial"]),
-                DeviceView(dev["bridge_id"], dev["bridge_name"], dev["owner_id"], dev["serial"],
-                           "device", dict(dev.get("info") or {})),
+                 if d.bridge_id == dev.bridge_id and d.serial == dev.serial),
+                DeviceView(dev.bridge_id, dev.bridge_name, dev.owner_id, dev.serial, "device",
+                           dict(dev.info)),
             )
-            timings = {str(k): int(v) for k, v in dict(ctx.get("timings") or {}).items()}
+            timings = dict(ctx.timings)
             gw = _RecordingGateway(self.gateway, steps)
             retried: list[list[dict[str, Any]]] = []
             # A run whose retries may already have run before its controller died does not
             # retry again: its tests never run twice because of a takeover.
-            retries = 0 if item.done else int(ctx.get("retries") or 0)
-            test_package = str(ctx.get("test_package") or "")
+            retries = 0 if item.done else ctx.retries
+            test_package = ctx.test_package or ""
             if instrument is not None and abort is None and retries > 0 and test_package:
-                deadline_unix = float(ctx.get("deadline_unix") or 0.0)
+                deadline_unix = ctx.deadline_unix
 
                 def remaining() -> float:
                     left = deadline_unix - time.time()
@@ -1634,16 +1634,16 @@ class SandboxExecutor:
                 timings["retry_ms"] = _ms_since(t)
             result = await self._conclude(
                 steps, gw, item.run_id, device,
-                app_package=ctx.get("app_package") or None,
-                app_new=bool(ctx.get("app_new")),
-                installed=[str(p) for p in ctx.get("installed") or []],
+                app_package=ctx.app_package or None,
+                app_new=ctx.app_new,
+                installed=ctx.installed,
                 instrument=instrument, partial_output=partial_output, abort=abort,
                 retried=retried,
-                timings=timings, toolchain=ctx.get("toolchain"),
-                compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
+                timings=timings, toolchain=ctx.toolchain,
+                compile_rounds=ctx.compile_rounds, test_class=ctx.test_class,
             )
             result["resumed"] = True
-            result["builder"] = ctx.get("builder")
+            result["builder"] = ctx.builder
             await self._finish([item.run_id], [result])
             log.info("run %s resumed after a controller restart: %s", item.run_id,
                      result["verification_status"])

@@ -41,6 +41,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select, update
 
 from controller.executor.gateway import Gateway, all_devices
@@ -80,6 +81,39 @@ class Recovered:
     user_id: str | None = None  # whose run it was (the device's owner may clean up as owner)
 
 
+class ResumedDevice(BaseModel):
+    """The device a resumed run is on, as its instrument step recorded it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    bridge_id: str
+    bridge_name: str
+    owner_id: str
+    serial: str
+    info: dict[str, Any] = Field(default_factory=dict)  # DeviceInfo fields
+
+
+class ResumeContext(BaseModel):
+    """What a run needs to be finished by another controller process after its tests ran:
+    written with its instrument step (``detail["resume"]``), read back by :func:`resumable`."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    device: ResumedDevice
+    app_package: str | None = None
+    installed: list[str] = Field(default_factory=list)  # what the run put on the device
+    app_new: bool = False  # the app was not on the device before: its data may be cleared
+    toolchain: str | None = None
+    builder: dict[str, Any] | None = None  # {"id", "name", "shared"} of the build bridge
+    compile_rounds: list[dict[str, Any]] = Field(default_factory=list)
+    test_class: str | None = None
+    timings: dict[str, int] = Field(default_factory=dict)  # phases so far, ms
+    # What a resumed run needs to retry failed tests within the budget.
+    test_package: str | None = None
+    retries: int = 0
+    deadline_unix: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Resumable:
     """A dead controller's run waiting for its instrumentation's result, which the bridge
@@ -100,8 +134,8 @@ class Resumable:
         return str(self.detail["bridge_session"])
 
     @property
-    def context(self) -> dict[str, Any]:
-        return dict(self.detail["resume"])
+    def context(self) -> ResumeContext:
+        return ResumeContext.model_validate(self.detail["resume"])
 
 
 Resume = Callable[[Resumable], Awaitable[None] | None]
@@ -141,12 +175,11 @@ def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
         return None
     detail = step.detail or {}
     if not (isinstance(detail.get("request_id"), str) and isinstance(
-            detail.get("bridge_session"), str) and isinstance(detail.get("resume"), dict)):
+            detail.get("bridge_session"), str)):
         return None
-    device = detail["resume"].get("device")
-    if not isinstance(device, dict) or not all(
-            isinstance(device.get(k), str) for k in ("bridge_id", "bridge_name", "owner_id",
-                                                     "serial")):
+    try:
+        ResumeContext.model_validate(detail.get("resume"))
+    except ValidationError:
         return None
     return Resumable(run.id, step.seq, dict(detail), max(s.seq for s in steps) + 1, done)
 
