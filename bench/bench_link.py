@@ -33,7 +33,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from bench.common import figure, median, percentile
 from bench.stack import noted
-from protocol.methods import LogBatch
+from protocol.methods import PING, LogBatch, PingParams
 
 __all__ = ["run"]
 
@@ -109,9 +109,9 @@ async def _rtt_link(hub: Any, n: int) -> list[float]:
     samples: list[float] = []
     for _ in range(n):
         started = time.perf_counter()
-        result = await hub.call(entry.id, "ping", {"payload": PAYLOAD})
+        result = await hub.call(entry.id, PING, PingParams(payload=PAYLOAD))
         samples.append(time.perf_counter() - started)
-        assert result["payload"] == PAYLOAD
+        assert result.payload == PAYLOAD
     return samples
 
 

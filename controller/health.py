@@ -38,6 +38,8 @@ from controller.auth.authorization import DeviceRef
 from controller.periodic import every
 from controller.store import DeviceThresholds, retrying
 from protocol.errors import ErrorCode, RpcError
+from protocol.manage_methods import DEVICE_HEALTH
+from protocol.methods import DeviceParams
 
 if TYPE_CHECKING:
     from controller.hub import Hub
@@ -102,8 +104,8 @@ class HealthMonitor:
 
     async def read(self, device: DeviceRef) -> Reading:
         """Ask the device now (the bridge may answer from its few-seconds cache)."""
-        values = await self.hub.call(device, "device.health", {})
-        values.pop("read_at", None)
+        health = await self.hub.call(device, DEVICE_HEALTH, DeviceParams(serial=device.serial))
+        values = health.model_dump(exclude_unset=True, exclude={"read_at"})
         reading = Reading(str(device), values, time.time())
         reading.reason = (await self.thresholds(device)).breach(values)
         key = (device.bridge_id, device.serial)

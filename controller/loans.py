@@ -30,6 +30,7 @@ from controller.auth.authorization import DeviceRef, Principal, live_grant_filte
 from controller.periodic import every
 from controller.store import Bridge, Device, Grant, LoanItem, retrying
 from protocol.errors import ErrorCode, RpcError
+from protocol.manage_methods import APPS_UNINSTALL, FILES_REMOVE
 
 if TYPE_CHECKING:
     from controller.audit import AuditLog
@@ -168,14 +169,14 @@ class Loans:
             return removed
 
     async def _remove(self, device: DeviceRef, item: LoanItem) -> bool:
-        params: dict[str, Any]
-        if item.kind == APP:
-            method, params = "apps.uninstall", {"package": item.name}
-        else:
-            method, params = "files.remove", {"path": item.name, "recursive": True}
         outcome = "ok"
         try:
-            await self.hub.call(device, method, params)
+            if item.kind == APP:
+                await self.hub.call(device, APPS_UNINSTALL, APPS_UNINSTALL.parse_params(
+                    {"serial": device.serial, "package": item.name}))
+            else:
+                await self.hub.call(device, FILES_REMOVE, FILES_REMOVE.parse_params(
+                    {"serial": device.serial, "path": item.name, "recursive": True}))
         except RpcError as exc:
             if exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.DEVICE_OFFLINE, ErrorCode.TIMEOUT,
                             ErrorCode.BUSY):

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.agent_methods import DEVICE_STATE
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import SHELL, Method
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -28,7 +30,7 @@ __all__ = [
     "parse_meminfo",
 ]
 
-Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Call = Callable[[Method[Any, Any], dict[str, Any]], Awaitable[dict[str, Any]]]
 
 DEFAULT_INTERVAL_S = 2.0
 MIN_INTERVAL_S = 1.0
@@ -70,7 +72,7 @@ class PerfSampler:
 
     async def _shell(self, *argv: str) -> str | None:
         try:
-            out = await self.call("device.shell", {"argv": list(argv)})
+            out = await self.call(SHELL, {"argv": list(argv)})
         except RpcError as exc:
             if exc.code in _ENDING:
                 raise
@@ -78,7 +80,7 @@ class PerfSampler:
         return str(out.get("stdout", "")) if int(out.get("exit_code", 1)) == 0 else None
 
     async def sample(self) -> dict[str, Any]:
-        state = await self.call("device.state", {})
+        state = await self.call(DEVICE_STATE, {})
         package = state.get("package") or None
         focus = f"{package}/{state.get('activity') or ''}" if package else None
         changed = self._focus is not None and focus != self._focus

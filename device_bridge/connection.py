@@ -355,8 +355,8 @@ class Link:
         self._room.set()  # wake stream producers: they see the link is not open
         return True
 
-    async def emit(self, ch: str, d: Any) -> bool:
-        """Send an ``evt`` on ``ch`` (the session numbers it); waits while the send queue is
+    async def emit(self, channel: str, data: Any) -> bool:
+        """Send an ``evt`` on ``channel`` (the session numbers it); waits while the send queue is
         full (backpressure). ``False`` if the link is not open: the producer ends its stream."""
         while self.is_open and len(self._out) >= self.settings.send_queue_frames:
             self._room.clear()
@@ -365,12 +365,12 @@ class Link:
             return False
         # The logcat hot path: the session numbers the event, the codec packs it as a plain
         # map (no Evt model). Frames the session queued before it go out first, in order.
-        seq = self.session.next_seq(ch)
+        seq = self.session.next_seq(channel)
         self._flush()
         try:
-            self._out.append(self.codec.encode_event(ch, seq, d))
+            self._out.append(self.codec.encode_event(channel, seq, data))
         except (FrameTooLarge, EncodeError) as exc:  # a producer's bug, never a crash
-            self.log.error("dropping an unsendable evt frame on %s: %s", ch, exc)
+            self.log.error("dropping an unsendable evt frame on %s: %s", channel, exc)
             return True
         self._write_soon()
         return True
@@ -705,7 +705,7 @@ class Link:
             if outcome is Admission.RUN:
                 self._start(frame)
             else:
-                self.log.debug("request %s %s: %s", frame.id, frame.m, outcome.value)
+                self.log.debug("request %s %s: %s", frame.id, frame.method, outcome.value)
         elif outcome is True:  # a cancel of a running request
             rid = getattr(frame, "id", "")
             task = self._tasks.get(rid)
@@ -758,14 +758,14 @@ class Link:
                 self._clock(),
             )
             return
-        run = self._immediate(req.m) if self._immediate is not None else None
+        run = self._immediate(req.method) if self._immediate is not None else None
         if run is not None and not self._sem.locked():
             # A handler that never waits, while the bound has room: it runs here, in the
             # reader's step, as if it took the semaphore and gave it back at once (a full
             # bound makes it queue for a task like any other handler).
             self._run_now(req, run)
             return
-        task = asyncio.create_task(self._handle(req), name=f"droidwire-rpc-{req.m}")
+        task = asyncio.create_task(self._handle(req), name=f"droidwire-rpc-{req.method}")
         self._tasks[req.id] = task
         task.add_done_callback(functools.partial(self._forget_task, req.id))
 
@@ -778,17 +778,17 @@ class Link:
         outcome: dict[str, Any] | RpcError
         encoded: bytes | None = None
         self.executed += 1
-        self.log.debug("request %s %s: running", req.id, req.m)
+        self.log.debug("request %s %s: running", req.id, req.method)
         try:
-            outcome = run(dict(req.p))
+            outcome = run(dict(req.params))
             if not isinstance(outcome, dict):
-                raise TypeError(f"handler of {req.m} returned {type(outcome).__name__}")
+                raise TypeError(f"handler of {req.method} returned {type(outcome).__name__}")
             outcome, encoded = self._fit(req, outcome)
         except RpcError as exc:
             outcome = exc
         except Exception as exc:
-            self.log.exception("request %s %s: handler failed", req.id, req.m)
-            outcome = RpcError(ErrorCode.INTERNAL, f"{req.m} failed: {type(exc).__name__}")
+            self.log.exception("request %s %s: handler failed", req.id, req.method)
+            outcome = RpcError(ErrorCode.INTERNAL, f"{req.method} failed: {type(exc).__name__}")
         self._finish(req, outcome, encoded)
 
     async def _handle(self, req: Req) -> None:
@@ -797,18 +797,18 @@ class Link:
         try:
             async with self._sem:
                 self.executed += 1
-                self.log.debug("request %s %s: running", req.id, req.m)
-                outcome = await self._dispatch(req.m, dict(req.p))
+                self.log.debug("request %s %s: running", req.id, req.method)
+                outcome = await self._dispatch(req.method, dict(req.params))
             if not isinstance(outcome, dict):
-                raise TypeError(f"handler of {req.m} returned {type(outcome).__name__}")
+                raise TypeError(f"handler of {req.method} returned {type(outcome).__name__}")
             outcome, encoded = self._fit(req, outcome)
         except RpcError as exc:
             outcome = exc
         except asyncio.CancelledError:
             outcome = RpcError(ErrorCode.CANCELLED, "cancelled")
         except Exception as exc:
-            self.log.exception("request %s %s: handler failed", req.id, req.m)
-            outcome = RpcError(ErrorCode.INTERNAL, f"{req.m} failed: {type(exc).__name__}")
+            self.log.exception("request %s %s: handler failed", req.id, req.method)
+            outcome = RpcError(ErrorCode.INTERNAL, f"{req.method} failed: {type(exc).__name__}")
         self._finish(req, outcome, encoded)
 
     def _finish(
@@ -832,12 +832,12 @@ class Link:
         except FrameTooLarge as exc:
             return RpcError(
                 ErrorCode.BAD_REQUEST,
-                f"the result of {req.m} ({exc.size} bytes) exceeds the {exc.limit}-byte frame cap",
+                f"the result of {req.method} ({exc.size} bytes) exceeds the {exc.limit}-byte frame cap",
                 {"reason": "frame_too_large", "size": exc.size, "limit": exc.limit},
             ), None
         except EncodeError as exc:
-            self.log.error("request %s %s: result not encodable: %s", req.id, req.m, exc)
-            return RpcError(ErrorCode.INTERNAL, f"the result of {req.m} cannot be encoded"), None
+            self.log.error("request %s %s: result not encodable: %s", req.id, req.method, exc)
+            return RpcError(ErrorCode.INTERNAL, f"the result of {req.method} cannot be encoded"), None
         return result, encoded
 
     # -- writing -----------------------------------------------------------------------------

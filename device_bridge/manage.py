@@ -38,6 +38,20 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from device_bridge.policy import DROIDWIRE_DIR, CommandContext, Profile, Rule
 from protocol.errors import ErrorCode, RpcError
 from protocol.manage_methods import (
+    APPS_CLEAR,
+    APPS_INSTALL,
+    APPS_LAUNCH,
+    APPS_LIST,
+    APPS_STOP,
+    APPS_UNINSTALL,
+    DEVICE_HEALTH,
+    FILES_PULL,
+    FILES_PUSH,
+    FILES_REMOVE,
+    STAGE_CLOSE,
+    STAGE_OPEN,
+    STAGE_READ,
+    STAGE_WRITE,
     AppParams,
     AppsInstallParams,
     FilesPullParams,
@@ -48,11 +62,11 @@ from protocol.manage_methods import (
     StageReadParams,
     StageWriteParams,
 )
-from protocol.methods import DeviceParams, validate_params
+from protocol.methods import DeviceParams
 
 if TYPE_CHECKING:
     from device_bridge.adb import AdbDevices
-    from device_bridge.rpc import Dispatcher, Handler
+    from device_bridge.rpc import Dispatcher
 
 __all__ = ["MAX_STAGES", "ManageToolkit", "parse_health"]
 
@@ -150,27 +164,25 @@ class ManageToolkit:
     @classmethod
     def install(cls, rpc: Dispatcher, **options: Any) -> ManageToolkit:
         toolkit = cls(rpc, **options)
-        for name, handler in toolkit.handlers().items():
-            rpc.add(name, handler)
+        toolkit.serve_on(rpc)
         return toolkit
 
-    def handlers(self) -> dict[str, Handler]:
-        return {
-            "stage.open": self._stage_open,
-            "stage.write": self._stage_write,
-            "stage.read": self._stage_read,
-            "stage.close": self._stage_close,
-            "files.push": self._files_push,
-            "files.pull": self._files_pull,
-            "files.remove": self._files_remove,
-            "apps.list": self._apps_list,
-            "apps.install": self._apps_install,
-            "apps.uninstall": self._apps_uninstall,
-            "apps.launch": self._apps_launch,
-            "apps.stop": self._apps_stop,
-            "apps.clear": self._apps_clear,
-            "device.health": self._health_read,
-        }
+    def serve_on(self, rpc: Dispatcher) -> None:
+        """``rpc`` serves the management methods with these handlers."""
+        rpc.serve(STAGE_OPEN, self._stage_open)
+        rpc.serve(STAGE_WRITE, self._stage_write)
+        rpc.serve(STAGE_READ, self._stage_read)
+        rpc.serve(STAGE_CLOSE, self._stage_close)
+        rpc.serve(FILES_PUSH, self._files_push)
+        rpc.serve(FILES_PULL, self._files_pull)
+        rpc.serve(FILES_REMOVE, self._files_remove)
+        rpc.serve(APPS_LIST, self._apps_list)
+        rpc.serve(APPS_INSTALL, self._apps_install)
+        rpc.serve(APPS_UNINSTALL, self._apps_uninstall)
+        rpc.serve(APPS_LAUNCH, self._apps_launch)
+        rpc.serve(APPS_STOP, self._apps_stop)
+        rpc.serve(APPS_CLEAR, self._apps_clear)
+        rpc.serve(DEVICE_HEALTH, self._health_read)
 
     @property
     def _adb(self) -> AdbDevices:
@@ -222,17 +234,15 @@ class ManageToolkit:
         with contextlib.suppress(OSError):
             stage.path.unlink()
 
-    async def _stage_open(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("stage.open", params, StageOpenParams)
+    async def _stage_open(self, p: StageOpenParams) -> dict[str, Any]:
         self.rpc.policy.check_exposed(p.serial)
         stage = self._new_stage(p.serial, p.size)
         return {"stage": stage.id, "size": 0}
 
-    async def _stage_write(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _stage_write(self, p: StageWriteParams) -> dict[str, Any]:
         """Append a chunk. The controller keeps a few writes in flight: one that arrives ahead
         of its turn (at most ``write_ahead_bytes`` past the stage's end) waits for the chunks
         before it; a re-sent chunk already here is accepted once."""
-        p = _valid("stage.write", params, StageWriteParams)
         stage = self._get(p)
         end = p.offset + len(p.data)
         if end > stage.limit:
@@ -269,14 +279,12 @@ class ManageToolkit:
             stage.turn.notify_all()
         return {"stage": stage.id, "size": end}
 
-    async def _stage_read(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("stage.read", params, StageReadParams)
+    async def _stage_read(self, p: StageReadParams) -> dict[str, Any]:
         stage = self._get(p)
         data = await asyncio.to_thread(_read, stage.path, p.offset, p.length)
         return {"data": data, "eof": p.offset + len(data) >= stage.size}
 
-    async def _stage_close(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("stage.close", params, StageParams)
+    async def _stage_close(self, p: StageParams) -> dict[str, Any]:
         stage = self._stages.get(p.stage)
         if stage is not None and stage.serial == p.serial:
             self._drop(stage)
@@ -294,8 +302,7 @@ class ManageToolkit:
 
     # -- files ---------------------------------------------------------------------------------
 
-    async def _files_push(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("files.push", params, FilesPushParams)
+    async def _files_push(self, p: FilesPushParams) -> dict[str, Any]:
         path = self.rpc.policy.check_push(p.serial, p.path)
         # The stage may still be filling: the push reads it as chunks arrive, so the upload
         # to the bridge and the push to the device overlap.
@@ -314,8 +321,7 @@ class ManageToolkit:
             raise RpcError(ErrorCode.BAD_REQUEST, f"pushed {size} of {stage.limit} bytes")
         return {"stage": stage.id, "size": size}
 
-    async def _files_pull(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("files.pull", params, FilesPullParams)
+    async def _files_pull(self, p: FilesPullParams) -> dict[str, Any]:
         path = self.rpc.policy.check_pull(p.serial, p.path)
         stage = self._new_stage(p.serial, min(p.max_bytes, self.max_stage_bytes))
         try:
@@ -326,8 +332,7 @@ class ManageToolkit:
         stage.grew(size)
         return {"stage": stage.id, "size": size}
 
-    async def _files_remove(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("files.remove", params, FilesRemoveParams)
+    async def _files_remove(self, p: FilesRemoveParams) -> dict[str, Any]:
         # Whatever the profile: only inside the droidwire folder (a loan's leftovers).
         self.rpc.policy.check_push(p.serial, p.path)
         path = posixpath.normpath("/" + p.path.lstrip("/"))
@@ -356,8 +361,7 @@ class ManageToolkit:
         result = await self._adb.shell(serial, ["pm", "list", "packages", "-3"])
         return set(_PACKAGE_LINE.findall(result.stdout))
 
-    async def _apps_list(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.list", params, DeviceParams)
+    async def _apps_list(self, p: DeviceParams) -> dict[str, Any]:
         profile = self.rpc.policy.check_exposed(p.serial)
         mine = self._context(p.serial).installed_packages
         packages = await self._third_party(p.serial)
@@ -365,8 +369,7 @@ class ManageToolkit:
             packages &= mine  # this profile reveals nothing of the owner's own apps
         return {"apps": [{"package": n, "managed": n in mine} for n in sorted(packages)]}
 
-    async def _apps_install(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.install", params, AppsInstallParams)
+    async def _apps_install(self, p: AppsInstallParams) -> dict[str, Any]:
         self.rpc.policy.check_install(p.serial)
         stage = self._complete(p)
         try:
@@ -405,16 +408,14 @@ class ManageToolkit:
         if profile is not Profile.FULL:
             self.rpc.policy.check_uninstall(p.serial, p.package, self._context(p.serial))
 
-    async def _apps_uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.uninstall", params, AppParams)
+    async def _apps_uninstall(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
         await self._adb.uninstall(p.serial, p.package)
         self.rpc.installed.get(p.serial, set()).discard(p.package)
         self.managed.get(p.serial, set()).discard(p.package)
         return {}
 
-    async def _apps_launch(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.launch", params, AppParams)
+    async def _apps_launch(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
         resolved = await self._adb.shell(
             p.serial,
@@ -430,14 +431,12 @@ class ManageToolkit:
             raise RpcError(ErrorCode.BAD_REQUEST, f"am start: {result.stderr.strip()[:300]}")
         return {}
 
-    async def _apps_stop(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.stop", params, AppParams)
+    async def _apps_stop(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
         await self._adb.shell(p.serial, ["am", "force-stop", p.package])
         return {}
 
-    async def _apps_clear(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("apps.clear", params, AppParams)
+    async def _apps_clear(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
         result = await self._adb.shell(p.serial, ["pm", "clear", p.package])
         if "Success" not in result.stdout:
@@ -446,10 +445,9 @@ class ManageToolkit:
 
     # -- health --------------------------------------------------------------------------------
 
-    async def _health_read(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _health_read(self, p: DeviceParams) -> dict[str, Any]:
         """Battery, storage, load: cached for ``health_max_age_s``, so callers on several
         replicas cost the device one reading."""
-        p = _valid("device.health", params, DeviceParams)
         self.rpc.policy.check_exposed(p.serial)
         cached = self._health.get(p.serial)
         if cached is not None and time.monotonic() - cached[0] < self.health_max_age_s:
@@ -512,8 +510,4 @@ def _read(path: Path, offset: int, length: int) -> bytes:
         return f.read(length)
 
 
-def _valid(method: str, params: dict[str, Any], model: type[Any]) -> Any:
-    parsed = validate_params(method, params)
-    assert isinstance(parsed, model)
-    return parsed
 

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,25 +46,45 @@ from device_bridge.policy import CommandContext, LogcatScope, Policy, Rule
 from protocol.envelope import PROTOCOL_VERSION, Capabilities, DeviceInfo
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import (
+    BRIDGE_INFO,
+    COMPILE,
+    DEVICES_LIST,
+    INSTALL,
+    INSTRUMENT,
+    LOGCAT_CLEAR,
+    LOGCAT_DUMP,
+    LOGCAT_SUBSCRIBE,
+    LOGCAT_UNSUBSCRIBE,
     METHODS,
+    PING,
+    PULL,
+    PUSH,
+    SCREENSHOT,
+    SHELL,
+    SOURCE_LOOKUP,
+    UNINSTALL,
+    BridgeInfoResult,
     CompileParams,
     DeviceParams,
+    Empty,
     InstallParams,
+    InstallResult,
     InstrumentParams,
     LogBatch,
     LogcatClearParams,
     LogcatDumpParams,
     LogcatSubscribeParams,
     LogcatUnsubscribeParams,
+    Method,
     MethodRecord,
     PingParams,
     PullParams,
     PushParams,
     ShellParams,
     SourceLookupParams,
+    SourceLookupResult,
     UninstallParams,
     dump,
-    validate_params,
 )
 from protocol.settings import DEFAULTS
 
@@ -79,20 +99,11 @@ log = logging.getLogger("droidwire.bridge.rpc")
 #: The core device methods this module serves when the bridge has an adb layer (later
 #: toolkits add theirs with :meth:`Dispatcher.add`).
 DEVICE_METHODS = frozenset(
-    {
-        "devices.list",
-        "device.shell",
-        "device.logcat.clear",
-        "device.logcat.dump",
-        "device.logcat.subscribe",
-        "device.logcat.unsubscribe",
-        "device.screenshot",
-        "device.push",
-        "device.pull",
-        "device.install",
-        "device.uninstall",
-        "device.instrument",
-    }
+    m.name
+    for m in (
+        DEVICES_LIST, SHELL, LOGCAT_CLEAR, LOGCAT_DUMP, LOGCAT_SUBSCRIBE, LOGCAT_UNSUBSCRIBE,
+        SCREENSHOT, PUSH, PULL, INSTALL, UNINSTALL, INSTRUMENT,
+    )
 )
 MAX_SUBSCRIPTIONS = 32
 # Whether the request being served comes from the device's owner (``as_owner``, vouched for by
@@ -107,7 +118,7 @@ _THREADTIME_PID = re.compile(r"^\S+ +\S+ +(\d+) ")
 class EventSink(Protocol):
     """Where stream batches go: the link (``emit`` waits for room; False once it is down)."""
 
-    async def emit(self, ch: str, d: Any) -> bool: ...
+    async def emit(self, channel: str, data: Any) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -136,6 +147,11 @@ class _Subscription:
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 #: A handler that never waits: params → result dict, or raise :class:`RpcError`.
 Immediate = Callable[[dict[str, Any]], dict[str, Any]]
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+#: A typed handler: the params model (validated by the dispatcher) → the result model, or
+#: the result's plain map where building the model would cost (a logcat dump's lines).
+Typed = Callable[[P], Awaitable[R | dict[str, Any]]]
 
 
 class Dispatcher:
@@ -183,29 +199,24 @@ class Dispatcher:
         self.forgetters: list[Callable[[str], None]] = []
         # The handlers that never wait (no I/O, no await): the link may run them in the step
         # that read the request (:meth:`immediate`). Each is also served the ordinary way.
-        self._immediate: dict[str, Immediate] = {
-            "ping": self._checked("ping", self._ping),
-            "bridge.info": self._checked("bridge.info", self._bridge_info),
-            "devices.list": self._checked("devices.list", self._devices_list),
-        }
-        self._handlers: dict[str, Handler] = {
-            "ping": _waits_not(self._ping),
-            "bridge.info": _waits_not(self._bridge_info),
-            "devices.list": _waits_not(self._devices_list),
-            "device.shell": self._shell,
-            "device.logcat.clear": self._logcat_clear,
-            "device.logcat.dump": self._logcat_dump,
-            "device.logcat.subscribe": self._logcat_subscribe,
-            "device.logcat.unsubscribe": self._logcat_unsubscribe,
-            "device.screenshot": self._screenshot,
-            "device.push": self._push,
-            "device.pull": self._pull,
-            "device.install": self._install,
-            "device.uninstall": self._uninstall,
-            "device.instrument": self._instrument,
-            "workspace.compile": self._compile,
-            "source.lookup": self._source_lookup,
-        }
+        self._immediate: dict[str, Immediate] = {}
+        self._handlers: dict[str, Handler] = {}
+        self._serve_now(PING, self._ping)
+        self._serve_now(BRIDGE_INFO, self._bridge_info)
+        self._serve_now(DEVICES_LIST, self._devices_list)
+        self.serve(SHELL, self._shell)
+        self.serve(LOGCAT_CLEAR, self._logcat_clear)
+        self.serve(LOGCAT_DUMP, self._logcat_dump)
+        self.serve(LOGCAT_SUBSCRIBE, self._logcat_subscribe)
+        self.serve(LOGCAT_UNSUBSCRIBE, self._logcat_unsubscribe)
+        self.serve(SCREENSHOT, self._screenshot)
+        self.serve(PUSH, self._push)
+        self.serve(PULL, self._pull)
+        self.serve(INSTALL, self._install)
+        self.serve(UNINSTALL, self._uninstall)
+        self.serve(INSTRUMENT, self._instrument)
+        self.serve(COMPILE, self._compile)
+        self.serve(SOURCE_LOOKUP, self._source_lookup)
 
     @property
     def policy(self) -> Policy:
@@ -220,19 +231,44 @@ class Dispatcher:
 
     # -- what this bridge serves ---------------------------------------------------------------
 
-    def add(self, method: str, handler: Handler, *, replace: bool = False) -> None:
-        """Serve another registered method (e.g. the agent toolkit's ``ui.*``).
+    def add(self, method: Method[Any, Any], handler: Handler, *, replace: bool = False) -> None:
+        """Serve another registered method (e.g. the agent toolkit's ``ui.*``) with a handler
+        of the raw params (:meth:`serve` validates them first).
 
         ``handler(params)`` gets the raw params; for a device-bound method the exposure and
         pause checks have already run (validate the params and apply the profile's check
         inside). It is listed in the capabilities from then on.
         """
-        if method not in METHODS:
-            raise ValueError(f"method {method!r} is not registered in protocol.methods")
-        if method in self._handlers and not replace:
-            raise ValueError(f"method {method!r} is already served")
-        self._handlers[method] = handler
-        self._immediate.pop(method, None)  # the new handler may wait
+        name = method.name
+        if METHODS.get(name) is not method:
+            raise ValueError(f"method {name!r} is not registered in protocol.methods")
+        if name in self._handlers and not replace:
+            raise ValueError(f"method {name!r} is already served")
+        self._handlers[name] = handler
+        self._immediate.pop(name, None)  # the new handler may wait
+
+    def serve(self, method: Method[P, R], handler: Typed[P, R], *, replace: bool = False) -> None:
+        """Serve ``method`` with a typed handler: it gets the params model (validated here,
+        after the exposure and pause checks: ``bad_request`` with the field errors) and
+        returns the result model (or its plain map)."""
+
+        async def run(params: dict[str, Any]) -> dict[str, Any]:
+            out = await handler(method.parse_params(params))
+            return out if isinstance(out, dict) else dump(out)
+
+        self.add(method, run, replace=replace)
+
+    def _serve_now(
+        self, method: Method[P, R], handler: Callable[[P], R | dict[str, Any]]
+    ) -> None:
+        """A typed handler that never waits: served both ways (see :meth:`immediate`)."""
+
+        def now(params: dict[str, Any]) -> dict[str, Any]:
+            out = handler(method.parse_params(params))
+            return out if isinstance(out, dict) else dump(out)
+
+        self._handlers[method.name] = _waits_not(now)
+        self._immediate[method.name] = self._checked(method.name, now)
 
     def methods(self) -> list[str]:
         """Exactly the methods that work here (capabilities never lie)."""
@@ -331,12 +367,10 @@ class Dispatcher:
 
     # -- bridge --------------------------------------------------------------------------------
 
-    def _ping(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("ping", params, PingParams)
+    def _ping(self, p: PingParams) -> dict[str, Any]:
         return {"payload": p.payload}
 
-    def _bridge_info(self, params: dict[str, Any]) -> dict[str, Any]:
-        _valid("bridge.info", params)
+    def _bridge_info(self, p: Empty) -> BridgeInfoResult:
         info = {
             "software": "",
             "protocol": PROTOCOL_VERSION,
@@ -345,16 +379,14 @@ class Dispatcher:
             "caps": self.capabilities(),
             "devices": list(self.inventory()),
         }
-        return dump(METHODS["bridge.info"].result.model_validate(info))
+        return BRIDGE_INFO.result.model_validate(info)
 
-    def _devices_list(self, params: dict[str, Any]) -> dict[str, Any]:
-        _valid("devices.list", params)
+    def _devices_list(self, p: Empty) -> dict[str, Any]:
         return {"devices": [_device(d) for d in self.inventory()]}
 
     # -- shell ---------------------------------------------------------------------------------
 
-    async def _shell(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.shell", params, ShellParams)
+    async def _shell(self, p: ShellParams) -> dict[str, Any]:
         command: str | list[str] = p.argv if p.argv is not None else p.command or ""
         screen = await self._screen(p.serial) if _first_word(command) == "input" else None
         argv = self.policy.check_shell(p.serial, command, self.context(p.serial, screen=screen))
@@ -395,24 +427,21 @@ class Dispatcher:
             )
         return pids
 
-    async def _logcat_clear(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.logcat.clear", params, LogcatClearParams)
+    async def _logcat_clear(self, p: LogcatClearParams) -> dict[str, Any]:
         # Clearing reveals nothing, and a run starts with it (docs/design.md §5), so every profile
         # may clear once the device is exposed and sharing is not paused.
         self.policy.check_exposed(p.serial)
         await self._adb().logcat_clear(p.serial, buffers=p.buffers)
         return {}
 
-    async def _logcat_dump(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.logcat.dump", params, LogcatDumpParams)
+    async def _logcat_dump(self, p: LogcatDumpParams) -> dict[str, Any]:
         pids = await self._scope(p.serial, p.buffers, p.format)
         lines = await self._adb().logcat_dump(
             p.serial, format=p.format, lines=p.lines, buffers=p.buffers, pid=p.pid
         )
         return {"lines": _only(lines, pids)}
 
-    async def _logcat_subscribe(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.logcat.subscribe", params, LogcatSubscribeParams)
+    async def _logcat_subscribe(self, p: LogcatSubscribeParams) -> dict[str, Any]:
         pids = await self._scope(p.serial, p.buffers, p.format)
         sink = self.sink
         if sink is None:
@@ -511,8 +540,7 @@ class Dispatcher:
             self._subs.pop(sub.channel, None)
             sub.done.set()
 
-    async def _logcat_unsubscribe(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.logcat.unsubscribe", params, LogcatUnsubscribeParams)
+    async def _logcat_unsubscribe(self, p: LogcatUnsubscribeParams) -> dict[str, Any]:
         sub = self._subs.get(p.channel)
         if sub is None:
             return {}  # idempotent: already ended
@@ -552,26 +580,22 @@ class Dispatcher:
 
     # -- screen, files -------------------------------------------------------------------------
 
-    async def _screenshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.screenshot", params, DeviceParams)
+    async def _screenshot(self, p: DeviceParams) -> dict[str, Any]:
         self.policy.check_screenshot(p.serial)
         return {"png": await self._adb().screenshot(p.serial)}
 
-    async def _push(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.push", params, PushParams)
+    async def _push(self, p: PushParams) -> dict[str, Any]:
         path = self.policy.check_push(p.serial, p.path)
         size = await self._adb().push(p.serial, path, p.data, mode=p.mode)
         return {"size": size}
 
-    async def _pull(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.pull", params, PullParams)
+    async def _pull(self, p: PullParams) -> dict[str, Any]:
         path = self.policy.check_pull(p.serial, p.path)
         return {"data": await self._adb().pull(p.serial, path, max_bytes=p.max_bytes)}
 
     # -- packages ------------------------------------------------------------------------------
 
-    async def _install(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.install", params, InstallParams)
+    async def _install(self, p: InstallParams) -> InstallResult:
         self.policy.check_install(p.serial)
         if p.apk is None:
             # Only APKs sent through droidwire are installed (docs/design.md §6): a path would let
@@ -594,17 +618,15 @@ class Dispatcher:
             self.updated.setdefault(p.serial, set()).add(package)
         elif package:
             self.installed.setdefault(p.serial, set()).add(package)
-        return {"package": package, "existed": installed.existed}
+        return InstallResult(package=package, existed=installed.existed)
 
-    async def _uninstall(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.uninstall", params, UninstallParams)
+    async def _uninstall(self, p: UninstallParams) -> dict[str, Any]:
         self.policy.check_uninstall(p.serial, p.package, self.context(p.serial))
         await self._adb().uninstall(p.serial, p.package)
         self.installed.get(p.serial, set()).discard(p.package)
         return {}
 
-    async def _instrument(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.instrument", params, InstrumentParams)
+    async def _instrument(self, p: InstrumentParams) -> dict[str, Any]:
         self.policy.check_instrument(p.serial, f"{p.package}/{p.runner}", self.context(p.serial))
         result = await self._adb().instrument(
             p.serial, p.package, p.runner, args=dict(p.args), timeout_s=p.timeout_s
@@ -630,15 +652,13 @@ class Dispatcher:
 
     # -- build and sources ---------------------------------------------------------------------
 
-    async def _compile(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("workspace.compile", params, CompileParams)
+    async def _compile(self, p: CompileParams) -> dict[str, Any]:
         assert self.build is not None
         kwargs = {"timeout_s": p.timeout_s} if p.timeout_s is not None else {}
         outcome = await self.build.compile(p.project, p.test_code, **kwargs)
         return dump(outcome.to_result())
 
-    async def _source_lookup(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("source.lookup", params, SourceLookupParams)
+    async def _source_lookup(self, p: SourceLookupParams) -> SourceLookupResult:
         assert self.build is not None
         project = self.build.workspaces.projects.get(p.project)
         index = self._indexes.get(project.name)
@@ -646,7 +666,7 @@ class Dispatcher:
             index = await asyncio.to_thread(_open_index, project.path)
             self._indexes[project.name] = index
         found = await asyncio.to_thread(_lookup, index, list(p.names))
-        return {"methods": [dump(m) for m in found]}
+        return SourceLookupResult(methods=found)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -659,13 +679,6 @@ def _waits_not(handler: Immediate) -> Handler:
         return handler(params)
 
     return run
-
-
-def _valid(method: str, params: dict[str, Any], model: type[BaseModel] | None = None) -> Any:
-    parsed = validate_params(method, params)
-    if model is not None:
-        assert isinstance(parsed, model)
-    return parsed
 
 
 def _device(info: DeviceInfo) -> dict[str, Any]:

@@ -41,16 +41,18 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from device_bridge.agent.state import parse_rotation
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import validate_params
 from protocol.screen_methods import (
+    INPUT,
     INPUT_KEYS,
     MAX_FRAME_DATA,
+    SCREEN_SUBSCRIBE,
+    SCREEN_UNSUBSCRIBE,
     InputParams,
     ScreenFrame,
     ScreenSubscribeParams,
@@ -76,7 +78,7 @@ _MARK = "@dw-input"
 class IdleSink(Protocol):
     """The link as a screen stream sees it (:class:`~device_bridge.connection.Link`)."""
 
-    async def emit(self, ch: str, d: Any) -> bool: ...
+    async def emit(self, channel: str, data: Any) -> bool: ...
     async def idle(self) -> bool: ...
 
 
@@ -306,18 +308,12 @@ class ScreenService:
     @classmethod
     def install(cls, rpc: Dispatcher, toolkit: AgentToolkit, **options: Any) -> ScreenService:
         service = cls(rpc, toolkit, **options)
-        for method, handler in service.handlers().items():
-            rpc.add(method, handler, replace=True)
+        rpc.serve(SCREEN_SUBSCRIBE, service._subscribe, replace=True)
+        rpc.serve(SCREEN_UNSUBSCRIBE, service._unsubscribe, replace=True)
+        rpc.serve(INPUT, service._input, replace=True)
         rpc.stream_enders.append(service.end_streams)
         rpc.forgetters.append(service.forget)
         return service
-
-    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
-        return {
-            "device.screen.subscribe": self._subscribe,
-            "device.screen.unsubscribe": self._unsubscribe,
-            "device.input": self._input,
-        }
 
     def _adb(self) -> AdbDevices:
         assert self.rpc.devices is not None
@@ -329,9 +325,7 @@ class ScreenService:
 
     # -- subscribe -------------------------------------------------------------------------
 
-    async def _subscribe(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = validate_params("device.screen.subscribe", params)
-        assert isinstance(p, ScreenSubscribeParams)
+    async def _subscribe(self, p: ScreenSubscribeParams) -> dict[str, Any]:
         self.rpc.policy.check_ui(p.serial)
         self.rpc.policy.check_screenshot(p.serial)
         sink = self.rpc.sink
@@ -468,9 +462,7 @@ class ScreenService:
                 await sink.emit(stream.channel, end.to_wire())
         stream.done.set()
 
-    async def _unsubscribe(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = validate_params("device.screen.unsubscribe", params)
-        assert isinstance(p, ScreenUnsubscribeParams)
+    async def _unsubscribe(self, p: ScreenUnsubscribeParams) -> dict[str, Any]:
         stream = self._streams.get(p.channel)
         if stream is None:
             return {}
@@ -530,9 +522,7 @@ class ScreenService:
         assert p.key is not None
         return ["input", "keyevent", INPUT_KEYS[p.key]]
 
-    async def _input(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = validate_params("device.input", params)
-        assert isinstance(p, InputParams)
+    async def _input(self, p: InputParams) -> dict[str, Any]:
         self.rpc.policy.check_ui(p.serial)
         size = await self._oriented_size(p.serial) if p.x is not None else (1, 1)
         argv = await self.toolkit._command(p.serial, self.argv_for(p, size))

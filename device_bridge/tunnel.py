@@ -37,9 +37,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import validate_params
+from protocol.methods import Method, validate_params
 from protocol.tunnel_methods import (
+    TUNNEL_ACK,
+    TUNNEL_CLOSE,
     TUNNEL_FEATURES,
+    TUNNEL_OPEN,
+    TUNNEL_START,
+    TUNNEL_WRITE,
     TunnelAckParams,
     TunnelChunk,
     TunnelCloseParams,
@@ -214,13 +219,15 @@ class TunnelService:
         rpc.stream_enders.append(service.end_streams)
         return service
 
-    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
+    def handlers(
+        self,
+    ) -> dict[Method[Any, Any], Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         return {
-            "device.tunnel.start": self._start,
-            "device.tunnel.open": self._open,
-            "device.tunnel.write": self._write,
-            "device.tunnel.ack": self._ack,
-            "device.tunnel.close": self._close,
+            TUNNEL_START: self._start,
+            TUNNEL_OPEN: self._open,
+            TUNNEL_WRITE: self._write,
+            TUNNEL_ACK: self._ack,
+            TUNNEL_CLOSE: self._close,
         }
 
     @property

@@ -34,7 +34,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from protocol.methods import (
     DeviceParams,
-    MethodSpec,
+    Method,
     Package,
     Params,
     Result,
@@ -43,8 +43,19 @@ from protocol.methods import (
 )
 
 __all__ = [
+    "ACTIONS",
     "ACTION_METHODS",
+    "AGENT_CHECK",
     "AGENT_METHODS",
+    "APP_START",
+    "APP_STOP",
+    "DEVICE_STATE",
+    "UI_DUMP",
+    "UI_KEY",
+    "UI_SCREENSHOT",
+    "UI_SWIPE",
+    "UI_TAP",
+    "UI_TEXT",
     "ActionParams",
     "ActionResult",
     "AgentCheckParams",
@@ -260,21 +271,33 @@ class AgentCheckResult(Result):
 # --- registration ----------------------------------------------------------------------------
 
 #: Actions: each returns an :class:`ActionResult`.
-ACTION_METHODS: dict[str, type[ActionParams]] = {
-    "ui.tap": TapParams,
-    "ui.swipe": SwipeParams,
-    "ui.text": TextParams,
-    "ui.key": KeyParams,
-    "app.start": AppStartParams,
-    "app.stop": AppStopParams,
-}
 
-AGENT_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("device.state", DeviceParams, DeviceStateResult, "devices", idempotent=True),
-    MethodSpec("ui.dump", DeviceParams, UiDumpResult, "devices", idempotent=True),
-    MethodSpec("ui.screenshot", UiScreenshotParams, ScreenshotResult, "devices", idempotent=True),
-    *(MethodSpec(name, model, ActionResult, "devices") for name, model in ACTION_METHODS.items()),
-    MethodSpec("agent.check", AgentCheckParams, AgentCheckResult, "devices", idempotent=True),
+DEVICE_STATE = Method(
+    "device.state", DeviceParams, DeviceStateResult, "devices", idempotent=True
+)
+UI_DUMP = Method("ui.dump", DeviceParams, UiDumpResult, "devices", idempotent=True)
+UI_SCREENSHOT = Method(
+    "ui.screenshot", UiScreenshotParams, ScreenshotResult, "devices", idempotent=True
+)
+UI_TAP = Method("ui.tap", TapParams, ActionResult, "devices")
+UI_SWIPE = Method("ui.swipe", SwipeParams, ActionResult, "devices")
+UI_TEXT = Method("ui.text", TextParams, ActionResult, "devices")
+UI_KEY = Method("ui.key", KeyParams, ActionResult, "devices")
+APP_START = Method("app.start", AppStartParams, ActionResult, "devices")
+APP_STOP = Method("app.stop", AppStopParams, ActionResult, "devices")
+#: The action methods by name (each answers an :class:`ActionResult`).
+ACTIONS: dict[str, Method[Any, ActionResult]] = {
+    m.name: m for m in (UI_TAP, UI_SWIPE, UI_TEXT, UI_KEY, APP_START, APP_STOP)
+}
+AGENT_CHECK = Method(
+    "agent.check", AgentCheckParams, AgentCheckResult, "devices", idempotent=True
+)
+
+#: The action methods' params models by name.
+ACTION_METHODS: dict[str, type[ActionParams]] = {name: m.params for name, m in ACTIONS.items()}
+
+AGENT_METHODS: tuple[Method[Any, Any], ...] = (
+    DEVICE_STATE, UI_DUMP, UI_SCREENSHOT, *ACTIONS.values(), AGENT_CHECK,
 )
 
 

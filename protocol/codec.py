@@ -107,15 +107,15 @@ def _pack(obj: dict[str, Any], limit: int) -> bytes:
 def encode(frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> bytes:
     """One frame as msgpack bytes; ``FrameTooLarge`` if over the cap (answer with an error)."""
     if isinstance(frame, Evt):
-        return encode_event(frame.ch, frame.seq, frame.d, max_frame_bytes=max_frame_bytes)
+        return encode_event(frame.channel, frame.seq, frame.data, max_frame_bytes=max_frame_bytes)
     # The per-request frames as plain maps, built by hand: the same keys ``model_dump``
     # (exclude_none) gives, without its cost on every call. Anything else in ``p``/``r`` that
     # msgpack cannot pack (a model, a datetime) goes the model_dump way below.
     obj: dict[str, Any] | None = None
     if isinstance(frame, Req):
-        obj = {"t": "req", "id": frame.id, "m": frame.m, "p": frame.p}
-    elif isinstance(frame, Res) and frame.e is None:
-        obj = {"t": "res", "id": frame.id, "r": frame.r}
+        obj = {"t": "req", "id": frame.id, "m": frame.method, "p": frame.params}
+    elif isinstance(frame, Res) and frame.error is None:
+        obj = {"t": "res", "id": frame.id, "r": frame.result}
     elif isinstance(frame, Ack):
         obj = {"t": "ack", "ids": frame.ids}
     if obj is not None:
@@ -123,28 +123,28 @@ def encode(frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> 
             return _pack(obj, max_frame_bytes)
         except EncodeError:
             pass
-    return _pack(frame.model_dump(exclude_none=True), max_frame_bytes)
+    return _pack(frame.model_dump(exclude_none=True, by_alias=True), max_frame_bytes)
 
 
 def encode_event(
-    ch: str, seq: int, d: Any, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
+    channel: str, seq: int, data: Any, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
 ) -> bytes:
     """An ``evt`` frame from plain values, without building a model (the logcat hot path)."""
-    obj: dict[str, Any] = {"t": "evt", "ch": ch, "seq": seq}
-    if d is not None:
-        obj["d"] = d
+    obj: dict[str, Any] = {"t": "evt", "ch": channel, "seq": seq}
+    if data is not None:
+        obj["d"] = data
     return _pack(obj, max_frame_bytes)
 
 
 def encode_result(
-    request_id: str, r: dict[str, Any], *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
+    request_id: str, result: dict[str, Any], *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
 ) -> bytes:
     """A successful ``res`` from plain values: the bytes :func:`encode` gives for
-    ``Res(id=request_id, r=r)``, without building the model (one result per RPC)."""
+    ``Res(id=request_id, result=result)``, without building the model (one result per RPC)."""
     try:
-        return _pack({"t": "res", "id": request_id, "r": r}, max_frame_bytes)
+        return _pack({"t": "res", "id": request_id, "r": result}, max_frame_bytes)
     except EncodeError:  # something only model_dump can pack (a model, a datetime …)
-        return encode(Res.trusted(id=request_id, r=r), max_frame_bytes=max_frame_bytes)
+        return encode(Res.trusted(id=request_id, result=result), max_frame_bytes=max_frame_bytes)
 
 
 _KIND_BYTES = {k.encode(): k for k in FRAME_KINDS}
@@ -293,7 +293,8 @@ def decode(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> F
     if kind == "evt":
         return _fast_event(obj)
     try:
-        return FRAME_ADAPTER.validate_python(obj)
+        # By the wire keys only: a peer's frame spelling out ``method`` is not a request.
+        return FRAME_ADAPTER.validate_python(obj, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise DecodeError(
             f"invalid {kind} frame: {_summarize(exc)}", kind=kind, frame_id=_id_of(obj)
@@ -307,7 +308,7 @@ def _fast_event(obj: dict[str, Any]) -> Evt:
         raise DecodeError("invalid evt frame: bad channel", kind="evt")
     if type(seq) is not int or seq < 0:
         raise DecodeError("invalid evt frame: bad seq", kind="evt")
-    return Evt.trusted(ch=ch, seq=seq, d=obj.get("d"))  # ch and seq checked above
+    return Evt.trusted(channel=ch, seq=seq, data=obj.get("d"))  # ch and seq checked above
 
 
 def _id_of(obj: dict[str, Any]) -> str | None:
@@ -335,11 +336,11 @@ class Codec:
     def encode(self, frame: Frame) -> bytes:
         return encode(frame, max_frame_bytes=self.max_frame_bytes)
 
-    def encode_event(self, ch: str, seq: int, d: Any) -> bytes:
-        return encode_event(ch, seq, d, max_frame_bytes=self.max_frame_bytes)
+    def encode_event(self, channel: str, seq: int, data: Any) -> bytes:
+        return encode_event(channel, seq, data, max_frame_bytes=self.max_frame_bytes)
 
-    def encode_result(self, request_id: str, r: dict[str, Any]) -> bytes:
-        return encode_result(request_id, r, max_frame_bytes=self.max_frame_bytes)
+    def encode_result(self, request_id: str, result: dict[str, Any]) -> bytes:
+        return encode_result(request_id, result, max_frame_bytes=self.max_frame_bytes)
 
     def decode(self, data: bytes) -> Frame:
         return decode(data, max_frame_bytes=self.max_frame_bytes)

@@ -340,43 +340,63 @@ class Welcome(_Model):
     settings: SharedSettings = Field(default_factory=SharedSettings.from_settings)
 
 
+# The wire keys are short (``m``, ``p``, ``r``, ``e``, ``ch``, ``d``); the attributes are named
+# for what they hold. A peer's frame is read by its wire keys only (codec.decode); code may
+# build a frame by either name.
+_WIRE_NAMES = ConfigDict(frozen=True, extra="ignore", validate_by_alias=True,
+                         validate_by_name=True, serialize_by_alias=True)
+
+
+def _wire(key: str, **kwargs: Any) -> Any:
+    """A field named for what it holds in code, ``key`` on the wire."""
+    return Field(validation_alias=key, serialization_alias=key, **kwargs)
+
+
 class Req(_Model):
+    """A request: ``method`` (wire key ``m``) with its ``params`` (``p``)."""
+
+    model_config = _WIRE_NAMES
+
     t: Literal["req"] = "req"
     id: RequestId
-    m: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    p: dict[str, Any] = Field(default_factory=dict)
+    method: Annotated[str, StringConstraints(min_length=1, max_length=128)] = _wire("m")
+    params: dict[str, Any] = _wire("p", default_factory=dict)
 
 
 class Res(_Model):
+    """A response: exactly one of ``result`` (wire key ``r``) and ``error`` (``e``)."""
+
+    model_config = _WIRE_NAMES
+
     t: Literal["res"] = "res"
     id: RequestId
-    r: dict[str, Any] | None = None
-    e: ErrorBody | None = None
+    result: dict[str, Any] | None = _wire("r", default=None)
+    error: ErrorBody | None = _wire("e", default=None)
 
     @model_validator(mode="after")
     def _one_of(self) -> Self:
-        if (self.r is None) == (self.e is None):
+        if (self.result is None) == (self.error is None):
             raise ValueError("a res carries exactly one of r and e")
         return self
 
     @classmethod
     def success(cls, request_id: str, result: dict[str, Any]) -> Res:
-        return cls(id=request_id, r=result)
+        return cls(id=request_id, result=result)
 
     @classmethod
     def failure(cls, request_id: str, error: RpcError) -> Res:
-        return cls(id=request_id, e=ErrorBody.from_error(error))
+        return cls(id=request_id, error=ErrorBody.from_error(error))
 
     @property
     def ok(self) -> bool:
-        return self.e is None
+        return self.error is None
 
     def unwrap(self) -> dict[str, Any]:
         """The result, or raise the error it carries as :class:`RpcError`."""
-        if self.e is not None:
-            raise self.e.to_error()
-        assert self.r is not None  # guaranteed by _one_of
-        return self.r
+        if self.error is not None:
+            raise self.error.to_error()
+        assert self.result is not None  # guaranteed by _one_of
+        return self.result
 
 
 class Ack(_Model):
@@ -390,12 +410,15 @@ class Cancel(_Model):
 
 
 class Evt(_Model):
-    """A stream frame; ``d`` is validated per batch by the channel's model, not per line."""
+    """A stream frame on ``channel`` (wire key ``ch``); its ``data`` (``d``) is validated per
+    batch by the channel's model, not per line."""
+
+    model_config = _WIRE_NAMES
 
     t: Literal["evt"] = "evt"
-    ch: ChannelId
+    channel: ChannelId = _wire("ch")
     seq: int = Field(default=0, ge=0)
-    d: Any = None
+    data: Any = _wire("d", default=None)
 
 
 class Ping(_Model):

@@ -32,7 +32,7 @@ method              params                                 result
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
@@ -40,15 +40,29 @@ from protocol.methods import (
     DeviceParams,
     DevicePath,
     Empty,
-    MethodSpec,
+    Method,
     Package,
     Result,
     register,
 )
 
 __all__ = [
+    "APPS_CLEAR",
+    "APPS_INSTALL",
+    "APPS_LAUNCH",
+    "APPS_LIST",
+    "APPS_STOP",
+    "APPS_UNINSTALL",
+    "DEVICE_HEALTH",
+    "FILES_PULL",
+    "FILES_PUSH",
+    "FILES_REMOVE",
     "MANAGE_METHODS",
     "MAX_CHUNK_BYTES",
+    "STAGE_CLOSE",
+    "STAGE_OPEN",
+    "STAGE_READ",
+    "STAGE_WRITE",
     "AppInfo",
     "AppParams",
     "AppsInstallParams",
@@ -151,21 +165,24 @@ class HealthResult(Result):
     read_at: float | None = None  # the bridge's time.time() of the reading
 
 
-MANAGE_METHODS = [
-    MethodSpec("stage.open", StageOpenParams, StageResult, "devices"),
-    MethodSpec("stage.write", StageWriteParams, StageResult, "devices", idempotent=True),
-    MethodSpec("stage.read", StageReadParams, StageReadResult, "devices", idempotent=True),
-    MethodSpec("stage.close", StageParams, Empty, "devices", idempotent=True),
-    MethodSpec("files.push", FilesPushParams, StageResult, "devices", long=True),
-    MethodSpec("files.pull", FilesPullParams, StageResult, "devices", long=True),
-    MethodSpec("files.remove", FilesRemoveParams, Empty, "devices", idempotent=True),
-    MethodSpec("apps.list", DeviceParams, AppsListResult, "devices", idempotent=True),
-    MethodSpec("apps.install", AppsInstallParams, AppsInstallResult, "devices", long=True),
-    MethodSpec("apps.uninstall", AppParams, Empty, "devices", idempotent=True),
-    MethodSpec("apps.launch", AppParams, Empty, "devices"),
-    MethodSpec("apps.stop", AppParams, Empty, "devices", idempotent=True),
-    MethodSpec("apps.clear", AppParams, Empty, "devices", idempotent=True),
-    MethodSpec("device.health", DeviceParams, HealthResult, "devices", idempotent=True),
+STAGE_OPEN = Method("stage.open", StageOpenParams, StageResult, "devices")
+STAGE_WRITE = Method("stage.write", StageWriteParams, StageResult, "devices", idempotent=True)
+STAGE_READ = Method("stage.read", StageReadParams, StageReadResult, "devices", idempotent=True)
+STAGE_CLOSE = Method("stage.close", StageParams, Empty, "devices", idempotent=True)
+FILES_PUSH = Method("files.push", FilesPushParams, StageResult, "devices", long=True)
+FILES_PULL = Method("files.pull", FilesPullParams, StageResult, "devices", long=True)
+FILES_REMOVE = Method("files.remove", FilesRemoveParams, Empty, "devices", idempotent=True)
+APPS_LIST = Method("apps.list", DeviceParams, AppsListResult, "devices", idempotent=True)
+APPS_INSTALL = Method("apps.install", AppsInstallParams, AppsInstallResult, "devices", long=True)
+APPS_UNINSTALL = Method("apps.uninstall", AppParams, Empty, "devices", idempotent=True)
+APPS_LAUNCH = Method("apps.launch", AppParams, Empty, "devices")
+APPS_STOP = Method("apps.stop", AppParams, Empty, "devices", idempotent=True)
+APPS_CLEAR = Method("apps.clear", AppParams, Empty, "devices", idempotent=True)
+DEVICE_HEALTH = Method("device.health", DeviceParams, HealthResult, "devices", idempotent=True)
+
+MANAGE_METHODS: list[Method[Any, Any]] = [
+    STAGE_OPEN, STAGE_WRITE, STAGE_READ, STAGE_CLOSE, FILES_PUSH, FILES_PULL, FILES_REMOVE,
+    APPS_LIST, APPS_INSTALL, APPS_UNINSTALL, APPS_LAUNCH, APPS_STOP, APPS_CLEAR, DEVICE_HEALTH,
 ]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -37,7 +37,24 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.settings import Settings
 
 __all__ = [
+    "BRIDGE_INFO",
+    "COMPILE",
+    "DEVICES_LIST",
+    "INSTALL",
+    "INSTRUMENT",
+    "INVALID_RESULT",
+    "LOGCAT_CLEAR",
+    "LOGCAT_DUMP",
+    "LOGCAT_SUBSCRIBE",
+    "LOGCAT_UNSUBSCRIBE",
     "METHODS",
+    "PING",
+    "PULL",
+    "PUSH",
+    "SCREENSHOT",
+    "SHELL",
+    "SOURCE_LOOKUP",
+    "UNINSTALL",
     "Apk",
     "BridgeInfoResult",
     "CompileParams",
@@ -59,6 +76,7 @@ __all__ = [
     "LogcatSubscribeParams",
     "LogcatSubscribeResult",
     "LogcatUnsubscribeParams",
+    "Method",
     "MethodRecord",
     "MethodSpec",
     "Params",
@@ -76,6 +94,7 @@ __all__ = [
     "SourceLookupResult",
     "UninstallParams",
     "dump",
+    "method_named",
     "parse_log_batch",
     "register",
     "timeout_for",
@@ -240,7 +259,7 @@ class LogBatch:
     @classmethod
     def from_event(cls, evt: Evt) -> LogBatch:
         """Validate an ``evt`` frame's batch as a whole (see :func:`parse_log_batch`)."""
-        return parse_log_batch(evt.d, seq=evt.seq)
+        return parse_log_batch(evt.data, seq=evt.seq)
 
 
 def parse_log_batch(d: Any, *, seq: int = 0) -> LogBatch:
@@ -397,9 +416,20 @@ class SourceLookupResult(Result):
 # --- the registry ----------------------------------------------------------------------------
 
 
+#: ``data["reason"]`` of the :class:`RpcError` a result that does not fit its model raises.
+INVALID_RESULT = "invalid_result"
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+
+
 @dataclass(frozen=True, slots=True)
-class MethodSpec:
-    """One RPC: its models and how to treat it.
+class Method(Generic[P, R]):
+    """One RPC, declared once: its wire name, params and result models, and how to treat it.
+
+    ``hub.call(device, INSTALL, InstallParams(...))`` returns an :class:`InstallResult`
+    (``Method[InstallParams, InstallResult]``); the bridge registers its handler for the same
+    descriptor. The name is what travels in a ``req`` frame (and through the cluster).
 
     ``capability``: which bridge capability serves it (``devices``, ``build``, or None: any).
     ``idempotent``: safe to re-send to a bridge that restarted (its dedupe memory is gone).
@@ -407,8 +437,8 @@ class MethodSpec:
     """
 
     name: str
-    params: type[BaseModel]
-    result: type[BaseModel]
+    params: type[P]
+    result: type[R]
     capability: Literal["devices", "build"] | None = None
     idempotent: bool = False
     long: bool = False
@@ -417,39 +447,69 @@ class MethodSpec:
     def device_bound(self) -> bool:
         return "serial" in self.params.model_fields
 
+    def parse_params(self, p: Mapping[str, Any]) -> P:
+        """The params model, or :class:`RpcError` ``bad_request`` with the errors."""
+        try:
+            return self.params.model_validate(p)
+        except ValidationError as exc:
+            raise RpcError(
+                ErrorCode.BAD_REQUEST, f"invalid params for {self.name}", {"errors": _errors(exc)}
+            ) from exc
 
-_SPECS = [
-    MethodSpec("ping", PingParams, PingResult, idempotent=True),
-    MethodSpec("bridge.info", Empty, BridgeInfoResult, idempotent=True),
-    MethodSpec("devices.list", Empty, DevicesListResult, "devices", idempotent=True),
-    MethodSpec("device.shell", ShellParams, ShellResult, "devices"),
-    MethodSpec("device.logcat.clear", LogcatClearParams, Empty, "devices", idempotent=True),
-    MethodSpec(
-        "device.logcat.dump", LogcatDumpParams, LogcatDumpResult, "devices", idempotent=True
-    ),
-    MethodSpec("device.logcat.subscribe", LogcatSubscribeParams, LogcatSubscribeResult, "devices"),
-    MethodSpec(
-        "device.logcat.unsubscribe", LogcatUnsubscribeParams, Empty, "devices", idempotent=True
-    ),
-    MethodSpec("device.screenshot", DeviceParams, ScreenshotResult, "devices", idempotent=True),
-    MethodSpec("device.push", PushParams, PushResult, "devices", idempotent=True),
-    MethodSpec("device.pull", PullParams, PullResult, "devices", idempotent=True),
-    MethodSpec(
-        "device.install", InstallParams, InstallResult, "devices", idempotent=True, long=True
-    ),
-    MethodSpec("device.uninstall", UninstallParams, Empty, "devices", idempotent=True),
-    MethodSpec("device.instrument", InstrumentParams, InstrumentResult, "devices", long=True),
-    MethodSpec(
-        "workspace.compile", CompileParams, CompileResult, "build", idempotent=True, long=True
-    ),
-    MethodSpec("source.lookup", SourceLookupParams, SourceLookupResult, "build", idempotent=True),
+    def parse_result(self, r: Mapping[str, Any]) -> R:
+        """The result model; a bridge's malformed result is ``internal``."""
+        try:
+            return self.result.model_validate(r)
+        except ValidationError as exc:
+            raise RpcError(
+                ErrorCode.INTERNAL, f"invalid result for {self.name}",
+                {"reason": INVALID_RESULT, "errors": _errors(exc)},
+            ) from exc
+
+
+#: The earlier name of :class:`Method`.
+MethodSpec = Method
+
+PING = Method("ping", PingParams, PingResult, idempotent=True)
+BRIDGE_INFO = Method("bridge.info", Empty, BridgeInfoResult, idempotent=True)
+DEVICES_LIST = Method("devices.list", Empty, DevicesListResult, "devices", idempotent=True)
+SHELL = Method("device.shell", ShellParams, ShellResult, "devices")
+LOGCAT_CLEAR = Method("device.logcat.clear", LogcatClearParams, Empty, "devices", idempotent=True)
+LOGCAT_DUMP = Method(
+    "device.logcat.dump", LogcatDumpParams, LogcatDumpResult, "devices", idempotent=True
+)
+LOGCAT_SUBSCRIBE = Method(
+    "device.logcat.subscribe", LogcatSubscribeParams, LogcatSubscribeResult, "devices"
+)
+LOGCAT_UNSUBSCRIBE = Method(
+    "device.logcat.unsubscribe", LogcatUnsubscribeParams, Empty, "devices", idempotent=True
+)
+SCREENSHOT = Method("device.screenshot", DeviceParams, ScreenshotResult, "devices", idempotent=True)
+PUSH = Method("device.push", PushParams, PushResult, "devices", idempotent=True)
+PULL = Method("device.pull", PullParams, PullResult, "devices", idempotent=True)
+INSTALL = Method(
+    "device.install", InstallParams, InstallResult, "devices", idempotent=True, long=True
+)
+UNINSTALL = Method("device.uninstall", UninstallParams, Empty, "devices", idempotent=True)
+INSTRUMENT = Method("device.instrument", InstrumentParams, InstrumentResult, "devices", long=True)
+COMPILE = Method(
+    "workspace.compile", CompileParams, CompileResult, "build", idempotent=True, long=True
+)
+SOURCE_LOOKUP = Method(
+    "source.lookup", SourceLookupParams, SourceLookupResult, "build", idempotent=True
+)
+
+_SPECS: list[Method[Any, Any]] = [
+    PING, BRIDGE_INFO, DEVICES_LIST, SHELL, LOGCAT_CLEAR, LOGCAT_DUMP, LOGCAT_SUBSCRIBE,
+    LOGCAT_UNSUBSCRIBE, SCREENSHOT, PUSH, PULL, INSTALL, UNINSTALL, INSTRUMENT, COMPILE,
+    SOURCE_LOOKUP,
 ]
 
 #: Every known RPC by name. Extend with :func:`register`.
-METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _SPECS}
+METHODS: dict[str, Method[Any, Any]] = {spec.name: spec for spec in _SPECS}
 
 
-def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
+def register(spec: Method[P, R], *, replace: bool = False) -> Method[P, R]:
     """Add a method to :data:`METHODS` (a later issue's ``device.state``, ``ui.dump``, …)."""
     if spec.name in METHODS and not replace:
         raise ValueError(f"method {spec.name!r} is already registered")
@@ -457,7 +517,13 @@ def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
     return spec
 
 
-def _spec(method: str) -> MethodSpec:
+def method_named(name: str) -> Method[Any, Any]:
+    """The descriptor of a method by its wire name (a forwarded or recorded call), or
+    :class:`RpcError` ``bad_request``."""
+    return _spec(name)
+
+
+def _spec(method: str) -> Method[Any, Any]:
     spec = METHODS.get(method)
     if spec is None:
         raise RpcError(
@@ -475,24 +541,14 @@ def _errors(exc: ValidationError) -> list[dict[str, Any]]:
 
 def validate_params(method: str, p: Mapping[str, Any]) -> BaseModel:
     """The params model for ``method``, or :class:`RpcError` ``bad_request`` with the errors."""
-    spec = _spec(method)
-    try:
-        return spec.params.model_validate(p)
-    except ValidationError as exc:
-        raise RpcError(
-            ErrorCode.BAD_REQUEST, f"invalid params for {method}", {"errors": _errors(exc)}
-        ) from exc
+    spec: Method[BaseModel, BaseModel] = _spec(method)
+    return spec.parse_params(p)
 
 
 def validate_result(method: str, r: Mapping[str, Any]) -> BaseModel:
     """The result model for ``method``; a bridge's malformed result is ``internal``."""
-    spec = _spec(method)
-    try:
-        return spec.result.model_validate(r)
-    except ValidationError as exc:
-        raise RpcError(
-            ErrorCode.INTERNAL, f"invalid result for {method}", {"errors": _errors(exc)}
-        ) from exc
+    spec: Method[BaseModel, BaseModel] = _spec(method)
+    return spec.parse_result(r)
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

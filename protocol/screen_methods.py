@@ -29,11 +29,14 @@ from pydantic import Field, StringConstraints, model_validator
 
 from protocol.envelope import ChannelId, Evt, Serial
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import Empty, MethodSpec, Params, Result, register
+from protocol.methods import Empty, Method, Params, Result, register
 
 __all__ = [
+    "INPUT",
     "INPUT_KEYS",
     "MAX_FRAME_DATA",
+    "SCREEN_SUBSCRIBE",
+    "SCREEN_UNSUBSCRIBE",
     "InputParams",
     "InputResult",
     "ScreenCodec",
@@ -138,7 +141,7 @@ class ScreenFrame:
 
     @classmethod
     def from_event(cls, evt: Evt) -> ScreenFrame:
-        return parse_screen_frame(evt.d, seq=evt.seq)
+        return parse_screen_frame(evt.data, seq=evt.seq)
 
 
 def parse_screen_frame(d: Any, *, seq: int = 0) -> ScreenFrame:
@@ -162,12 +165,15 @@ def parse_screen_frame(d: Any, *, seq: int = 0) -> ScreenFrame:
     return ScreenFrame(codec=codec, data=data, key=key, w=w, h=h, n=n, ts=float(ts), seq=seq)
 
 
-SCREEN_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("device.screen.subscribe", ScreenSubscribeParams, ScreenSubscribeResult, "devices"),
-    MethodSpec("device.screen.unsubscribe", ScreenUnsubscribeParams, Empty, "devices",
-               idempotent=True),
-    MethodSpec("device.input", InputParams, InputResult, "devices"),
+SCREEN_SUBSCRIBE = Method(
+    "device.screen.subscribe", ScreenSubscribeParams, ScreenSubscribeResult, "devices"
 )
+SCREEN_UNSUBSCRIBE = Method(
+    "device.screen.unsubscribe", ScreenUnsubscribeParams, Empty, "devices", idempotent=True
+)
+INPUT = Method("device.input", InputParams, InputResult, "devices")
+
+SCREEN_METHODS: tuple[Method[Any, Any], ...] = (SCREEN_SUBSCRIBE, SCREEN_UNSUBSCRIBE, INPUT)
 
 for _spec in SCREEN_METHODS:
     register(_spec, replace=True)

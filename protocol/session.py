@@ -84,7 +84,7 @@ __all__ = [
 
 #: At most this many ids per ``ack`` frame.
 ACK_BATCH = 1000
-_MAX_METHOD = 128  # Req.m's bound
+_MAX_METHOD = 128  # Req.method's bound
 
 
 class State(IntEnum):
@@ -174,7 +174,7 @@ class Pending:
     def frame(self) -> Req:
         # Trusted (no validation): register() checked the id, the method name and (normally) the params, so
         # the hot path does not validate our own frame a second time.
-        return Req.trusted(id=self.id, m=self.method, p=self.params)
+        return Req.trusted(id=self.id, method=self.method, params=self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,8 +433,8 @@ class ControllerSession(_Session):
         if pending is None:
             self.duplicates += 1
             return Duplicate(id=res.id)
-        error = res.e.to_error() if res.e is not None else None
-        return Completion(id=res.id, method=pending.method, result=res.r, error=error)
+        error = res.error.to_error() if res.error is not None else None
+        return Completion(id=res.id, method=pending.method, result=res.result, error=error)
 
     def on_event(self, evt: Evt, now: float) -> Evt:
         self._expect(evt, State.OPEN)
@@ -679,7 +679,7 @@ class BridgeSession(_Session):
             return Admission.ANSWERED
         if req.id in self._finished:
             return Admission.DUPLICATE
-        self._running[req.id] = _Running(method=req.m, started=now)
+        self._running[req.id] = _Running(method=req.method, started=now)
         return Admission.RUN
 
     def reject(self, request_id: str, error: RpcError, now: float) -> Res | None:
@@ -714,9 +714,9 @@ class BridgeSession(_Session):
         # Trusted: the id was admitted (a valid request id), exactly one of r / e is set here,
         # and the error body is built (validated) by ErrorBody.from_error.
         if isinstance(outcome, RpcError):
-            res = Res.trusted(id=request_id, e=ErrorBody.from_error(outcome))
+            res = Res.trusted(id=request_id, error=ErrorBody.from_error(outcome))
         else:
-            res = Res.trusted(id=request_id, r=outcome)
+            res = Res.trusted(id=request_id, result=outcome)
         self._outbox[request_id] = res
         while len(self._outbox) > self.settings.outbox_max:
             oldest, _ = self._outbox.popitem(last=False)
@@ -779,11 +779,11 @@ class BridgeSession(_Session):
         self._seq[ch] = seq + 1
         return seq
 
-    def event(self, ch: str, d: Any) -> Evt:
-        """Queue an ``evt`` on ``ch`` with the channel's next ``seq``. Only when open:
+    def event(self, channel: str, data: Any) -> Evt:
+        """Queue an ``evt`` on ``channel`` with its next ``seq``. Only when open:
         stream producers check :attr:`is_open` and count what they drop meanwhile."""
         self._require("send an event", State.OPEN)
-        evt = Evt.trusted(ch=ch, seq=self.next_seq(ch), d=d)
+        evt = Evt.trusted(channel=channel, seq=self.next_seq(channel), data=data)
         self._out.append(evt)
         return evt
 

@@ -41,13 +41,19 @@ from pydantic import Field, StringConstraints
 
 from protocol.envelope import ChannelId, Serial
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import Empty, MethodSpec, Params, Result, register
+from protocol.methods import Empty, Method, Params, Result, register
 
 __all__ = [
     "MAX_SERVICE",
     "MAX_WINDOW",
     "MAX_WRITE",
+    "TUNNEL_ACK",
+    "TUNNEL_CLOSE",
     "TUNNEL_FEATURES",
+    "TUNNEL_METHODS",
+    "TUNNEL_OPEN",
+    "TUNNEL_START",
+    "TUNNEL_WRITE",
     "TunnelAckParams",
     "TunnelChunk",
     "TunnelCloseParams",
@@ -256,13 +262,15 @@ def refusal_reply(service: str, message: str) -> bytes | None:
     return None
 
 
-TUNNEL_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("device.tunnel.start", TunnelStartParams, TunnelStartResult, "devices",
-               idempotent=True),
-    MethodSpec("device.tunnel.open", TunnelOpenParams, TunnelOpenResult, "devices"),
-    MethodSpec("device.tunnel.write", TunnelWriteParams, TunnelWriteResult, "devices"),
-    MethodSpec("device.tunnel.ack", TunnelAckParams, Empty, "devices"),
-    MethodSpec("device.tunnel.close", TunnelCloseParams, Empty, "devices", idempotent=True),
+TUNNEL_START = Method("device.tunnel.start", TunnelStartParams, TunnelStartResult, "devices",
+                      idempotent=True)
+TUNNEL_OPEN = Method("device.tunnel.open", TunnelOpenParams, TunnelOpenResult, "devices")
+TUNNEL_WRITE = Method("device.tunnel.write", TunnelWriteParams, TunnelWriteResult, "devices")
+TUNNEL_ACK = Method("device.tunnel.ack", TunnelAckParams, Empty, "devices")
+TUNNEL_CLOSE = Method("device.tunnel.close", TunnelCloseParams, Empty, "devices",
+                      idempotent=True)
+TUNNEL_METHODS: tuple[Method[Any, Any], ...] = (
+    TUNNEL_START, TUNNEL_OPEN, TUNNEL_WRITE, TUNNEL_ACK, TUNNEL_CLOSE,
 )
 
 for _spec in TUNNEL_METHODS:

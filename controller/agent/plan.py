@@ -13,6 +13,17 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from protocol.agent_methods import (
+    APP_START,
+    APP_STOP,
+    UI_KEY,
+    UI_SCREENSHOT,
+    UI_SWIPE,
+    UI_TAP,
+    UI_TEXT,
+)
+from protocol.methods import SHELL, Method
+
 __all__ = ["AGENT_TOOLS", "Check", "Plan", "PlanError", "PlanStep", "Refused", "step_call"]
 
 _Target = Annotated[str, StringConstraints(min_length=1, max_length=500)]
@@ -107,11 +118,13 @@ class Plan(_Model):
     note: Annotated[str, StringConstraints(max_length=500)] | None = None
 
 
-def step_call(step: PlanStep, *, settled: bool = True) -> tuple[str, dict[str, Any]]:
+def step_call(
+    step: PlanStep, *, settled: bool = True
+) -> tuple[Method[Any, Any], dict[str, Any]]:
     """The bridge RPC (method, params without ``serial``) that performs ``step``."""
     a = step.action
     if a == "request_screenshot":
-        return "ui.screenshot", {"marks": step.marks is not False}
+        return UI_SCREENSHOT, {"marks": step.marks is not False}
     if a in AGENT_TOOLS:
         raise ValueError(f"{a} is not a device call")
     extra: dict[str, Any] = {"settled": settled} if a != "shell" else {}
@@ -119,24 +132,24 @@ def step_call(step: PlanStep, *, settled: bool = True) -> tuple[str, dict[str, A
         extra["settle_timeout_s"] = min(step.timeout_s, 30.0)
     if a == "tap":
         if step.index is not None:
-            return "ui.tap", {"index": step.index, **extra}
+            return UI_TAP, {"index": step.index, **extra}
         if step.x is not None and step.y is not None:
-            return "ui.tap", {"x": step.x, "y": step.y, **extra}
-        return "ui.tap", {"text": step.target, **extra}
+            return UI_TAP, {"x": step.x, "y": step.y, **extra}
+        return UI_TAP, {"text": step.target, **extra}
     if a == "type":
-        return "ui.text", {"text": step.target, **extra}
+        return UI_TEXT, {"text": step.target, **extra}
     if a == "key":
         key = (step.target or "").strip().upper().replace(" ", "_")
-        return "ui.key", {"key": key, **extra}
+        return UI_KEY, {"key": key, **extra}
     if a == "start":
         params: dict[str, Any] = {"package": step.target, **extra}
         if step.activity:
             params["activity"] = step.activity
-        return "app.start", params
+        return APP_START, params
     if a == "stop":
-        return "app.stop", {"package": step.target, **extra}
+        return APP_STOP, {"package": step.target, **extra}
     if a == "swipe":
-        return "ui.swipe", {"x1": step.x, "y1": step.y, "x2": step.x2, "y2": step.y2, **extra}
+        return UI_SWIPE, {"x1": step.x, "y1": step.y, "x2": step.x2, "y2": step.y2, **extra}
     if step.argv:
-        return "device.shell", {"argv": list(step.argv)}
-    return "device.shell", {"command": step.target}
+        return SHELL, {"argv": list(step.argv)}
+    return SHELL, {"command": step.target}

@@ -30,11 +30,13 @@ from controller.agent.plan import AGENT_TOOLS, Check, Plan, PlanError, PlanStep,
 from controller.agent.planners import Planner, RulePlanner
 from controller.agent.traces import FRAME_KEYS, Trace
 from controller.agent.verifier import UNVERIFIED, Verdict, Verifier
+from protocol.agent_methods import AGENT_CHECK, APP_STOP, DEVICE_STATE, UI_DUMP, UI_SCREENSHOT
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import LOGCAT_DUMP, Method
 
 __all__ = ["AgentRunner", "Caller", "RunnerSettings", "evaluate", "failure_summary", "loading"]
 
-Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Caller = Callable[[Method[Any, Any], dict[str, Any]], Awaitable[dict[str, Any]]]
 
 log = logging.getLogger("droidwire.controller.agent")
 
@@ -124,12 +126,12 @@ async def failure_summary(call: Caller, what: str, *, lines: int = 300) -> str:
     """The A2A summary: current page, what failed, logcat issues, ANRs and crashes."""
     parts = [f"Failed: {what}"]
     try:
-        state = await call("device.state", {})
+        state = await call(DEVICE_STATE, {})
         parts.insert(0, str(state.get("text", "")))
     except RpcError as exc:
         parts.append(f"device state unavailable: {exc.message}")
     try:
-        log = await call("device.logcat.dump", {"lines": lines})
+        log = await call(LOGCAT_DUMP, {"lines": lines})
         from controller.analysis import analyze
 
         result = analyze("\n".join(log.get("lines", [])))
@@ -290,8 +292,8 @@ class AgentRunner:
     async def _observe(
         self, call: Caller, trace: Trace
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        state = await call("device.state", {})
-        elements = _elements(await call("ui.dump", {}))
+        state = await call(DEVICE_STATE, {})
+        elements = _elements(await call(UI_DUMP, {}))
         await trace.record("observe", "ok", state=state.get("text"), elements=len(elements))
         page = str(state.get("activity") or "")
         self._pages.append((page, loading(elements)))
@@ -312,12 +314,12 @@ class AgentRunner:
             if step.action in AGENT_TOOLS:
                 continue  # no command reaches the device (a screenshot is a read)
             method, params = step_call(step, settled=False)
-            steps.append({"method": method, "params": params})
+            steps.append({"method": method.name, "params": params})
             positions.append(i)
         if not steps:
             await trace.record("check", "ok", steps=0)
             return None
-        out = await call("agent.check", {"steps": steps})
+        out = await call(AGENT_CHECK, {"steps": steps})
         results = list(out.get("results", []))
         refused = [(positions[j], j, r) for j, r in enumerate(results) if not r.get("ok")]
         if not refused:
@@ -373,7 +375,7 @@ class AgentRunner:
 
     async def _anr_lines(self, call: Caller) -> set[str]:
         try:
-            out = await call("device.logcat.dump", {"lines": self.settings.logcat_lines})
+            out = await call(LOGCAT_DUMP, {"lines": self.settings.logcat_lines})
         except RpcError:
             return set()
         return {line for line in out.get("lines", []) if "ANR in " in line}
@@ -385,17 +387,17 @@ class AgentRunner:
         self._anrs_seen |= lines
         if not new:
             return None
-        state = await call("device.state", {})
+        state = await call(DEVICE_STATE, {})
         package = state.get("package")
         hit = [ln for ln in new if isinstance(package, str) and package
                and re.search(rf"ANR in {re.escape(package)}(?![\w.])", ln)]
         if not hit:
             return None
-        shot = await call("ui.screenshot", {"marks": False})
+        shot = await call(UI_SCREENSHOT, {"marks": False})
         evidence = {"screenshot_png": shot["png"]} if isinstance(shot.get("png"), bytes) else {}
         frames = await trace.keep_frames(len(trace.steps), evidence)
         try:
-            await call("app.stop", {"package": package, "settled": False})
+            await call(APP_STOP, {"package": package, "settled": False})
             stopped = "force-stopped"
         except RpcError as exc:
             stopped = f"not stopped ({exc.message})"
@@ -417,11 +419,11 @@ class AgentRunner:
         self, call: Caller, trace: Trace, i: int, goal: str, summary: str
     ) -> Verdict:
         """mark_done: the verifier's verdict on the evidence, recorded with its frames."""
-        state = await call("device.state", {})
-        elements = _elements(await call("ui.dump", {}))
+        state = await call(DEVICE_STATE, {})
+        elements = _elements(await call(UI_DUMP, {}))
         evidence = dict(self._frames)
         if not evidence:  # nothing acted this call: the screen as it is now
-            shot = await call("ui.screenshot", {"marks": False})
+            shot = await call(UI_SCREENSHOT, {"marks": False})
             if isinstance(shot.get("png"), bytes):
                 evidence = {"settled_png": shot["png"]}
         image = evidence.get("composite_png") or evidence.get("settled_png") or evidence.get(
@@ -437,8 +439,8 @@ class AgentRunner:
     async def _step(self, call: Caller, i: int, step: PlanStep, trace: Trace) -> str | None:
         elements: list[dict[str, Any]] | None = None
         if step.pre_check is not None:
-            state = await call("device.state", {})
-            elements = _elements(await call("ui.dump", {})) if step.pre_check.needs_ui else []
+            state = await call(DEVICE_STATE, {})
+            elements = _elements(await call(UI_DUMP, {})) if step.pre_check.needs_ui else []
             failures = evaluate(step.pre_check, state, elements)
             await trace.record(
                 "pre_check",
@@ -451,7 +453,7 @@ class AgentRunner:
                 return "pre-check failed: " + "; ".join(failures)
         method, params = step_call(step, settled=self.settings.settled)
         if step.action == "tap" and step.target is not None and step.index is None:
-            elements = _elements(await call("ui.dump", {}))
+            elements = _elements(await call(UI_DUMP, {}))
             found = _find(elements, step.target)
             if found is not None:
                 key, element = found
@@ -462,7 +464,7 @@ class AgentRunner:
                         "command",
                         "skipped",
                         step=i,
-                        method=method,
+                        method=method.name,
                         reason=f"{step.target!r} is already {step.state}",
                     )
                     return None
@@ -479,7 +481,7 @@ class AgentRunner:
         i: int,
         attempt: int,
         step: PlanStep,
-        method: str,
+        method: Method[Any, Any],
         params: dict[str, Any],
         trace: Trace,
     ) -> str | None:
@@ -494,7 +496,7 @@ class AgentRunner:
                 status,
                 step=i,
                 attempt=attempt,
-                method=method,
+                method=method.name,
                 params=params,
                 duration_ms=duration_ms,
                 code=exc.code.value,
@@ -516,7 +518,7 @@ class AgentRunner:
             "ok" if ok else "failed",
             step=i,
             attempt=attempt,
-            method=method,
+            method=method.name,
             params=params,
             command=result.get("command"),
             exit_code=exit_code,
@@ -529,8 +531,8 @@ class AgentRunner:
             return f"exit code {exit_code}: {output[:200]}"
         if step.expect is None:
             return None
-        state = result.get("state") or await call("device.state", {})
-        elements = _elements(await call("ui.dump", {})) if step.expect.needs_ui else []
+        state = result.get("state") or await call(DEVICE_STATE, {})
+        elements = _elements(await call(UI_DUMP, {})) if step.expect.needs_ui else []
         failures = evaluate(step.expect, state, elements)
         await trace.record(
             "expect",

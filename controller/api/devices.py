@@ -33,7 +33,7 @@ from controller.hub.streams import LogChunk
 from controller.store import Device
 from protocol.envelope import MAX_LABELS, Label
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import LogcatDumpResult, ShellResult, validate_result
+from protocol.methods import LOGCAT_DUMP, SHELL
 
 __all__ = ["DeviceOut", "ShellIn", "ShellOut", "router"]
 
@@ -185,16 +185,13 @@ async def shell(device: str, body: ShellIn, principal: UserPrincipal, request: R
     """Run a command under the device's profile (allow-list); 403 with the rule if refused."""
     hub = _hub(request.app.state)
     record = await resolve_device(hub, principal, device)
-    params = body.model_dump(exclude_none=True)
-    result = await hub.device_call(
+    out = await hub.device_call(
         principal,
         record.ref,
-        "device.shell",
-        params,
+        SHELL,
+        body.model_dump(exclude_none=True),
         timeout_s=_rpc_timeout(hub, body.timeout_s),
     )
-    out = validate_result("device.shell", result)
-    assert isinstance(out, ShellResult)
     return ShellOut(exit_code=out.exit_code, stdout=out.stdout, stderr=out.stderr)
 
 
@@ -209,9 +206,7 @@ async def logcat(
     hub = _hub(request.app.state)
     record = await resolve_device(hub, principal, device)
     params: dict[str, Any] = {} if lines is None else {"lines": lines}
-    result = await hub.device_call(principal, record.ref, "device.logcat.dump", params)
-    out = validate_result("device.logcat.dump", result)
-    assert isinstance(out, LogcatDumpResult)
+    out = await hub.device_call(principal, record.ref, LOGCAT_DUMP, params)
     return LogcatOut(lines=out.lines)
 
 

@@ -45,6 +45,23 @@ from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
 from controller.store import Token, User
 from protocol.errors import ErrorCode, RpcError
+from protocol.manage_methods import (
+    APPS_CLEAR,
+    APPS_INSTALL,
+    APPS_LAUNCH,
+    APPS_LIST,
+    APPS_STOP,
+    APPS_UNINSTALL,
+    FILES_PULL,
+    FILES_PUSH,
+    STAGE_CLOSE,
+    STAGE_OPEN,
+    STAGE_READ,
+    STAGE_WRITE,
+    AppParams,
+    StageResult,
+)
+from protocol.methods import DeviceParams, Method
 
 __all__ = ["CHUNK", "TRANSFER_ROUTES", "AppAction", "Installed", "install", "router"]
 
@@ -183,7 +200,10 @@ async def _upload(
     hub: Hub, principal: Principal, device: DeviceRef, body: AsyncIterator[bytes], size: int
 ) -> str:
     """Stream ``body`` (``size`` bytes) into a new stage on the device's bridge; its id."""
-    stage = str((await hub.call(device, "stage.open", {"size": size}))["stage"])
+    opened = await hub.call(
+        device, STAGE_OPEN, STAGE_OPEN.parse_params({"serial": device.serial, "size": size})
+    )
+    stage = opened.stage
     await _fill(hub, principal, device, stage, body, size)
     return stage
 
@@ -201,15 +221,17 @@ async def _fill(
     again at every chunk: a loan that ends mid-upload stops it."""
     offset = 0
     buffer = bytearray()
-    flying: collections.deque[asyncio.Task[dict[str, Any]]] = collections.deque()
+    flying: collections.deque[asyncio.Task[StageResult]] = collections.deque()
 
     async def send(data: bytes) -> None:
         nonlocal offset
         await _still_allowed(hub, principal, device)
         while len(flying) >= WINDOW:
             await flying.popleft()
-        params = {"stage": stage, "offset": offset, "data": data}
-        flying.append(asyncio.create_task(hub.call(device, "stage.write", params)))
+        params = STAGE_WRITE.parse_params(
+            {"serial": device.serial, "stage": stage, "offset": offset, "data": data}
+        )
+        flying.append(asyncio.create_task(hub.call(device, STAGE_WRITE, params)))
         offset += len(data)
 
     try:
@@ -234,7 +256,8 @@ async def _fill(
             with contextlib.suppress(BaseException):
                 await task
         with contextlib.suppress(Exception):
-            await hub.call(device, "stage.close", {"stage": stage})
+            await hub.call(device, STAGE_CLOSE,
+                           STAGE_CLOSE.parse_params({"serial": device.serial, "stage": stage}))
         raise
 
 
@@ -252,13 +275,13 @@ async def list_apps(device: str, principal: UserPrincipal, request: Request) -> 
     hub, loans = _hub(request), _loans(request)
     audit = _Audit(hub, principal, "apps.list")
     async with audit.on(request, device) as ref:
-        result = await hub.call(ref, "apps.list", {})
+        result = await hub.call(ref, APPS_LIST, DeviceParams(serial=ref.serial))
         borrower = is_borrower(principal, ref)
         mine = await loans.items(principal.user_id, ref) if borrower else set()
     apps = [
-        AppOut(package=a["package"], managed=bool(a.get("managed")), yours=a["package"] in mine)
-        for a in result.get("apps", [])
-        if not borrower or a["package"] in mine
+        AppOut(package=a.package, managed=a.managed, yours=a.package in mine)
+        for a in result.apps
+        if not borrower or a.package in mine
     ]
     return AppsOut(apps=apps)
 
@@ -289,13 +312,18 @@ async def install(
             raise _too_large(_limit(request))
         borrower = is_borrower(principal, ref)
         stage = await _upload(hub, principal, ref, body, size)
-        result = await hub.call(ref, "apps.install", {"stage": stage, "temporary": borrower})
-        package = str(result.get("package", ""))
+        result = await hub.call(ref, APPS_INSTALL, APPS_INSTALL.parse_params(
+            {"serial": ref.serial, "stage": stage, "temporary": borrower}))
+        package = result.package
         audit.detail["package"] = package
         if borrower and package:
             await loans.remember(principal, ref, APP, package)
-    return Installed(package=package, replaced=bool(result.get("replaced")))
+    return Installed(package=package, replaced=result.replaced)
 
+
+_APP_ACTIONS: dict[str, Method[AppParams, Any]] = {
+    "launch": APPS_LAUNCH, "stop": APPS_STOP, "clear": APPS_CLEAR,
+}
 
 async def _own_app(loans: Loans, principal: Principal, ref: DeviceRef, package: str) -> None:
     if is_borrower(principal, ref) and package not in await loans.items(principal.user_id, ref):
@@ -321,7 +349,8 @@ async def act_on_app(
     audit.detail["package"] = package[:255]
     async with audit.on(request, device) as ref:
         await _own_app(loans, principal, ref, package)
-        await hub.call(ref, f"apps.{body.action}", {"package": package})
+        method = _APP_ACTIONS[body.action]
+        await hub.call(ref, method, method.parse_params({"serial": ref.serial, "package": package}))
     return Response(status_code=204)
 
 
@@ -334,7 +363,8 @@ async def uninstall_app(
     audit.detail["package"] = package[:255]
     async with audit.on(request, device) as ref:
         await _own_app(loans, principal, ref, package)
-        await hub.call(ref, "apps.uninstall", {"package": package})
+        await hub.call(ref, APPS_UNINSTALL,
+                       APPS_UNINSTALL.parse_params({"serial": ref.serial, "package": package}))
         if is_borrower(principal, ref):
             await loans.forget(principal.user_id, ref, APP, package)
     return Response(status_code=204)
@@ -381,10 +411,12 @@ async def push_file(
                 await loans.remember(principal, ref, FOLDER, loan_folder(principal.user_id))
             # The push to the device starts at once and reads the stage as it fills, so the
             # upload and the device's write overlap (docs/benchmarks.md, push_mb_per_s).
-            stage = str((await hub.call(ref, "stage.open", {"size": size}))["stage"])
-            push = asyncio.create_task(
-                hub.call(ref, "files.push", {"stage": stage, "path": target})
+            opened = await hub.call(
+                ref, STAGE_OPEN, STAGE_OPEN.parse_params({"serial": ref.serial, "size": size})
             )
+            stage = opened.stage
+            push = asyncio.create_task(hub.call(ref, FILES_PUSH, FILES_PUSH.parse_params(
+                {"serial": ref.serial, "stage": stage, "path": target})))
             try:
                 await _fill(hub, principal, ref, stage, request.stream(), size)
             except RpcError as exc:
@@ -426,8 +458,9 @@ async def pull_file(
         async with audit.on(request, device) as ref:
             target = _device_path(principal, ref, path)
             audit.detail["path"] = target
-            pulled = await hub.call(ref, "files.pull", {"path": target, "max_bytes": limit})
-            stage, size = str(pulled["stage"]), int(pulled["size"])
+            pulled = await hub.call(ref, FILES_PULL, FILES_PULL.parse_params(
+                {"serial": ref.serial, "path": target, "max_bytes": limit}))
+            stage, size = pulled.stage, pulled.size
             audit.detail["size"] = size
     except RpcError as exc:
         if exc.data and exc.data.get("reason") == "too_large":
@@ -439,18 +472,18 @@ async def pull_file(
         try:
             while offset < size:
                 await _still_allowed(hub, principal, ref)
-                got = await hub.call(
-                    ref, "stage.read",
-                    {"stage": stage, "offset": offset, "length": min(CHUNK, size - offset)},
-                )
-                data = got["data"]
+                got = await hub.call(ref, STAGE_READ, STAGE_READ.parse_params(
+                    {"serial": ref.serial, "stage": stage, "offset": offset,
+                     "length": min(CHUNK, size - offset)}))
+                data = got.data
                 if not data:
                     break
                 offset += len(data)
                 yield data
         finally:
             with contextlib.suppress(Exception):
-                await hub.call(ref, "stage.close", {"stage": stage})
+                await hub.call(ref, STAGE_CLOSE,
+                               STAGE_CLOSE.parse_params({"serial": ref.serial, "stage": stage}))
 
     name = posixpath.basename(target) or "file"
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:128]

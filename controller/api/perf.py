@@ -24,6 +24,7 @@ from controller.auth import DeviceRef, Principal, UserPrincipal
 from controller.hub import Hub, resolve_device
 from controller.perf import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S, PerfSampler
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Method
 
 __all__ = ["router"]
 
@@ -60,9 +61,11 @@ async def perf_stream(
 async def _serve(
     websocket: WebSocket, hub: Hub, principal: Principal, ref: DeviceRef, interval_s: float
 ) -> None:
-    async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return await hub.device_call(principal, ref, method, params,
-                                     action=f"perf.{method}")
+    async def call(method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
+        result = await hub.device_call(principal, ref, method, params,
+                                       action=f"perf.{method.name}")
+        out: dict[str, Any] = result.model_dump(exclude_unset=True)
+        return out
 
     sampler = PerfSampler(call)
     await websocket.accept()

@@ -41,7 +41,7 @@ from controller.access import until_lapsed
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize, may
 from controller.hub import Hub, resolve_device
 from protocol.errors import ErrorCode, RpcError
-from protocol.screen_methods import InputParams, ScreenFrame
+from protocol.screen_methods import INPUT, InputParams, ScreenFrame
 
 __all__ = ["MAX_INPUT_MESSAGE", "may_control", "serve_screen"]
 
@@ -166,11 +166,10 @@ async def _inputs(websocket: WebSocket, hub: Hub, principal: Principal, ref: Dev
         reply: dict[str, Any] = {"type": "input", "id": ident if isinstance(ident, int) else None}
         try:
             params = InputParams.model_validate({**body, "serial": ref.serial})
-            result = await hub.device_call(
-                principal, ref, "device.input", params.model_dump(exclude_none=True))
-            reply["ok"] = bool(result.get("ok"))
+            result = await hub.device_call(principal, ref, INPUT, params)
+            reply["ok"] = result.ok
             if not reply["ok"]:
-                reply["error"] = f"exit code {result.get('exit_code')}"
+                reply["error"] = f"exit code {result.exit_code}"
         except ValidationError as exc:
             reply.update(ok=False, error=f"bad_request: {exc.errors()[0]['msg']}"[:300])
         except RpcError as exc:

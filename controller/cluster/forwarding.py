@@ -78,8 +78,8 @@ class Forwarding(ClusterCore):
                 target = DeviceRef(bridge_id, body["serial"], str(body.get("owner_id", "")),
                                    body.get("name") if isinstance(body.get("name"), str)
                                    else None)
-            reply["r"] = await self.hub.call(target, method, params, timeout_s=timeout_s,
-                                             route=False)
+            reply["r"] = await self.hub.call_wire(target, method, params, timeout_s=timeout_s,
+                                                  route=False)
         except RpcError as exc:
             reply["e"] = exc.to_wire()
         except asyncio.CancelledError:

@@ -154,10 +154,10 @@ class HeldResults(ClusterCore):
         False (not acked: the bridge keeps it) when nobody waits any more."""
         conn = entry.conn
         body: dict[str, Any] = {"k": "res", "id": res.id, "bridge": entry.id}
-        if res.e is not None:
-            body["e"] = res.e.to_error().to_wire()
+        if res.error is not None:
+            body["e"] = res.error.to_error().to_wire()
         else:
-            body["r"] = res.r
+            body["r"] = res.result
         loop = asyncio.get_running_loop()
         unreached: float | None = None
         while not self._closed and entry.conn is conn:

@@ -27,6 +27,13 @@ Nothing here raises to the caller: every failure becomes a PENDING result whose
 ``bridge_unavailable``, ``timeout``, ``test_crashed``) with §5's summary. Every RPC, fixer
 round and refusal is a step of the run's log (:mod:`controller.executor.steps`), failed and
 refused ones included. Cleanup runs whatever happened before it, on its own small budget.
+
+The executor is cut along its seams: this module holds the run lifecycle (plan, queue, fan out,
+cancel); :mod:`~controller.executor.build` the compile → fix loop,
+:mod:`~controller.executor.device_steps` the work on a device and the result's assembly,
+:mod:`~controller.executor.takeover` finishing a dead controller's runs,
+:mod:`~controller.executor.recording` every RPC as a step of the log, and
+:mod:`~controller.executor.base` the settings and state they share.
 """
 
 from __future__ import annotations
@@ -36,36 +43,34 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controller.access import ACCESS_REVOKED, AccessWatch, check_access
-from controller.analysis import (
-    Thresholds,
-    analyze,
-    parse_instrumentation,
+from controller.auth import Action, Principal, authorize
+from controller.executor.base import (
+    DEFAULT_RUNNER,
+    QUOTA_POLL_S,
+    Abort,
+    ExecutorSettings,
+    Plan,
+    builder_of,
+    built,
+    lent_to,
+    reason_for,
 )
-from controller.auth.authorization import Action, DeviceRef, Principal, authorize
-from controller.auth.tokens import principal_for
-from controller.executor.cache import ApkCache, CompiledTest, build_boundary, cache_key
+from controller.executor.build import compile_failed_detail
+from controller.executor.cache import CompiledTest
 from controller.executor.gateway import (
-    BridgeView,
     DeviceView,
-    Gateway,
-    Target,
-    all_bridges,
     all_devices,
 )
-from controller.executor.placement import Placement, order_by_load, with_store_labels
-from controller.executor.queue import Scheduler, SharedTurn
-from controller.executor.recovery import Resumable, clean_up, end_run
-from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
-from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
-from controller.executor.results import analysed_result, pending_result
+from controller.executor.placement import order_by_load, with_store_labels
+from controller.executor.recording import ms_since, small_detail
+from controller.executor.request import ExecuteRequest
+from controller.executor.results import pending_result
 from controller.executor.selection import select_devices
 from controller.executor.sharding import (
     Units,
@@ -75,253 +80,33 @@ from controller.executor.sharding import (
     split,
     unit_durations,
 )
-from controller.executor.slices import slice_by_test
-from controller.executor.steps import MAX_DETAIL_TEXT, ProgressListener, Step, StepLog
+from controller.executor.steps import ProgressListener, Step, StepLog
+from controller.executor.takeover import Takeover
 from controller.hub.inventory import serial_refusal
 from controller.store import (
     Bridge,
     Device,
     Run,
     RunStatus,
-    RunStep,
-    Store,
-    TestResult,
-    Token,
     User,
     new_id,
-    utcnow,
 )
-from fixer import ChatCompleter, compile_fix_loop_async
-from fixer.prompt import declared_names, package_of
-from fixer.repair import unified_diff
-from protocol.envelope import new_request_id
-from protocol.errors import ErrorCode, RpcError
-from protocol.methods import Apk, CompileResult, InstrumentResult
+from protocol.errors import RpcError
 
 __all__ = [
+    "DEFAULT_RUNNER",
     "ExecutorSettings",
     "Plan",
     "SandboxExecutor",
+    "compile_failed_detail",
     "reason_for",
 ]
 
 log = logging.getLogger("droidwire.controller.executor")
 
-DEFAULT_RUNNER = "androidx.test.runner.AndroidJUnitRunner"
-_QUOTA_POLL_S = 0.25  # a run waiting for its user's quota asks again this often
+P = TypeVar("P", bound=BaseModel)
 
-
-@dataclass(frozen=True, kw_only=True)
-class ExecutorSettings:
-    # Rounds
-    max_fix_rounds: int = 3
-    retries: int = 0  # failed tests run again this often, unless the request says otherwise
-    # Timeouts
-    default_timeout_s: float = DEFAULT_TIMEOUT_S
-    compile_timeout_s: float = 900.0  # one compile, within the run's deadline
-    step_timeout_s: float = 60.0  # logcat, install, uninstall: within the run's deadline
-    cleanup_timeout_s: float = 30.0  # after the deadline too: a borrower leaves nothing behind
-    continue_wait_s: float = 120.0  # a dead replica's run waits this long for its device
-    rpc_grace_s: float = 5.0  # the RPC's own deadline over the bridge-side one
-    # Verdict
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    runner: str = DEFAULT_RUNNER
-
-
-def reason_for(exc: RpcError, stage: str) -> str:
-    """The PENDING ``reason_code`` of an RPC error at ``stage`` (``build`` or ``device``)."""
-    code = exc.code
-    if code is ErrorCode.TIMEOUT:
-        return "timeout"
-    data = exc.data or {}
-    if code is ErrorCode.FORBIDDEN and data.get("rule") == ACCESS_REVOKED:
-        return "access_revoked"  # the caller's right lapsed: refused before the step ran
-    reason = str(data.get("reason", ""))
-    if data.get("rule") == "paused":
-        return "device_paused"  # the owner paused sharing while the run went on
-    if stage == "build":
-        if code is ErrorCode.FORBIDDEN or code is ErrorCode.BAD_REQUEST:
-            return "compile_failed"  # the test itself was refused (package, path)
-        return "bridge_unavailable"
-    if "bridge" in reason or (code is ErrorCode.UNAVAILABLE and "bridge" in exc.message.lower()):
-        return "bridge_unavailable"
-    if code is ErrorCode.NOT_FOUND:
-        # Hidden by the owner's config: not there for us. Otherwise adb lost it.
-        return "no_device" if data.get("rule") == "not_exposed" else "adb_unavailable"
-    if code in (ErrorCode.CANCELLED, ErrorCode.BUSY):
-        return "bridge_unavailable"
-    return "adb_unavailable"  # device_offline, unavailable adb, refused or failed installs
-
-
-class _Abort(Exception):
-    """Ends a run early with a PENDING verdict (internal to this module)."""
-
-    def __init__(self, reason_code: str, detail: str) -> None:
-        super().__init__(f"{reason_code}: {detail}")
-        self.reason_code = reason_code
-        self.detail = detail
-
-
-@dataclass(slots=True)
-class Plan:
-    """A request with its devices chosen and its runs created."""
-
-    request: ExecuteRequest
-    principal: Principal | None
-    run_ids: list[str]
-    devices: list[DeviceView | None]  # None: the run has no device (skipped, no_device)
-    abort: _Abort | None = None  # decided before anything ran
-    refusals: list[dict[str, Any]] = field(default_factory=list)
-    max_running: int | None = None  # the user's quota: its runs wait for a slot under it
-    # Sharded (controller.executor.sharding): each run's units (-e class …), the run that
-    # carries the merged result, the file's test units, and the retries on other devices.
-    shards: list[list[str]] | None = None
-    lead_id: str | None = None
-    units: Units | None = None
-    retried: list[dict[str, Any]] = field(default_factory=list)
-    start_seq: int = 0  # a run continued after its controller died: its next step number
-
-
-Reauth = Callable[[Target], Awaitable[None]]
-
-
-class _RecordingGateway:
-    """Every RPC through the gateway as a step of the log (a wrapper that records)."""
-
-    def __init__(
-        self, gateway: Gateway, steps: StepLog, reauth: Reauth | None = None
-    ) -> None:
-        self.gateway = gateway
-        self.steps = steps
-        self.reauth = reauth  # re-checks the caller's right before each step
-
-    async def call(
-        self,
-        target: Target,
-        method: str,
-        params: Mapping[str, Any],
-        *,
-        timeout_s: float | None,
-        resume: Mapping[str, Any] | None = None,
-        check: bool = True,
-    ) -> dict[str, Any]:
-        """``check=False``: a step that runs whatever the caller's right (cleanup)."""
-        shown = {k: v for k, v in params.items() if k not in ("test_code", "apk")}
-        if "apk" in params:
-            shown["apk_bytes"] = len(params["apk"])
-        where = str(target) if not isinstance(target, str) else f"bridge {target}"
-        if check and self.reauth is not None:
-            # When the re-check began: it read the store as of then or later, so a step whose
-            # re-check began after a revocation committed cannot have passed it.
-            checked = {"reauth_at": utcnow().isoformat()}
-            try:
-                await self.reauth(target)
-            except RpcError as exc:
-                await self.steps.record(
-                    "rpc", "refused", method=method, target=where, **checked,
-                    error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
-                )
-                raise
-            extra_in: dict[str, Any] = dict(checked)
-        else:
-            extra_in = {}
-        request_id: str | None = None
-        session_of = getattr(self.gateway, "session_of", None)
-        if resume is not None and isinstance(target, DeviceRef) and callable(session_of):
-            # A restarted controller can wait for this result again (recovery.py): the request
-            # id is chosen here and recorded with the bridge session it goes out on.
-            bridge_session = session_of(target.bridge_id)
-            if isinstance(bridge_session, str):
-                request_id = new_request_id()
-                extra_in.update(request_id=request_id, bridge_session=bridge_session,
-                                resume=dict(resume))
-        step = await self.steps.begin("rpc", method=method, target=where, params=shown, **extra_in)
-        started = time.monotonic()
-        try:
-            return await self._call(step, started, target, method, params, timeout_s,
-                                    request_id)
-        finally:
-            settle = getattr(self.gateway, "settle", None)
-            if request_id is not None and isinstance(target, DeviceRef) and callable(settle):
-                # Only now that the step (with the result) is written: see HubGateway.call.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(settle(target.bridge_id, request_id))
-
-    async def _call(
-        self,
-        step: Step,
-        started: float,
-        target: Target,
-        method: str,
-        params: Mapping[str, Any],
-        timeout_s: float | None,
-        request_id: str | None,
-    ) -> dict[str, Any]:
-        try:
-            if request_id is not None:
-                result = await self.gateway.call(  # type: ignore[call-arg]
-                    target, method, params, timeout_s=timeout_s, request_id=request_id
-                )
-            else:
-                result = await self.gateway.call(target, method, params, timeout_s=timeout_s)
-        except RpcError as exc:
-            status = "refused" if exc.code is ErrorCode.FORBIDDEN else "failed"
-            await self.steps.end(
-                step,
-                status,
-                ms=_ms_since(started),
-                error={"code": exc.code.value, "message": exc.message, **_small(exc.data)},
-            )
-            raise
-        except asyncio.CancelledError:
-            # The run was cancelled mid-call: the step ends, it does not stay "running".
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self.steps.end(step, "failed", ms=_ms_since(started), error="cancelled")
-                )
-            raise
-        except Exception as exc:
-            await self.steps.end(step, "failed", ms=_ms_since(started), error=repr(exc)[:300])
-            raise
-        extra: dict[str, Any] = {}
-        if (method == "device.install" and isinstance(result, dict) and result.get("package")
-                and not result.get("existed")):
-            # Kept so that a controller restarted mid-run still knows what to uninstall (never
-            # a package that was on the device before the run: that one is the owner's).
-            extra["package"] = str(result["package"])
-        if (request_id is not None and method == "device.instrument" and isinstance(result, dict)
-                and len(str(result.get("output") or "")) <= MAX_DETAIL_TEXT):
-            # Kept so that a replica taking over a run that died after its tests ran finishes
-            # it (logcat, cleanup, verdict) instead of running the tests again (recovery.py).
-            extra["result"] = result
-        await self.steps.end(step, "ok", ms=_ms_since(started), **extra)
-        return result
-
-
-_STOP_REASONS = {
-    "build_config": "the build itself is broken, not the test",
-    "unchanged_errors": "a fix left the same errors",
-    "no_fix": "no fix found",
-}
-
-
-def compile_failed_detail(fixes: int, stop_reason: str) -> str:
-    """Why a compile failed for good, in words: how many fix rounds ran, and why it stopped."""
-    if fixes == 0:
-        detail = "the test does not compile and no fix was tried"
-    else:
-        detail = f"still failing after {fixes} fix round{'s' if fixes != 1 else ''}"
-    if stop_reason != "max_rounds":
-        detail += f" ({_STOP_REASONS.get(stop_reason, stop_reason)})"
-    return detail
-
-
-def _small(data: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (data or {}).items() if k != "output"}
-
-
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+R = TypeVar("R", bound=BaseModel)
 
 
 async def _value(value: dict[str, Any]) -> dict[str, Any]:
@@ -332,115 +117,9 @@ async def _raise_cancelled() -> list[dict[str, Any]]:
     raise asyncio.CancelledError
 
 
-def _failed(tests: Sequence[Any]) -> list[tuple[str, str]]:
-    """(class, method) of the tests that failed or erred, in order, without duplicates."""
-    out: list[tuple[str, str]] = []
-    for t in tests:
-        key = (t.class_name, t.name)
-        if t.status in ("failed", "error") and t.name != "null" and key not in out:
-            out.append(key)
-    return out
-
-
-def _merge_retries(tests: list[dict[str, Any]], attempts: Sequence[Sequence[dict[str, Any]]]) -> None:
-    """Each retried test takes its latest status; ``attempts`` counts its runs, and a test
-    that passed on a retry is marked ``flaky`` (its first failure kept as ``first_stack``)."""
-    by_key = {(t["class"], t["name"]): t for t in tests}
-    for records in attempts:
-        for record in records:
-            test = by_key.get((record["class"], record["name"]))
-            if test is None:
-                continue
-            first = test.get("first_stack", test["stack"])
-            test.update(status=record["status"], stack=record["stack"],
-                        attempts=test["attempts"] + 1)
-            if record["status"] == "passed":
-                test["flaky"] = True
-                test["first_stack"] = first
-
-
-def _builder_of(compiled: CompiledTest) -> dict[str, Any] | None:
-    """The result's ``builder``: the bridge whose APKs the run installed (None: prebuilt)."""
-    if compiled.bridge_id is None:
-        return None
-    return {"id": compiled.bridge_id, "name": compiled.bridge, "shared": compiled.shared}
-
-
-def _built(build: CompiledTest | _Abort | None) -> CompiledTest | None:
-    """A build that produced APKs, else None (its runs ended before any device work)."""
-    return build if isinstance(build, CompiledTest) and build.ok else None
-
-
-def _lent_to(principal: Principal | None) -> Callable[[DeviceView], bool] | None:
-    """Which devices ``principal`` uses through a loan (none for an admin: every device is
-    theirs to use); selectors reach those only when nothing of their own matches."""
-    if principal is None or principal.is_admin:
-        return None
-    return lambda d: d.owner_id != principal.user_id
-
-
-def test_class_of(code: str) -> str | None:
-    """The fully-qualified name of the test's first top-level class."""
-    names = declared_names(code, top_level_only=True)
-    if not names:
-        return None
-    package = package_of(code)
-    return f"{package}.{names[0]}" if package else names[0]
-
-
-def _error(error: dict[str, Any]) -> dict[str, Any]:
-    """A compile error as callers see it: the file relative to the project (``app/src/…``),
-    not the bridge host's own working-copy path."""
-    file = error.get("file")
-    if isinstance(file, str):
-        parts = file.replace("\\", "/").split("/")
-        at = max((i for i, part in enumerate(parts) if part == "src"), default=None)
-        error["file"] = "/".join(parts[max(at - 1, 0):]) if at is not None else parts[-1]
-    return error
-
-
-def _file_of(code: str) -> str:
-    test_class = test_class_of(code)
-    return f"{test_class.rsplit('.', 1)[-1]}.kt" if test_class else "Test.kt"
-
-
-class SandboxExecutor:
+class SandboxExecutor(Takeover):
     """Runs sandbox requests against the devices a :class:`Gateway` reaches."""
 
-    def __init__(
-        self,
-        gateway: Gateway,
-        store: Store | None,
-        *,
-        settings: ExecutorSettings | None = None,
-        llm: ChatCompleter | None = None,
-        cache: ApkCache | None = None,
-        observer: Callable[[dict[str, Any]], None] | None = None,
-        instance: str | None = None,
-        shared_turn: SharedTurn | None = None,
-        access: AccessWatch | None = None,
-    ) -> None:
-        self.gateway = gateway
-        # Ends a run whose caller's right lapses while it waits or runs (controller.access).
-        self.access = access
-        self._revoked: dict[str, str] = {}  # run id -> why its caller's right lapsed
-        self.store = store
-        self.settings = settings or ExecutorSettings()
-        self.llm = llm
-        self.cache = cache if cache is not None else ApkCache()
-        self.observer = observer  # sees every finished result (metrics)
-        # shared_turn: a device's turn across replicas (cluster mode), see Scheduler.
-        self.scheduler = Scheduler(shared_turn)
-        self.placement = Placement(store)  # which device a run goes to (least loaded)
-        # Which controller process ran a run (kept in its request record): after a restart,
-        # runs of a process that is gone are ended (controller.executor.recovery).
-        self.instance = instance or new_id()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._plan_tasks: dict[str, asyncio.Task[Any]] = {}  # run id -> its plan's task
-        self._plan_runs: dict[str, tuple[str, ...]] = {}  # run id -> its plan's run ids
-        self._jobs: dict[str, asyncio.Task[Any]] = {}  # run id -> its device job
-        self._cancelled: dict[str, str] = {}  # run id -> who cancelled it
-        self._leads: dict[str, tuple[str, ...]] = {}  # a sharded run's lead id -> its shards
 
     # -- public ------------------------------------------------------------------------------
 
@@ -513,17 +192,17 @@ class SandboxExecutor:
     async def plan(self, request: ExecuteRequest, principal: Principal | None) -> Plan:
         """Choose the devices and create the runs. Raises ``RpcError`` only for a malformed
         selector (``bad_request``) or an ambiguous serial (``conflict``)."""
-        abort: _Abort | None = None
+        abort: Abort | None = None
         devices: list[DeviceView | None]
         refusals: list[dict[str, Any]] = []
         if request.skipped:
-            devices, abort = [None], _Abort("skipped", "the test body could not be generated")
+            devices, abort = [None], Abort("skipped", "the test body could not be generated")
         else:
             usable, refusals = await self._usable_devices(principal)
             usable = await with_store_labels(self.store, usable)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
-            lent = _lent_to(principal)
+            lent = lent_to(principal)
             # Choosing and creating the runs under the placement lock: a request arriving at
             # the same moment (on any replica) sees these runs in the devices' loads.
             async with self.placement.transaction() as session:
@@ -641,7 +320,7 @@ class SandboxExecutor:
                 self._plan_tasks.pop(run_id, None)
                 self._plan_runs.pop(run_id, None)
                 self._jobs.pop(run_id, None)
-        total = _ms_since(started)
+        total = ms_since(started)
         for result in results:
             result["timings"].setdefault("total_ms", total)
         await self._finish(plan.run_ids, results)
@@ -680,7 +359,7 @@ class SandboxExecutor:
                     # Not offered to the caller (a device they may not see stays unseen),
                     # but counted in the run's log.
                     refusals.append(
-                        {"device": device.id, "code": exc.code.value, **_small(exc.data)}
+                        {"device": device.id, "code": exc.code.value, **small_detail(exc.data)}
                     )
                     continue
             usable.append(device)
@@ -715,18 +394,18 @@ class SandboxExecutor:
         me: str | None,
         owner_names: Mapping[str, str],
         lent: Callable[[DeviceView], bool] | None = None,
-    ) -> _Abort:
+    ) -> Abort:
         named = select_devices(selectors or ["all"], usable, only_ready=False, me=me,
                                owner_names=owner_names, lent=lent)
         if not named:
             what = ", ".join(selectors) or "any device"
-            return _Abort("no_device", f"no device matches {what}")
+            return Abort("no_device", f"no device matches {what}")
         if all(d.state == "paused" for d in named):
-            return _Abort("device_paused",
+            return Abort("device_paused",
                           f"{named[0].id} is paused: its owner has paused sharing on its bridge")
         if all(d.state == "disconnected" for d in named):
-            return _Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
-        return _Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")
+            return Abort("bridge_unavailable", f"the bridge of {named[0].id} is not connected")
+        return Abort("adb_unavailable", f"{named[0].id} is {named[0].state}")
 
     async def _create_runs(
         self,
@@ -823,7 +502,7 @@ class SandboxExecutor:
         if plan.max_running is not None:
             try:
                 await self._user_slot(plan, steps, deadline)
-            except _Abort as abort:
+            except Abort as abort:
                 return [
                     pending_result(run_id, device, abort.reason_code, abort.detail)
                     for run_id, device in zip(plan.run_ids, plan.devices, strict=True)
@@ -831,24 +510,24 @@ class SandboxExecutor:
         compile_started = time.monotonic()
         # One compile per builder: a builder every device may take APKs from when there is
         # one, else one per group of devices (see _build_groups).
-        builds: dict[int, CompiledTest | _Abort] = {}
+        builds: dict[int, CompiledTest | Abort] = {}
         for builder, group in await self._build_groups(plan):
             try:
-                outcome: CompiledTest | _Abort = await self._compiled(
+                outcome: CompiledTest | Abort = await self._compiled(
                     plan, steps, deadline, builder, [plan.devices[i] for i in group]
                 )
-            except _Abort as abort:
+            except Abort as abort:
                 outcome = abort
             for i in group:
                 builds[i] = outcome
-        compile_ms = _ms_since(compile_started)
+        compile_ms = ms_since(compile_started)
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
         jobs: list[asyncio.Future[dict[str, Any]]] = []
         forks: dict[int, StepLog] = {}  # the runs that went to their device, by index
         for i, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
             compiled = builds[i]
-            if isinstance(compiled, _Abort):
+            if isinstance(compiled, Abort):
                 jobs.append(loop.create_task(_value(
                     pending_result(run_id, device, compiled.reason_code, compiled.detail)
                 )))
@@ -886,7 +565,7 @@ class SandboxExecutor:
                 results.append(done)
             build = builds[i]
             if isinstance(build, CompiledTest):
-                results[-1]["builder"] = _builder_of(build)
+                results[-1]["builder"] = builder_of(build)
         for result in results:
             result["timings"]["compile_ms"] = compile_ms
         if plan.shards is not None:
@@ -898,14 +577,14 @@ class SandboxExecutor:
         plan: Plan,
         forks: Mapping[int, StepLog],
         results: list[dict[str, Any]],
-        builds: Mapping[int, CompiledTest | _Abort],
+        builds: Mapping[int, CompiledTest | Abort],
         deadline: float,
         user: str,
     ) -> None:
         """Sharded: each shard's failed or erring tests run again, alone, on the next shard's
         device (once); their outcome is folded into the shard's result. The retry installs
         that device's own build (from a builder allowed for it, like its shard's run)."""
-        ran = [i for i in sorted(forks) if _built(builds.get(i)) is not None]
+        ran = [i for i in sorted(forks) if built(builds.get(i)) is not None]
         if len(ran) < 2:
             return
         jobs: list[Awaitable[dict[str, Any]]] = []
@@ -917,7 +596,7 @@ class SandboxExecutor:
             if not failed or run_id in self._cancelled:
                 continue
             nxt = ran[(ran.index(index) + 1) % len(ran)]
-            other, compiled = plan.devices[nxt], _built(builds.get(nxt))
+            other, compiled = plan.devices[nxt], built(builds.get(nxt))
             assert other is not None and compiled is not None
             jobs.append(self._on_device(forks[index].fork(run_id, other.id), run_id, other,
                                         compiled, deadline, user, 0, plan.principal,
@@ -930,7 +609,7 @@ class SandboxExecutor:
     async def _user_slot(self, plan: Plan, steps: StepLog, deadline: float) -> None:
         """Wait (status ``queued``, a running ``user_quota`` step) until the user's runs
         started, on every replica, leave room for this plan's under ``max_running``; then mark
-        them running in the same transaction. Asks again every ``_QUOTA_POLL_S``: the runs
+        them running in the same transaction. Asks again every ``QUOTA_POLL_S``: the runs
         that end may be on another replica."""
         user = plan.principal.user_id if plan.principal is not None else None
         step: Step | None = None
@@ -950,309 +629,11 @@ class SandboxExecutor:
                                          running=quota.running)
             if loop.time() >= deadline:
                 await steps.end(step, "failed", error="timeout")
-                raise _Abort("timeout", "the run's deadline passed while the user's quota "
+                raise Abort("timeout", "the run's deadline passed while the user's quota "
                              f"({quota.max_running} running runs) was full")
-            await asyncio.sleep(min(_QUOTA_POLL_S, max(deadline - loop.time(), 0.0)))
+            await asyncio.sleep(min(QUOTA_POLL_S, max(deadline - loop.time(), 0.0)))
         if step is not None:
             await steps.end(step, "ok")
-
-    def _compile_failed(
-        self, run_id: str, device: DeviceView | None, compiled: CompiledTest
-    ) -> dict[str, Any]:
-        rounds = len(compiled.compile_rounds)
-        if compiled.stop_reason == "compiled":
-            detail = "the build succeeded but produced no APKs"
-        else:
-            detail = compile_failed_detail(max(rounds - 1, 0), compiled.stop_reason)
-        result = pending_result(run_id, device, "compile_failed", detail)
-        result.update(
-            toolchain=compiled.toolchain,
-            compile_rounds=compiled.compile_rounds,
-            compile_output=compiled.output[-4000:],
-        )
-        return result
-
-    async def _compiled(
-        self,
-        plan: Plan,
-        steps: StepLog,
-        deadline: float,
-        builder: BridgeView | None,
-        devices: Sequence[DeviceView | None],
-    ) -> CompiledTest:
-        """The APKs for ``devices``: prebuilt, from the cache within ``builder``'s boundary, or
-        compiled on ``builder``. No builder (none the run may use is connected): only what
-        the cache holds from the caller's or the devices' owners' own builders."""
-        request = plan.request
-        if request.apks is not None:
-            app, test = request.apks.decoded()
-            await steps.record("compile", "skipped", detail="prebuilt APKs")
-            return CompiledTest(
-                ok=True,
-                toolchain=None,
-                app_apk=Apk.from_bytes("app", "app.apk", app),
-                test_apk=Apk.from_bytes("test", "test.apk", test),
-                code=request.test_code,
-                stop_reason="prebuilt",
-            )
-        if builder is None:
-            owners = {d.owner_id for d in devices if d is not None}
-            if plan.principal is not None:
-                owners.add(plan.principal.user_id)
-            for owner in sorted(owners):
-                key = cache_key(request.project_dir, request.test_code, f"owner:{owner}")
-                hit = self.cache.get(key)
-                if hit is not None:
-                    await steps.record(
-                        "compile", "ok", detail="served from the controller's APK cache",
-                        bridge=hit.bridge, key=key,
-                    )
-                    return hit
-            what = f"project {request.project_dir}" if request.project_dir else "the test"
-            detail = (f"no connected bridge of yours, of the device's owner or shared by an "
-                      f"admin can build {what}")
-            await steps.record("compile", "refused", detail=detail)
-            raise _Abort("bridge_unavailable", detail)
-        key = cache_key(
-            request.project_dir, request.test_code,
-            build_boundary(builder.owner_id, builder.id, builder.shared),
-        )
-        compiled, cached = await self.cache.get_or_build(
-            key, lambda: self._compile(plan, steps, deadline, builder)
-        )
-        if cached:
-            await steps.record(
-                "compile", "ok", detail="served from the controller's APK cache",
-                bridge=compiled.bridge, key=key,
-            )
-        return compiled
-
-    async def _build_groups(self, plan: Plan) -> list[tuple[BridgeView | None, list[int]]]:
-        """Which builder compiles for which devices (indexes into ``plan.devices``).
-
-        A device takes APKs only from a build bridge owned by the run's caller, by the
-        device's owner, or marked shared by an admin (read from the store now). Preferred:
-        the device's own bridge, then the caller's, then the device owner's others, then a
-        shared one. One builder every device may use compiles once for all; otherwise each
-        device gets its own best (devices with the same builder share its compile)."""
-        everything = list(range(len(plan.devices)))
-        if plan.request.apks is not None:
-            return [(None, everything)]
-        project = plan.request.project_dir
-        builders = [
-            b for b in await all_bridges(self.gateway)
-            if b.can_build and (project is None or not b.caps.projects or project in b.caps.projects)
-        ]
-        shared = await self._shared_bridges([b.id for b in builders])
-        builders = [replace(b, shared=b.shared or b.id in shared) for b in builders]
-        caller = plan.principal.user_id if plan.principal is not None else None
-        devices = [d for d in plan.devices if d is not None]
-
-        def allowed(b: BridgeView, d: DeviceView) -> bool:
-            return b.shared or b.owner_id in (caller, d.owner_id)
-
-        near = {d.bridge_id for d in devices}
-        common = [b for b in builders if all(allowed(b, d) for d in devices)]
-        if common:
-            common.sort(key=lambda b: (b.id not in near, b.owner_id != caller, b.shared, b.name))
-            return [(common[0], everything)]
-        groups: dict[str | None, tuple[BridgeView | None, list[int]]] = {}
-        for i, d in enumerate(plan.devices):
-            assert d is not None
-            fit = sorted(
-                (b for b in builders if allowed(b, d)),
-                key=lambda b, d=d: (b.id != d.bridge_id, b.owner_id != caller,  # type: ignore[misc]
-                                    b.owner_id != d.owner_id, b.name),
-            )
-            best = fit[0] if fit else None
-            groups.setdefault(best.id if best else None, (best, []))[1].append(i)
-        return list(groups.values())
-
-    async def _shared_bridges(self, bridge_ids: Sequence[str]) -> set[str]:
-        """Which of ``bridge_ids`` an admin marked shared (the store, read now)."""
-        if self.store is None or not bridge_ids:
-            return set()
-        async with self.store.session() as session:
-            rows = await session.execute(
-                select(Bridge.id).where(Bridge.id.in_(list(bridge_ids)), Bridge.shared.is_(True))
-            )
-            return {str(r) for r in rows.scalars()}
-
-    async def _compile(
-        self, plan: Plan, steps: StepLog, deadline: float, bridge: BridgeView
-    ) -> CompiledTest:
-        loop = asyncio.get_running_loop()
-        request = plan.request
-        await steps.record("builder", "ok", bridge=bridge.name, bridge_id=bridge.id,
-                           shared=bridge.shared)
-        gw = _RecordingGateway(self.gateway, steps, self._reauth(plan.principal))
-        target: Target = bridge.id
-        index = RemoteSourceIndex(package=None)
-        max_compiles = self.settings.max_fix_rounds + 1
-        state: dict[str, Any] = {"round": 0, "last": None, "code": None, "fix_steps": []}
-        started = time.monotonic()
-
-        async def compile_fn(code: str) -> tuple[bool, str]:
-            state["round"] += 1
-            n = state["round"]
-            if n > 1:
-                fix_step = await steps.record(
-                    "fix", "ok", round=n - 1, diff=unified_diff(state["code"], code, _file_of(code))
-                )
-                state["fix_steps"].append(fix_step)
-            state["code"] = code
-            steps.progress("compiling", round=n, max_rounds=max_compiles)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise _Abort("timeout", f"the run's deadline passed before compile round {n}")
-            limit = min(self.settings.compile_timeout_s, remaining)
-            params: dict[str, Any] = {"test_code": code, "timeout_s": round(limit, 1)}
-            if request.project_dir is not None:
-                params["project"] = request.project_dir
-            try:
-                raw = await gw.call(
-                    target, "workspace.compile", params, timeout_s=limit + self.settings.rpc_grace_s
-                )
-                result = CompileResult.model_validate(raw)
-            except RpcError as exc:
-                raise _Abort(reason_for(exc, "build"), f"compile: {exc.message}") from exc
-            except ValueError as exc:  # a malformed result from the bridge
-                raise _Abort("bridge_unavailable", f"compile: bad result ({exc})") from exc
-            state["last"] = result
-            state.setdefault("checks", []).append(result.check)
-            if not result.ok and n < max_compiles:
-                await self._look_up(gw, target, request, code, result.output, index)
-            return result.ok, result.output
-
-        loop_result = await compile_fix_loop_async(
-            request.test_code,
-            compile_fn,
-            index,  # type: ignore[arg-type]  # duck-typed: lookup/find_class/methods_of
-            self.llm,
-            self.settings.max_fix_rounds,
-        )
-        rounds = loop_result.rounds
-        for fix_step, entry in zip(state["fix_steps"], rounds[1:], strict=False):
-            await steps.end(fix_step, "ok", fixer=entry.fixer, changes=entry.changes, note=entry.note)
-        if loop_result.stop_reason == "no_fix":
-            await steps.record(
-                "fix", "failed", round=len(rounds), note=rounds[-1].note or "no fix found"
-            )
-        last: CompileResult | None = state["last"]
-        app = next((a for a in (last.apks if last else []) if a.role == "app"), None)
-        test = next((a for a in (last.apks if last else []) if a.role == "test"), None)
-        ok = loop_result.ok and app is not None and test is not None
-        if loop_result.ok and not ok:
-            await steps.record("compile", "failed", detail="the build produced no APKs")
-        checks: list[dict[str, Any] | None] = state.get("checks", [])
-        return CompiledTest(
-            ok=ok,
-            toolchain=_judged_by(last) if last else bridge.caps.toolchain,
-            app_apk=app,
-            test_apk=test,
-            code=loop_result.code,
-            compile_rounds=[
-                {"round": r.round, "ok": r.ok, "errors": [_error(e.to_dict()) for e in r.errors],
-                 "fixer": r.fixer, "diff": r.diff,
-                 **({"check": checks[i]} if i < len(checks) and checks[i] else {})}
-                for i, r in enumerate(rounds)
-            ],
-            output=loop_result.output,
-            bridge=bridge.name,
-            bridge_id=bridge.id,
-            shared=bridge.shared,
-            stop_reason=loop_result.stop_reason,
-            duration_ms=_ms_since(started),
-        )
-
-    async def _look_up(
-        self,
-        gw: _RecordingGateway,
-        target: Target,
-        request: ExecuteRequest,
-        code: str,
-        output: str,
-        index: RemoteSourceIndex,
-    ) -> None:
-        """Fetch the declarations the failing test names, for the fixer (best effort)."""
-        names = names_to_look_up(code, output)
-        if not names:
-            return
-        params: dict[str, Any] = {"names": names}
-        if request.project_dir is not None:
-            params["project"] = request.project_dir
-        try:
-            raw = await gw.call(target, "source.lookup", params, timeout_s=self.settings.step_timeout_s)
-        except RpcError:
-            return  # the fixer works without the app's sources, with its rules and the LLM
-        methods = raw.get("methods") if isinstance(raw, dict) else None
-        if isinstance(methods, list):
-            index.add(m for m in methods if isinstance(m, dict))
-
-    async def _on_device(
-        self,
-        steps: StepLog,
-        run_id: str,
-        device: DeviceView,
-        compiled: CompiledTest,
-        deadline: float,
-        user: str = "",
-        retries: int | None = None,
-        principal: Principal | None = None,
-        *,
-        classes: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """One run on one device at a time: two runs installing and clearing the same app
-        would spoil each other's evidence. Waiting counts against the run's deadline.
-        ``classes``: run only these (``-e class A,B#m``; a shard, or a retry elsewhere)."""
-        waited = None
-        if self.scheduler.busy(device.id):
-            waited = await steps.begin("device_busy", device=device.id)
-
-        async def busy_elsewhere() -> None:
-            nonlocal waited
-            if waited is None:
-                waited = await steps.begin("device_busy", device=device.id)
-            steps.progress("waiting for the device (a run on another replica holds it)")
-
-        turn = self.scheduler.turn(
-            device.id, user, run_id, on_wait=lambda: steps.progress("waiting for the device"),
-            on_shared_wait=busy_elsewhere,
-        )
-        try:
-            async with asyncio.timeout_at(deadline):
-                await turn.__aenter__()
-        except RpcError as exc:  # the cluster's turn could not be taken (Redis away)
-            if waited is not None:
-                await steps.end(waited, "failed", detail=exc.message)
-            return pending_result(run_id, device, "bridge_unavailable", exc.message)
-        except TimeoutError:
-            if waited is not None:
-                await steps.end(waited, "failed", detail="busy with another run until the deadline")
-            return pending_result(run_id, device, "timeout", f"{device.id} stayed busy with another run")
-        except asyncio.CancelledError:
-            if waited is not None:
-                await asyncio.shield(steps.end(waited, "failed", detail="cancelled while waiting"))
-            await self._note_cancel(steps, run_id)
-            raise
-        try:
-            if waited is not None:
-                await steps.end(waited, "ok")
-            return await self._on_device_locked(
-                steps, run_id, device, compiled, deadline,
-                self.settings.retries if retries is None else retries, principal,
-                as_owner=bool(user) and user == device.owner_id, classes=classes,
-            )
-        except asyncio.CancelledError:
-            await self._note_cancel(steps, run_id)
-            raise
-        finally:
-            await turn.__aexit__(None, None, None)
-
-    async def _note_cancel(self, steps: StepLog, run_id: str) -> None:
-        if run_id in self._cancelled:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(steps.record("cancel", "ok", by=self._cancelled[run_id]))
 
     def _lapse(self, run_id: str, reason: str) -> None:
         """The caller's right to this run lapsed (a token or loan revoked or expired): a
@@ -1260,602 +641,3 @@ class SandboxExecutor:
         device cleaned up as after any cancel."""
         self._revoked.setdefault(run_id, reason)
         self.cancel(run_id, by="access lapsed")
-
-    def _reauth(self, principal: Principal | None) -> Reauth | None:
-        """Each device step re-checks the caller's token, loan and scope when it runs."""
-        store = self.store
-        if principal is None or store is None:
-            return None
-
-        async def reauth(target: Target) -> None:
-            await check_access(
-                store, principal, target if isinstance(target, DeviceRef) else None
-            )
-
-        return reauth
-
-    def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
-        if run_id in self._revoked:
-            return pending_result(run_id, device, "access_revoked", self._revoked[run_id])
-        by = self._cancelled.get(run_id, "shutdown")
-        return pending_result(run_id, device, "cancelled", f"cancelled by {by}")
-
-    async def _on_device_locked(
-        self,
-        steps: StepLog,
-        run_id: str,
-        device: DeviceView,
-        compiled: CompiledTest,
-        deadline: float,
-        retries: int = 0,
-        principal: Principal | None = None,
-        *,
-        as_owner: bool = False,
-        classes: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """One run on one device. ``as_owner``: the run's user owns the device, so its
-        installs may grant runtime permissions (``-g``) and the bridge's ``full`` profile
-        applies; a borrower's run gets neither (docs/security.md). ``classes``: run only
-        these (``-e class A,B#m``)."""
-        loop = asyncio.get_running_loop()
-        gw = _RecordingGateway(self.gateway, steps, self._reauth(principal))
-        target: Target = device.ref
-        serial = device.serial
-        timings: dict[str, int] = {}
-        installed: list[str] = []  # what this run put on the device (and must remove)
-        app_package: str | None = None
-        app_new = False  # the app was not on the device before the run: its data may go
-        instrument: InstrumentResult | None = None
-        partial_output = ""
-        abort: _Abort | None = None
-
-        def remaining() -> float:
-            left = deadline - loop.time()
-            if left <= 0:
-                raise _Abort("timeout", "the run's deadline passed")
-            return left
-
-        async def call(method: str, params: dict[str, Any], limit: float | None = None) -> dict[str, Any]:
-            budget = min(limit or self.settings.step_timeout_s, remaining())
-            try:
-                return await gw.call(
-                    target, method,
-                    {"serial": serial, **params, **({"as_owner": True} if as_owner else {})},
-                    timeout_s=budget + self.settings.rpc_grace_s,
-                )
-            except RpcError as exc:
-                raise _Abort(reason_for(exc, "device"), f"{method}: {exc.message}") from exc
-
-        assert compiled.app_apk is not None and compiled.test_apk is not None
-        test_package: str | None = None
-        retried: list[list[dict[str, Any]]] = []  # each retry's test records
-        try:
-            t = time.monotonic()
-            await call("device.logcat.clear", {})
-            steps.progress("installing")
-            # What was installed is what the device says (its package list before and
-            # after), never the APK's claim; what was there before is never removed.
-            grant = {"grant_permissions": True} if as_owner else {}
-            app = await call(
-                "device.install", {"apk": compiled.app_apk.data, **grant},
-                self.settings.compile_timeout_s,
-            )
-            app_package = str(app.get("package") or "")
-            app_new = bool(app_package) and not app.get("existed")
-            if app_new:
-                installed.append(app_package)
-            test = await call(
-                "device.install", {"apk": compiled.test_apk.data, **grant},
-                self.settings.compile_timeout_s,
-            )
-            test_package = str(test.get("package") or "")
-            if test_package and not test.get("existed"):
-                installed.append(test_package)
-            timings["install_ms"] = _ms_since(t)
-            if not test_package:
-                raise _Abort("adb_unavailable", "the test APK's package is unknown after install")
-            steps.progress("running")
-            t = time.monotonic()
-            args: dict[str, str] = {}
-            test_class = test_class_of(compiled.code)
-            if classes:
-                args["class"] = ",".join(classes)
-            elif test_class and compiled.toolchain is not None:
-                args["class"] = test_class
-            budget = remaining()
-            try:
-                raw = await gw.call(
-                    target,
-                    "device.instrument",
-                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
-                     "args": args, "timeout_s": round(budget, 1)},
-                    timeout_s=budget + self.settings.rpc_grace_s,
-                    resume={
-                        "device": {"bridge_id": device.bridge_id,
-                                   "bridge_name": device.bridge_name,
-                                   "owner_id": device.owner_id, "serial": serial,
-                                   "info": dict(device.info)},
-                        "app_package": app_package, "installed": list(installed),
-                        "app_new": app_new,
-                        "toolchain": compiled.toolchain,
-                        "builder": _builder_of(compiled),
-                        "compile_rounds": compiled.compile_rounds,
-                        "test_class": test_class_of(compiled.code),
-                        "timings": dict(timings),
-                        # What a resumed run needs to retry failed tests within the budget.
-                        "test_package": test_package, "retries": retries,
-                        "deadline_unix": time.time() + budget,
-                    },
-                )
-                instrument = InstrumentResult.model_validate(raw)
-            except RpcError as exc:
-                partial_output = str((exc.data or {}).get("output") or "")
-                abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
-            except ValueError as exc:
-                abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
-            timings["run_ms"] = _ms_since(t)
-            if instrument is not None and abort is None and retries > 0:
-                t = time.monotonic()
-                retried = await self._retry_failed(
-                    gw, target, serial, test_package, instrument.output, retries, remaining
-                )
-                timings["retry_ms"] = _ms_since(t)
-        except _Abort as exc:
-            abort = exc
-        except asyncio.CancelledError:
-            # Cancelled (cancel(), shutdown, a client gone): leave nothing behind on the device.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    asyncio.shield(self._cleanup(
-                        gw, target, serial, app_package if app_new else None, installed)),
-                    self.settings.cleanup_timeout_s,
-                )
-            raise
-
-        return await self._conclude(
-            steps, gw, run_id, device, app_package=app_package, app_new=app_new,
-            installed=installed,
-            instrument=instrument, partial_output=partial_output, abort=abort,
-            retried=retried, timings=timings, toolchain=compiled.toolchain,
-            compile_rounds=compiled.compile_rounds, test_class=test_class_of(compiled.code),
-        )
-
-    async def _conclude(
-        self,
-        steps: StepLog,
-        gw: _RecordingGateway,
-        run_id: str,
-        device: DeviceView,
-        *,
-        app_package: str | None,
-        installed: Sequence[str],
-        instrument: InstrumentResult | None,
-        app_new: bool = False,
-        partial_output: str,
-        abort: _Abort | None,
-        retried: list[list[dict[str, Any]]],
-        timings: dict[str, int],
-        toolchain: Any,
-        compile_rounds: Any,
-        test_class: str | None,
-    ) -> dict[str, Any]:
-        """After the instrumentation: logcat, cleanup, analysis — the run's result."""
-        target: Target = device.ref
-        serial = device.serial
-        logcat = ""
-        logcat_ok = False
-        # Evidence is collected even after a failed or timed-out instrumentation: what the app
-        # logged before it is still ground truth. Its own short budget, past the deadline too.
-        steps.progress("collecting")
-        t = time.monotonic()
-        try:
-            raw = await gw.call(
-                target, "device.logcat.dump", {"serial": serial, "format": "threadtime"},
-                timeout_s=self.settings.step_timeout_s,
-            )
-            logcat = "\n".join(str(line) for line in raw.get("lines", []))
-            logcat_ok = True
-        except RpcError as exc:
-            if abort is None:
-                abort = _Abort(reason_for(exc, "device"), f"logcat: {exc.message}")
-        timings["logcat_ms"] = _ms_since(t)
-
-        steps.progress("cleaning")
-        t = time.monotonic()
-        await self._cleanup(gw, target, serial, app_package if app_new else None, installed)
-        timings["cleanup_ms"] = _ms_since(t)
-
-        output = instrument.output if instrument is not None else partial_output
-        parsed = parse_instrumentation(output) if output else None
-        if not logcat_ok:
-            assert abort is not None
-            result = pending_result(run_id, device, abort.reason_code, abort.detail)
-        else:
-            analysis = analyze(
-                logcat,
-                package=app_package or None,
-                thresholds=self.settings.thresholds,
-                instrumentation=parsed,
-                completed=None if abort is None else False,
-            )
-            result = analysed_result(
-                run_id, device, analysis, logcat, parsed,
-                (abort.reason_code, abort.detail) if abort is not None else None,
-            )
-        result.update(
-            toolchain=toolchain,
-            compile_rounds=compile_rounds,
-            test_class=test_class,
-            package=app_package or None,
-        )
-        if parsed is not None:
-            tests = [
-                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack,
-                 "attempts": 1}
-                for x in parsed.tests
-            ]
-            _merge_retries(tests, retried)
-            slices = slice_by_test(logcat.splitlines()) if logcat_ok else {}
-            for test in tests:
-                test["logcat"] = slices.get((str(test["class"]), str(test["name"])), "")
-            result["tests"] = tests
-            result["run_status"] = parsed.run_status
-        result["timings"].update(timings)
-        return result
-
-    # -- resuming after a controller restart (recovery.py) -------------------------------------
-
-    def resume(self, item: Resumable) -> Awaitable[None] | None:
-        """Take over a dead controller's run whose instrumentation result its bridge may still
-        hold: the request is adopted now (before the bridge is back), and the returned
-        awaitable finishes the run — logcat, cleanup, verdict — once the result comes, or ends
-        it PENDING ``controller_restarted`` when it cannot. None: not resumable here."""
-        adopt = getattr(self.gateway, "adopt", None)
-        if not callable(adopt) or self.store is None:
-            return None
-        if item.done:  # the tests ran and their result was recorded: finish with it
-            recorded: asyncio.Future[dict[str, Any]] = (
-                asyncio.get_running_loop().create_future())
-            recorded.set_result(dict(item.detail["result"]))
-            return asyncio.get_running_loop().create_task(self._resume(item, recorded))
-        ctx = item.context
-        dev = ctx["device"]
-        ref = DeviceRef(dev["bridge_id"], dev["serial"], dev["owner_id"], dev["bridge_name"])
-        params = dict(item.detail.get("params") or {})
-        budget = float(params.get("timeout_s") or self.settings.step_timeout_s)
-        try:
-            waiter = adopt(
-                ref, item.request_id, "device.instrument", params,
-                sent_session=item.bridge_session, timeout_s=budget + self.settings.rpc_grace_s,
-            )
-        except RpcError as exc:
-            log.warning("run %s cannot be resumed: %s", item.run_id, exc.message)
-            return None
-        return asyncio.get_running_loop().create_task(self._resume(item, waiter))
-
-    async def _resume(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
-        """Finish a resumed run, holding its device's turn as the run did before the restart,
-        so a new run on that device waits until this one has collected its logcat and cleaned
-        up. After a restart the turn is free (resume() runs before any new run can queue); a
-        survivor adopting a dead replica's run may first finish its own run on that device."""
-        dev = item.context["device"]
-        turn = self.scheduler.turn(f"{dev['bridge_name']}~{dev['serial']}", "", item.run_id)
-        held = True
-        try:
-            await turn.__aenter__()
-        except RpcError as exc:  # the cluster's turn could not be taken (Redis away)
-            log.warning("run %s: finishing without the device's turn: %s", item.run_id,
-                        exc.message)
-            held = False
-        try:
-            await self._finish_resumed(item, waiter)
-        finally:
-            if held:
-                await turn.__aexit__(None, None, None)
-
-    async def _finish_resumed(self, item: Resumable, waiter: Awaitable[dict[str, Any]]) -> None:
-        assert self.store is not None
-        ctx = item.context
-        dev = ctx["device"]
-        steps = StepLog(self.store, [item.run_id], start_seq=item.next_seq)
-        step = Step("rpc", item.step_seq, dict(item.detail))
-        started = time.monotonic()
-        instrument: InstrumentResult | None = None
-        partial_output = ""
-        abort: _Abort | None = None
-        try:
-            try:
-                instrument = InstrumentResult.model_validate(await waiter)
-            except RpcError as exc:
-                if exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CANCELLED):
-                    # The result is not coming: the run ends as any other a restart cut.
-                    reason = str((exc.data or {}).get("reason") or exc.code.value)
-                    await self._give_up(item, f"its result was not recovered ({reason})")
-                    return
-                partial_output = str((exc.data or {}).get("output") or "")
-                abort = _Abort(reason_for(exc, "device"), f"instrument: {exc.message}")
-                await steps.end(step, "failed", ms=_ms_since(started), resumed=True,
-                                error={"code": exc.code.value, "message": exc.message})
-            except ValueError as exc:
-                abort = _Abort("bridge_unavailable", f"instrument: bad result ({exc})")
-                await steps.end(step, "failed", ms=_ms_since(started), resumed=True,
-                                error=repr(exc)[:300])
-            else:
-                await steps.end(step, "ok", ms=_ms_since(started), resumed=True)
-            device = next(
-                (d for d in self.gateway.devices()
-                 if d.bridge_id == dev["bridge_id"] and d.serial == dev["serial"]),
-                DeviceView(dev["bridge_id"], dev["bridge_name"], dev["owner_id"], dev["serial"],
-                           "device", dict(dev.get("info") or {})),
-            )
-            timings = {str(k): int(v) for k, v in dict(ctx.get("timings") or {}).items()}
-            gw = _RecordingGateway(self.gateway, steps)
-            retried: list[list[dict[str, Any]]] = []
-            # A run whose retries may already have run before its controller died does not
-            # retry again: its tests never run twice because of a takeover.
-            retries = 0 if item.done else int(ctx.get("retries") or 0)
-            test_package = str(ctx.get("test_package") or "")
-            if instrument is not None and abort is None and retries > 0 and test_package:
-                deadline_unix = float(ctx.get("deadline_unix") or 0.0)
-
-                def remaining() -> float:
-                    left = deadline_unix - time.time()
-                    if left <= 0:
-                        raise _Abort("timeout", "the run's deadline passed")
-                    return left
-
-                t = time.monotonic()
-                retried = await self._retry_failed(
-                    gw, device.ref, device.serial, test_package, instrument.output, retries,
-                    remaining,
-                )
-                timings["retry_ms"] = _ms_since(t)
-            result = await self._conclude(
-                steps, gw, item.run_id, device,
-                app_package=ctx.get("app_package") or None,
-                app_new=bool(ctx.get("app_new")),
-                installed=[str(p) for p in ctx.get("installed") or []],
-                instrument=instrument, partial_output=partial_output, abort=abort,
-                retried=retried,
-                timings=timings, toolchain=ctx.get("toolchain"),
-                compile_rounds=ctx.get("compile_rounds"), test_class=ctx.get("test_class"),
-            )
-            result["resumed"] = True
-            result["builder"] = ctx.get("builder")
-            await self._finish([item.run_id], [result])
-            log.info("run %s resumed after a controller restart: %s", item.run_id,
-                     result["verification_status"])
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("resuming run %s failed", item.run_id)
-            await self._give_up(item, f"resuming failed ({exc!r})"[:300])
-
-    # -- continuing a dead replica's run that never reached its tests (recovery.py) ----------
-
-    def continue_run(self, run: Run, next_seq: int) -> Awaitable[None] | None:
-        """Take over a dead controller's run that never sent its instrumentation
-        (:func:`~controller.executor.recovery.restartable`) and run it from the start here,
-        on its device, once that device is reachable from this replica; None: cannot."""
-        if self.store is None:
-            return None
-        record = run.request or {}
-        try:
-            request = ExecuteRequest.model_validate(
-                {k: v for k, v in record.items() if k in ExecuteRequest.model_fields})
-        except ValidationError:
-            return None
-        token_id = record.get("token_id")
-        return asyncio.get_running_loop().create_task(self._continue(
-            run.id, run.user_id, request, str(record["device_id"]), next_seq,
-            token_id if isinstance(token_id, str) else None))
-
-    async def _continue(self, run_id: str, user_id: str | None, request: ExecuteRequest,
-                        device_id: str, next_seq: int, token_id: str | None) -> None:
-        assert self.store is not None
-        try:
-            async with self.store.session() as session, session.begin():
-                await session.execute(
-                    update(RunStep).where(RunStep.run_id == run_id, RunStep.status == "running")
-                    .values(status="failed", finished_at=utcnow()))
-            device = await self._reachable(device_id)
-            if device is None:
-                await self._end_continued(run_id, f"its device {device_id} was not reachable "
-                                          f"within {self.settings.continue_wait_s:g}s")
-                return
-            principal = None
-            if user_id is not None:
-                # The caller as the token they submitted with acts now (its scopes, its user's
-                # rights), not as when the dead replica accepted the run; every step of the
-                # continued run re-checks it again (check_access), like any run's.
-                principal = await self._caller(token_id, user_id)
-                try:
-                    if principal is None:
-                        raise RpcError(ErrorCode.FORBIDDEN, "the token was revoked",
-                                       {"rule": ACCESS_REVOKED, "why": "token"})
-                    await check_access(self.store, principal, device.ref)
-                except RpcError as exc:
-                    await self._end_continued(
-                        run_id, f"no longer allowed ({(exc.data or {}).get('why') or exc.code.value})")
-                    return
-            steps = StepLog(self.store, [run_id], start_seq=next_seq)
-            await steps.record("recovery", "ok", continued_by=self.instance,
-                               detail="its controller stopped before its tests ran: "
-                               "continued from the start")
-            await self.run(Plan(request, principal, [run_id], [device], start_seq=next_seq + 1))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("continuing run %s failed", run_id)
-            await self._end_continued(run_id, f"continuing failed ({exc!r})"[:300])
-
-    async def _caller(self, token_id: str | None, user_id: str) -> Principal | None:
-        """The principal of a run's recorded token (its user's), or None if the token is gone,
-        revoked or not that user's, or the user is disabled (as authentication answers)."""
-        if self.store is None or not token_id:
-            return None
-        async with self.store.session() as session:
-            row = (await session.execute(
-                select(Token, User).join(User, Token.owner_id == User.id)
-                .where(Token.id == token_id, User.id == user_id)
-            )).one_or_none()
-        if row is None or row[0].revoked_at is not None or row[1].disabled_at is not None:
-            return None
-        token, user = row
-        return principal_for(
-            token_id=token.id, kind=token.kind, name=token.name, bridge_id=token.bridge_id,
-            scopes=token.scopes, user_id=user.id, user_name=user.name,
-            user_is_admin=user.is_admin,
-        )
-
-    async def _reachable(self, device_id: str) -> DeviceView | None:
-        """The device once it is ready from here (its bridge reconnected to some replica),
-        looked at every 0.25 s (no event tells it), for ``continue_wait_s``."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + self.settings.continue_wait_s
-        while True:
-            for device in await all_devices(self.gateway):
-                if device.id == device_id and device.ready:
-                    return device
-            if loop.time() >= until:
-                return None
-            await asyncio.sleep(0.25)
-
-    async def _end_continued(self, run_id: str, why: str) -> None:
-        assert self.store is not None
-        with contextlib.suppress(Exception):
-            await end_run(self.store, run_id, why)
-
-    async def _give_up(self, item: Resumable, why: str) -> None:
-        assert self.store is not None
-        with contextlib.suppress(Exception):
-            recovered = await end_run(self.store, item.run_id, why)
-            if recovered is not None and recovered.packages:
-                await clean_up(self.gateway, self.store, [recovered],
-                               wait_s=self.settings.cleanup_timeout_s * 4)
-
-    async def _retry_failed(
-        self,
-        gw: _RecordingGateway,
-        target: Target,
-        serial: str,
-        test_package: str,
-        output: str,
-        retries: int,
-        remaining: Callable[[], float],
-    ) -> list[list[dict[str, Any]]]:
-        """Run the failed tests again (``-e class Cls#m,Cls#n``), up to ``retries`` times or
-        until they pass; each attempt's test records. A failed retry ends the retries, never
-        the run: the first attempt's results stand."""
-        attempts: list[list[dict[str, Any]]] = []
-        failing = _failed(parse_instrumentation(output).tests)
-        for _ in range(retries):
-            if not failing:
-                break
-            try:
-                budget = remaining()
-                raw = await gw.call(
-                    target,
-                    "device.instrument",
-                    {"serial": serial, "package": test_package, "runner": self.settings.runner,
-                     "args": {"class": ",".join(f"{c}#{n}" for c, n in failing)},
-                     "timeout_s": round(budget, 1)},
-                    timeout_s=budget + self.settings.rpc_grace_s,
-                )
-                again = parse_instrumentation(InstrumentResult.model_validate(raw).output)
-            except (RpcError, ValueError, _Abort):
-                break
-            records = [
-                {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack}
-                for x in again.tests
-            ]
-            attempts.append(records)
-            failing = _failed(again.tests)
-        return attempts
-
-    async def _cleanup(
-        self,
-        gw: _RecordingGateway,
-        target: Target,
-        serial: str,
-        app_package: str | None,
-        installed: Sequence[str],
-    ) -> None:
-        """Clear the app's data and uninstall what this run installed (docs/design.md §6).
-        ``app_package`` only when the run installed it new, ``installed`` only what the run
-        put there: a package the device had before the run is never cleared nor removed."""
-        limit = self.settings.cleanup_timeout_s
-        with contextlib.suppress(RpcError):
-            if app_package:
-                await gw.call(
-                    target, "device.shell", {"serial": serial, "argv": ["pm", "clear", app_package]},
-                    timeout_s=limit, check=False,
-                )
-        for package in reversed(installed):  # the test package first: it targets the app
-            with contextlib.suppress(RpcError):
-                await gw.call(
-                    target, "device.uninstall", {"serial": serial, "package": package},
-                    timeout_s=limit, check=False,
-                )
-
-    # -- the store ---------------------------------------------------------------------------
-
-    async def _mark(self, run_ids: Sequence[str], status: RunStatus) -> None:
-        if self.store is None:
-            return
-        try:
-            async with self.store.session() as session, session.begin():
-                await session.execute(
-                    update(Run).where(Run.id.in_(list(run_ids))).values(status=status.value)
-                )
-        except Exception:
-            log.exception("could not mark runs %s %s", run_ids, status.value)
-
-    async def _mark_cancelled(self, run_ids: Sequence[str]) -> None:
-        if self.store is None:
-            return
-        with contextlib.suppress(Exception):
-            async with self.store.session() as session, session.begin():
-                await session.execute(
-                    update(Run)
-                    .where(Run.id.in_(list(run_ids)))
-                    .values(status=RunStatus.CANCELLED.value, finished_at=utcnow())
-                )
-
-    async def _finish(self, run_ids: Sequence[str], results: Sequence[dict[str, Any]]) -> None:
-        if self.store is None:
-            return
-        try:
-            async with self.store.session() as session, session.begin():
-                for run_id, result in zip(run_ids, results, strict=True):
-                    cancelled = result.get("reason_code") in ("cancelled", "access_revoked")
-                    await session.execute(
-                        update(Run)
-                        .where(Run.id == run_id)
-                        .values(
-                            status=(RunStatus.CANCELLED if cancelled else RunStatus.FINISHED).value,
-                            verdict=result["verification_status"],
-                            result=result,
-                            finished_at=utcnow(),
-                        )
-                    )
-                    for test in result.get("tests", []):
-                        session.add(
-                            TestResult(
-                                run_id=run_id,
-                                class_name=str(test.get("class") or "")[:255],
-                                name=str(test.get("name") or "")[:255],
-                                status=str(test.get("status") or "")[:32],
-                                stack=test.get("stack"),
-                            )
-                        )
-        except Exception:
-            log.exception("could not store the results of runs %s", run_ids)
-
-
-def _judged_by(result: CompileResult) -> str:
-    """The toolchain a result names: ``kotlinc`` when the real compiler judged the test and
-    the simulated toolchain built it (without an SDK); ``gradle`` or ``simulated`` otherwise."""
-    if result.checked_by == "kotlinc" and result.toolchain == "simulated":
-        return "kotlinc"
-    return result.toolchain

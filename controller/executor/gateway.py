@@ -14,12 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from controller.auth.authorization import DeviceRef
 from protocol.envelope import Capabilities
+from protocol.methods import Method
 
 __all__ = ["BridgeView", "DeviceView", "Gateway", "Target", "all_bridges", "all_devices"]
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 #: Where an RPC goes: a device (``DeviceRef``) or a bridge (its id), as ``Hub.call`` takes it.
 Target = DeviceRef | str
@@ -93,14 +99,15 @@ class Gateway(Protocol):
     async def call(
         self,
         target: Target,
-        method: str,
-        params: Mapping[str, Any],
+        method: Method[P, R],
+        params: P,
         *,
         timeout_s: float | None = None,
-    ) -> dict[str, Any]:
-        """Send one RPC and return its result (a plain dict), or raise ``RpcError``.
+    ) -> R:
+        """Send one RPC and return its result model, or raise ``RpcError`` (``internal``
+        with ``data["reason"]`` ``invalid_result`` when the result does not fit its model).
 
-        For a device, the gateway fills in ``params["serial"]`` (as ``Hub.call`` does).
+        For a device, the gateway sets the params' ``serial`` to it (as ``Hub.call`` does).
         """
         ...
 

@@ -14,9 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.auth.authorization import DeviceRef
-from controller.executor.gateway import BridgeView, DeviceView, Target
+from controller.executor.gateway import BridgeView, DeviceView, P, R, Target
 from controller.hub import Hub
 from protocol.envelope import Capabilities
+from protocol.methods import Method
 
 __all__ = ["HubGateway"]
 
@@ -76,16 +77,16 @@ class HubGateway:
     async def call(
         self,
         target: Target,
-        method: str,
-        params: Mapping[str, Any],
+        method: Method[P, R],
+        params: P,
         *,
         timeout_s: float | None = None,
         request_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> R:
         # A call recorded for resuming keeps its shared wait until the executor has
         # recorded its result (settle()): a replica dying in between loses nothing.
         return await self.hub.call(
-            target, method, dict(params), timeout_s=timeout_s, request_id=request_id,
+            target, method, params, timeout_s=timeout_s, request_id=request_id,
             settle=request_id is None,
         )
 

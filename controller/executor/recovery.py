@@ -41,6 +41,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select, update
 
 from controller.executor.gateway import Gateway, all_devices
@@ -48,6 +49,7 @@ from controller.executor.results import pending_result
 from controller.executor.steps import StepLog
 from controller.store import Run, RunStatus, RunStep, Store, utcnow
 from protocol.errors import RpcError
+from protocol.methods import INSTALL, INSTRUMENT, UNINSTALL
 
 __all__ = [
     "REASON",
@@ -79,6 +81,39 @@ class Recovered:
     user_id: str | None = None  # whose run it was (the device's owner may clean up as owner)
 
 
+class ResumedDevice(BaseModel):
+    """The device a resumed run is on, as its instrument step recorded it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    bridge_id: str
+    bridge_name: str
+    owner_id: str
+    serial: str
+    info: dict[str, Any] = Field(default_factory=dict)  # DeviceInfo fields
+
+
+class ResumeContext(BaseModel):
+    """What a run needs to be finished by another controller process after its tests ran:
+    written with its instrument step (``detail["resume"]``), read back by :func:`resumable`."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    device: ResumedDevice
+    app_package: str | None = None
+    installed: list[str] = Field(default_factory=list)  # what the run put on the device
+    app_new: bool = False  # the app was not on the device before: its data may be cleared
+    toolchain: str | None = None
+    builder: dict[str, Any] | None = None  # {"id", "name", "shared"} of the build bridge
+    compile_rounds: list[dict[str, Any]] = Field(default_factory=list)
+    test_class: str | None = None
+    timings: dict[str, int] = Field(default_factory=dict)  # phases so far, ms
+    # What a resumed run needs to retry failed tests within the budget.
+    test_package: str | None = None
+    retries: int = 0
+    deadline_unix: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Resumable:
     """A dead controller's run waiting for its instrumentation's result, which the bridge
@@ -99,8 +134,8 @@ class Resumable:
         return str(self.detail["bridge_session"])
 
     @property
-    def context(self) -> dict[str, Any]:
-        return dict(self.detail["resume"])
+    def context(self) -> ResumeContext:
+        return ResumeContext.model_validate(self.detail["resume"])
 
 
 Resume = Callable[[Resumable], Awaitable[None] | None]
@@ -118,7 +153,7 @@ def restartable(run: Run, steps: Sequence[RunStep]) -> bool:
         return False
     if request.get("apks") is not None or "classes" in request or request.get("kind"):
         return False
-    return not any(s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"
+    return not any(s.kind == "rpc" and (s.detail or {}).get("method") == INSTRUMENT.name
                    for s in steps)
 
 
@@ -128,7 +163,7 @@ def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
     if run.status != RunStatus.RUNNING.value:
         return None
     instruments = [s for s in steps
-                   if s.kind == "rpc" and (s.detail or {}).get("method") == "device.instrument"]
+                   if s.kind == "rpc" and (s.detail or {}).get("method") == INSTRUMENT.name]
     open_steps = [s for s in steps if s.status == "running"]
     done = False
     if open_steps and open_steps[-1] in instruments:
@@ -140,12 +175,11 @@ def resumable(run: Run, steps: Sequence[RunStep]) -> Resumable | None:
         return None
     detail = step.detail or {}
     if not (isinstance(detail.get("request_id"), str) and isinstance(
-            detail.get("bridge_session"), str) and isinstance(detail.get("resume"), dict)):
+            detail.get("bridge_session"), str)):
         return None
-    device = detail["resume"].get("device")
-    if not isinstance(device, dict) or not all(
-            isinstance(device.get(k), str) for k in ("bridge_id", "bridge_name", "owner_id",
-                                                     "serial")):
+    try:
+        ResumeContext.model_validate(detail.get("resume"))
+    except ValidationError:
         return None
     return Resumable(run.id, step.seq, dict(detail), max(s.seq for s in steps) + 1, done)
 
@@ -227,9 +261,9 @@ def _owed(steps: Sequence[RunStep]) -> list[str]:
         detail = s.detail or {}
         if s.kind != "rpc" or s.status != "ok":
             continue
-        if detail.get("method") == "device.install" and detail.get("package"):
+        if detail.get("method") == INSTALL.name and detail.get("package"):
             installed.append(str(detail["package"]))
-        elif detail.get("method") == "device.uninstall":
+        elif detail.get("method") == UNINSTALL.name:
             package = (detail.get("params") or {}).get("package")
             if package in installed:
                 installed.remove(package)
@@ -338,11 +372,11 @@ async def clean_up(
                         # record no other); the bridge may have restarted and forgotten them,
                         # so the owner's own run cleans up as the owner (docs/security.md).
                         mine = item.user_id is not None and item.user_id == device.owner_id
-                        await gateway.call(
-                            device.ref, "device.uninstall",
+                        params = UNINSTALL.parse_params(
                             {"serial": device.serial, "package": package,
-                             **({"as_owner": True} if mine else {})},
-                            timeout_s=call_timeout_s,
+                             **({"as_owner": True} if mine else {})})
+                        await gateway.call(
+                            device.ref, UNINSTALL, params, timeout_s=call_timeout_s
                         )
                         removed.append(package)
                     except RpcError as exc:

@@ -46,11 +46,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controller.audit import AuditLog
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
@@ -69,12 +69,14 @@ from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.envelope import DEVICES_CHANNEL, Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import METHODS, DevicesChanged, LogBatch
+from protocol.methods import LOGCAT_SUBSCRIBE, METHODS, DevicesChanged, LogBatch, Method
 from protocol.session import Completion, ControllerSession, Liveness, Pending, Resume
 from protocol.settings import Settings
 
 __all__ = ["BridgeEntry", "BridgeSocket", "BridgeState", "ClusterHooks", "Connection", "Hub"]
 
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 log = logging.getLogger("droidwire.controller.hub")
 
 
@@ -203,6 +205,26 @@ class Hub:
     async def call(
         self,
         target: DeviceRef | str,
+        method: Method[P, R],
+        params: P,
+        *,
+        timeout_s: float | None = None,
+        request_id: str | None = None,
+        settle: bool = True,
+    ) -> R:
+        """Call ``method`` (its descriptor, :mod:`protocol.methods`) with its params model on
+        a device's bridge (``serial`` set to the device's) or on a bridge (its id); returns
+        the method's result model (one that does not fit it: ``internal``, ``data["reason"]``
+        ``invalid_result``). See :meth:`call_wire` for the other errors and the options."""
+        raw = await self.call_wire(
+            target, method.name, params.model_dump(exclude_unset=True, exclude_none=True),
+            timeout_s=timeout_s, request_id=request_id, settle=settle,
+        )
+        return method.parse_result(raw)
+
+    async def call_wire(
+        self,
+        target: DeviceRef | str,
         method: str,
         params: dict[str, Any] | None = None,
         *,
@@ -212,7 +234,8 @@ class Hub:
         request_id: str | None = None,
         settle: bool = True,
     ) -> dict[str, Any]:
-        """Call ``method`` on a device's bridge (``serial`` filled in) or on a bridge (its id).
+        """:meth:`call` by the method's wire name with plain params and result: what a call
+        forwarded from another replica or adopted from a recorded step carries.
 
         ``settle=False`` (with a ``request_id``): the call's shared wait (cluster mode) is left
         for the caller to end with :meth:`settle`, once it has recorded the result — so a
@@ -395,14 +418,17 @@ class Hub:
         self,
         principal: Principal,
         device: DeviceRef,
-        method: str,
-        params: dict[str, Any] | None = None,
+        method: Method[P, R],
+        params: P | Mapping[str, Any],
         *,
         timeout_s: float | None = None,
         action: str | None = None,
-    ) -> dict[str, Any]:
-        """A user's call on a device: authorize, call, audit (refusals and failures too)."""
-        name = action or method
+    ) -> R:
+        """A user's call on a device: authorize, call, audit (refusals and failures too).
+
+        ``params``: the params model, or the user's plain params without ``serial``
+        (validated here: invalid ones are a ``bad_request`` audited as such)."""
+        name = action or method.name
         try:
             await authorize(principal, device, Action.USE, store=self.store)
             if self.gate is not None:
@@ -411,7 +437,9 @@ class Hub:
             await self.audit_device(principal, name, device, exc)
             raise
         try:
-            result = await self.call(device, method, _vouch(principal, device, method, params),
+            typed = params if isinstance(params, BaseModel) else method.parse_params(
+                {**params, "serial": device.serial})
+            result = await self.call(device, method, _vouched(principal, device, typed),
                                      timeout_s=timeout_s)
         except RpcError as exc:
             await self.audit_device(principal, name, device, exc)
@@ -448,7 +476,7 @@ class Hub:
             await authorize(principal, device, Action.USE, store=self.store)
             self.logcat.reserve(hold)  # before the await: concurrent opens count too
             stream = await self.subscribe_logcat(device, _vouch(
-                principal, device, "device.logcat.subscribe", params))
+                principal, device, LOGCAT_SUBSCRIBE.name, params))
             hold.stream = stream
         except RpcError as exc:
             self.logcat.release(hold)
@@ -627,9 +655,9 @@ class Hub:
         self.store.seen.bridge(entry.id, entry.last_seen_at)
 
     async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
-        if evt.ch == DEVICES_CHANNEL:
+        if evt.channel == DEVICES_CHANNEL:
             try:
-                changed = DevicesChanged.model_validate(evt.d)
+                changed = DevicesChanged.model_validate(evt.data)
             except ValidationError as exc:
                 log.warning("bridge %s: malformed inventory event: %s", entry.name,
                             exc.error_count())
@@ -638,22 +666,22 @@ class Hub:
             log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
             await self._persist_devices(entry)
             return
-        screen = entry.screens.get(evt.ch)
+        screen = entry.screens.get(evt.channel)
         if screen is not None:
             screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
             return
-        stream = entry.streams.get(evt.ch)
+        stream = entry.streams.get(evt.channel)
         if stream is None:
-            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.ch)
+            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.channel)
             return
         try:
             batch = LogBatch.from_event(evt)
         except RpcError as exc:
-            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.ch, exc)
+            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.channel, exc)
             return
         stream.feed(batch)
         if stream.ended:
-            entry.streams.pop(evt.ch, None)
+            entry.streams.pop(evt.channel, None)
             entry.subscriptions.discard(stream)
         elif stream.queued * 2 >= stream.max_batches:
             # Let the stream's consumer run before the next frame is read: a burst read in one
@@ -758,3 +786,10 @@ def _vouch(
     return {**(params or {}), "as_owner": True}
 
 
+def _vouched(principal: Principal, device: DeviceRef, params: P) -> P:
+    """:func:`_vouch` for a params model."""
+    if principal.user_id != device.owner_id or principal.bridge_id is not None:
+        return params
+    if "as_owner" not in type(params).model_fields:
+        return params
+    return params.model_copy(update={"as_owner": True})

@@ -18,6 +18,7 @@ from controller.hub.entry import BridgeEntry
 from controller.hub.streams import LogStream
 from protocol.envelope import is_channel
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import LOGCAT_SUBSCRIBE, LOGCAT_UNSUBSCRIBE, LogcatUnsubscribeParams
 
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
@@ -82,7 +83,7 @@ class LogcatStreams:
             entry.subscriptions.add(stream)
             made.append(stream)
 
-        await self.hub.call(device, "device.logcat.subscribe", params, on_result=register)
+        await self.hub.call_wire(device, LOGCAT_SUBSCRIBE.name, params, on_result=register)
         if not made:
             raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a valid channel")
         return made[0]
@@ -103,7 +104,8 @@ class LogcatStreams:
 
         device = DeviceRef(entry.id, stream.serial, entry.owner_id, entry.name)
         try:
-            result = await self.hub.call(device, "device.logcat.subscribe", params, on_result=reroute)
+            result = await self.hub.call_wire(device, LOGCAT_SUBSCRIBE.name, params,
+                                              on_result=reroute)
         except RpcError as exc:
             log.info("bridge %s: logcat of %s not resumed: %s", entry.name, stream.serial, exc)
             stream.end(f"resume_failed: {exc.code.value}")
@@ -113,7 +115,8 @@ class LogcatStreams:
         if stream.ended and isinstance(channel, str) and usable(channel):
             # The consumer left while we were subscribing again: stop the new stream too.
             with contextlib.suppress(RpcError):
-                await self.hub.call(entry.id, "device.logcat.unsubscribe", {"channel": channel})
+                await self.hub.call(entry.id, LOGCAT_UNSUBSCRIBE,
+                                    LogcatUnsubscribeParams(channel=channel))
 
     async def unsubscribe(self, stream: LogStream) -> None:
         """Stop a stream: at once here; on the bridge's side in the background (best effort:
@@ -137,8 +140,8 @@ class LogcatStreams:
         with contextlib.suppress(RpcError):
             await self.hub.call(
                 bridge_id,
-                "device.logcat.unsubscribe",
-                {"channel": channel},
+                LOGCAT_UNSUBSCRIBE,
+                LogcatUnsubscribeParams(channel=channel),
                 timeout_s=self.hub.settings.rpc_timeout_s,
             )
 

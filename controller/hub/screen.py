@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.screen_methods import ScreenFrame, parse_screen_frame
+from protocol.screen_methods import (
+    SCREEN_SUBSCRIBE,
+    SCREEN_UNSUBSCRIBE,
+    ScreenFrame,
+    ScreenUnsubscribeParams,
+    parse_screen_frame,
+)
 
 if TYPE_CHECKING:
     from controller.auth.authorization import DeviceRef
@@ -125,9 +131,9 @@ class ScreenFeed:
 
     def on_event(self, evt: Evt) -> None:
         try:
-            frame = parse_screen_frame(evt.d, seq=evt.seq)
+            frame = parse_screen_frame(evt.data, seq=evt.seq)
         except RpcError as exc:
-            log.warning("malformed screen frame on %s: %s", evt.ch, exc.message)
+            log.warning("malformed screen frame on %s: %s", evt.channel, exc.message)
             return
         if evt.seq < self.next_seq:
             return  # a duplicate
@@ -220,9 +226,9 @@ class ScreenFeeds:
             feed.codec = str(result.get("codec", codec))
             entry.screens[channel] = feed
 
-        await hub.call(
+        await hub.call_wire(
             device,
-            "device.screen.subscribe",
+            SCREEN_SUBSCRIBE.name,
             {"codec": codec, "max_fps": self.max_fps, "max_side": self.max_side},
             on_result=register,
         )
@@ -254,7 +260,8 @@ class ScreenFeeds:
 
     async def _unsubscribe(self, bridge_id: str, channel: str) -> None:
         with contextlib.suppress(RpcError):
-            await self.hub.call(bridge_id, "device.screen.unsubscribe", {"channel": channel},
+            await self.hub.call(bridge_id, SCREEN_UNSUBSCRIBE,
+                                ScreenUnsubscribeParams(channel=channel),
                                 timeout_s=self.hub.settings.rpc_timeout_s)
 
     def feeds(self) -> list[ScreenFeed]:

@@ -37,7 +37,19 @@ from typing import TYPE_CHECKING, Any
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.tunnel_methods import MAX_WINDOW, MAX_WRITE, encode_frame, parse_tunnel_chunk
+from protocol.tunnel_methods import (
+    MAX_WINDOW,
+    MAX_WRITE,
+    TUNNEL_ACK,
+    TUNNEL_CLOSE,
+    TUNNEL_OPEN,
+    TUNNEL_START,
+    TUNNEL_WRITE,
+    TunnelAckParams,
+    TunnelCloseParams,
+    encode_frame,
+    parse_tunnel_chunk,
+)
 
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
@@ -78,9 +90,9 @@ class RelayStream:
 
     def on_event(self, evt: Evt) -> None:
         try:
-            chunk = parse_tunnel_chunk(evt.d, seq=evt.seq)
+            chunk = parse_tunnel_chunk(evt.data, seq=evt.seq)
         except RpcError as exc:
-            log.warning("malformed tunnel chunk on %s: %s", evt.ch, exc.message)
+            log.warning("malformed tunnel chunk on %s: %s", evt.channel, exc.message)
             return
         if evt.seq < self.next_seq:
             return  # a duplicate
@@ -130,10 +142,9 @@ class Tunnel:
 
     async def start(self) -> bytes:
         """Ask the bridge for the device's features; the client's ``hello`` frame."""
-        result = await self.hub.call(
-            self.device, "device.tunnel.start",
-            _vouch(self.principal, self.device, {}))
-        features = [str(f) for f in result.get("features", []) if isinstance(f, str)]
+        result = await self.hub.call(self.device, TUNNEL_START, TUNNEL_START.parse_params(
+            _vouch(self.principal, self.device, {"serial": self.device.serial})))
+        features = list(result.features)
         record = await self._record()
         props = ";".join(f"{k}={v}" for k, v in record.items() if v)
         banner = f"device::{props};" if props else "device::"
@@ -249,7 +260,7 @@ class Tunnel:
 
                 params = _vouch(principal, device,
                                 {"service": stream.service, "window": self.window})
-                await hub.call(device, "device.tunnel.open", params, on_result=register)
+                await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
                 if stream.channel is None:
                     raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a channel")
             except RpcError as exc:
@@ -320,8 +331,9 @@ class Tunnel:
     async def _write_one(self, stream: RelayStream, offset: int, data: bytes,
                          slots: asyncio.Semaphore) -> None:
         try:
-            await self.hub.call(self.device.bridge_id, "device.tunnel.write",
-                                {"channel": stream.channel, "offset": offset, "data": data})
+            # The hot path of a push: plain params, validated once by call_wire.
+            await self.hub.call_wire(self.device.bridge_id, TUNNEL_WRITE.name,
+                                     {"channel": stream.channel, "offset": offset, "data": data})
         except RpcError as exc:
             if not stream.closed:
                 self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
@@ -337,8 +349,8 @@ class Tunnel:
             while stream.ack_due and not stream.closed and stream.channel is not None:
                 n = min(stream.ack_due, MAX_WINDOW)
                 stream.ack_due -= n
-                await self.hub.call(self.device.bridge_id, "device.tunnel.ack",
-                                    {"channel": stream.channel, "n": n})
+                await self.hub.call(self.device.bridge_id, TUNNEL_ACK,
+                                    TunnelAckParams(channel=stream.channel, n=n))
         except RpcError as exc:
             log.debug("tunnel %s: ack failed: %s", self.id, exc.message)
         finally:
@@ -372,8 +384,8 @@ class Tunnel:
 
         async def close() -> None:
             with contextlib.suppress(RpcError):
-                await self.hub.call(self.device.bridge_id, "device.tunnel.close",
-                                    {"channel": channel},
+                await self.hub.call(self.device.bridge_id, TUNNEL_CLOSE,
+                                    TunnelCloseParams(channel=channel),
                                     timeout_s=self.hub.settings.rpc_timeout_s)
 
         self.hub._spawn(close())

@@ -32,7 +32,7 @@ from controller.hub import list_devices, resolve_device
 from controller.mcp.spec import Caller, Outcome, parse
 from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import LogcatDumpResult, ScreenshotResult, ShellResult, validate_result
+from protocol.methods import LOGCAT_DUMP, SCREENSHOT, SHELL
 
 __all__ = [
     "MAX_DUMP_LINES",
@@ -108,11 +108,7 @@ async def device_shell(caller: Caller, args: dict[str, Any]) -> Outcome:
     record = await resolve_device(hub, caller.principal, a.device)
     params = a.model_dump(exclude_none=True, exclude={"device"})
     timeout = None if a.timeout_s is None else a.timeout_s + hub.settings.rpc_timeout_s
-    result = await hub.device_call(
-        caller.principal, record.ref, "device.shell", params, timeout_s=timeout
-    )
-    out = validate_result("device.shell", result)
-    assert isinstance(out, ShellResult)
+    out = await hub.device_call(caller.principal, record.ref, SHELL, params, timeout_s=timeout)
     return Outcome(
         data={"exit_code": out.exit_code, "stdout": out.stdout, "stderr": out.stderr},
         devices=[record.id],
@@ -124,18 +120,14 @@ async def logcat_dump(caller: Caller, args: dict[str, Any]) -> Outcome:
     hub = caller.hub
     record = await resolve_device(hub, caller.principal, a.device)
     params: dict[str, Any] = {} if a.lines is None else {"lines": a.lines}
-    result = await hub.device_call(caller.principal, record.ref, "device.logcat.dump", params)
-    out = validate_result("device.logcat.dump", result)
-    assert isinstance(out, LogcatDumpResult)
+    out = await hub.device_call(caller.principal, record.ref, LOGCAT_DUMP, params)
     return Outcome(data={"lines": list(out.lines)}, devices=[record.id])
 
 
 async def screenshot(caller: Caller, args: dict[str, Any]) -> Outcome:
     hub = caller.hub
     record = await resolve_device(hub, caller.principal, str(args["device"]))
-    result = await hub.device_call(caller.principal, record.ref, "device.screenshot", {})
-    out = validate_result("device.screenshot", result)
-    assert isinstance(out, ScreenshotResult)
+    out = await hub.device_call(caller.principal, record.ref, SCREENSHOT, {})
     return Outcome(image_png=out.png, data=image_info(out.png), devices=[record.id])
 
 

@@ -33,7 +33,19 @@ from controller.agent import (
 from controller.auth import Principal
 from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
+from protocol.agent_methods import (
+    APP_START,
+    APP_STOP,
+    DEVICE_STATE,
+    UI_DUMP,
+    UI_KEY,
+    UI_SCREENSHOT,
+    UI_SWIPE,
+    UI_TAP,
+    UI_TEXT,
+)
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Method
 
 __all__ = [
     "ActIn",
@@ -50,13 +62,13 @@ __all__ = [
 
 log = logging.getLogger("droidwire.controller.services.agent")
 
-_ACTIONS = {
-    "tap": "ui.tap",
-    "swipe": "ui.swipe",
-    "text": "ui.text",
-    "key": "ui.key",
-    "start": "app.start",
-    "stop": "app.stop",
+_ACTIONS: dict[str, Method[Any, Any]] = {
+    "tap": UI_TAP,
+    "swipe": UI_SWIPE,
+    "text": UI_TEXT,
+    "key": UI_KEY,
+    "start": APP_START,
+    "stop": APP_STOP,
 }
 _PNG_KEYS = ("at_action_png", "settled_png", "composite_png")
 
@@ -171,13 +183,17 @@ class _Session:
         self.trace = trace
         self.ref = ref
 
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """``method`` with the plain params a plan or a tool gives (``serial`` set here),
+        its result as a plain map (what traces record)."""
         # Each step of an agent's loop re-checks the token too (``device_call`` checks the
         # loan and scope): a token revoked mid-loop stops it at its next step.
         await check_access(self.hub.store, self.principal)
-        return await self.hub.device_call(
-            self.principal, self.ref, method, params, action=f"agent.{method}"
+        result = await self.hub.device_call(
+            self.principal, self.ref, method, params, action=f"agent.{method.name}"
         )
+        out: dict[str, Any] = result.model_dump(exclude_unset=True)
+        return out
 
 
 async def _open(
@@ -191,7 +207,7 @@ async def _open(
 
 
 async def _tool(
-    session: _Session, method: str, params: dict[str, Any], **detail: Any
+    session: _Session, method: Method[Any, Any], params: dict[str, Any], **detail: Any
 ) -> dict[str, Any]:
     """One tool call, recorded in its trace whatever happens (refusals too)."""
     trace = session.trace
@@ -202,13 +218,13 @@ async def _tool(
         await trace.record(
             "tool",
             status,
-            method=method,
+            method=method.name,
             params=params,
             code=exc.code.value,
             message=exc.message,
             rule=(exc.data or {}).get("rule"),
         )
-        await trace.finish(ok=False, summary=f"{method}: {exc.message}", reason=status)
+        await trace.finish(ok=False, summary=f"{method.name}: {exc.message}", reason=status)
         raise
     frames = (
         await trace.keep_frames(len(trace.steps), result) if method in _ACTIONS.values() else {}
@@ -226,7 +242,7 @@ async def _tool(
         **frames,
         **detail,
     )
-    await trace.finish(ok=ok, summary=f"{method}: {'ok' if ok else 'failed'}")
+    await trace.finish(ok=ok, summary=f"{method.name}: {'ok' if ok else 'failed'}")
     return result
 
 
@@ -263,14 +279,14 @@ def _element_json(e: dict[str, Any]) -> dict[str, Any]:
 async def device_state(state: Any, principal: Principal, device: str) -> dict[str, Any]:
     """Where the device is: app, page, recent pages, keyboard, screen, and a prompt block."""
     session = await _open(state, principal, device, "state")
-    out = await _tool(session, "device.state", {})
+    out = await _tool(session, DEVICE_STATE, {})
     return {**_state_json(out), "trace_id": session.trace.id}
 
 
 async def ui_elements(state: Any, principal: Principal, device: str) -> dict[str, Any]:
     """The on-screen elements (``uiautomator dump``), indexed as the marks and taps use them."""
     session = await _open(state, principal, device, "ui")
-    out = await _tool(session, "ui.dump", {})
+    out = await _tool(session, UI_DUMP, {})
     return {
         "elements": [_element_json(dict(e)) for e in out.get("elements", [])],
         "trace_id": session.trace.id,
@@ -283,7 +299,7 @@ async def screenshot(
     """The screen as PNG; ``marks=1`` draws a magenta crosshair and index on each actionable
     element (Set-of-Marks)."""
     session = await _open(state, principal, device, "screenshot", marks=marks)
-    out = await _tool(session, "ui.screenshot", {"marks": marks})
+    out = await _tool(session, UI_SCREENSHOT, {"marks": marks})
     png = out.get("png")
     if not isinstance(png, bytes):
         raise RpcError(ErrorCode.INTERNAL, "the bridge returned no PNG")
@@ -352,11 +368,11 @@ async def done(state: Any, principal: Principal, device: str, body: DoneIn) -> d
     session = await _open(state, principal, device, "done", goal=body.goal)
     trace = session.trace
     try:
-        current = await session.call("device.state", {})
-        elements = [dict(e) for e in (await session.call("ui.dump", {})).get("elements", [])]
+        current = await session.call(DEVICE_STATE, {})
+        elements = [dict(e) for e in (await session.call(UI_DUMP, {})).get("elements", [])]
         evidence = dict(_last_frames(state).get((principal.user_id, str(session.ref)), {}))
         if not evidence:
-            shot = await session.call("ui.screenshot", {"marks": False})
+            shot = await session.call(UI_SCREENSHOT, {"marks": False})
             if isinstance(shot.get("png"), bytes):
                 evidence = {"settled_png": shot["png"]}
     except RpcError as exc:

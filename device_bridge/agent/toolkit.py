@@ -48,6 +48,11 @@ from device_bridge.agent.uitree import extract_xml, find, parse_ui
 from device_bridge.policy import Policy, PolicyConfig, Profile
 from protocol.agent_methods import (
     ACTION_METHODS,
+    ACTIONS,
+    AGENT_CHECK,
+    DEVICE_STATE,
+    UI_DUMP,
+    UI_SCREENSHOT,
     ActionParams,
     ActionResult,
     AgentCheckParams,
@@ -122,20 +127,17 @@ class AgentToolkit:
     def install(cls, rpc: Dispatcher, **options: Any) -> AgentToolkit:
         """A toolkit over ``rpc`` whose methods ``rpc`` then serves (``Dispatcher.add``)."""
         toolkit = cls(rpc, **options)
-        for name, handler in toolkit.handlers().items():
-            rpc.add(name, handler)
+        toolkit.serve_on(rpc)
         return toolkit
 
-    def handlers(self) -> dict[str, Handler]:
-        table: dict[str, Handler] = {
-            "device.state": self._device_state,
-            "ui.dump": self._ui_dump,
-            "ui.screenshot": self._ui_screenshot,
-            "agent.check": self._check,
-        }
-        for name in ACTION_METHODS:
-            table[name] = functools.partial(self._action, name)
-        return table
+    def serve_on(self, rpc: Dispatcher) -> None:
+        """``rpc`` serves the toolkit's methods with these handlers."""
+        rpc.serve(DEVICE_STATE, self._device_state)
+        rpc.serve(UI_DUMP, self._ui_dump)
+        rpc.serve(UI_SCREENSHOT, self._ui_screenshot)
+        rpc.serve(AGENT_CHECK, self._check)
+        for method in ACTIONS.values():  # validated by act(), which also serves the planner
+            rpc.add(method, functools.partial(self._action, method.name))
 
     @property
     def _adb(self) -> AdbDevices:
@@ -146,10 +148,9 @@ class AgentToolkit:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def _device_state(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("device.state", params, DeviceParams)
+    async def _device_state(self, p: DeviceParams) -> DeviceStateResult:
         self.rpc.policy.check_ui(p.serial)
-        return dump(await self.state(p.serial))
+        return await self.state(p.serial)
 
     async def state(self, serial: str) -> DeviceStateResult:
         adb = self._adb
@@ -229,13 +230,11 @@ class AgentToolkit:
         )
         return parse_ui(extract_xml(out.stdout))
 
-    async def _ui_dump(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("ui.dump", params, DeviceParams)
+    async def _ui_dump(self, p: DeviceParams) -> dict[str, Any]:
         self.rpc.policy.check_ui(p.serial)
         return {"elements": [dump(e) for e in await self.elements(p.serial)]}
 
-    async def _ui_screenshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("ui.screenshot", params, UiScreenshotParams)
+    async def _ui_screenshot(self, p: UiScreenshotParams) -> dict[str, Any]:
         self.rpc.policy.check_ui(p.serial)
         self.rpc.policy.check_screenshot(p.serial)
         if not p.marks:
@@ -380,8 +379,7 @@ class AgentToolkit:
 
     # -- dry run -------------------------------------------------------------------------------
 
-    async def _check(self, params: dict[str, Any]) -> dict[str, Any]:
-        p = _valid("agent.check", params, AgentCheckParams)
+    async def _check(self, p: AgentCheckParams) -> dict[str, Any]:
         outcomes: list[CheckOutcome] = []
         for step in p.steps:
             outcomes.append(await self._check_one(p.serial, step.method, step.params))

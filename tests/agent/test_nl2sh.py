@@ -17,6 +17,7 @@ from controller.agent.runner import Caller
 from controller.store import Run, RunStep, Store
 from device_bridge.rpc import Dispatcher
 from fixer.llm import LlmClient, LlmSettings
+from protocol.methods import Method
 from tests.adb_support import ConnectedSim
 from tests.agent.support import shell_log, toast_shown
 from tests.llm_server import LlmServer
@@ -37,8 +38,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def caller(bridge: Dispatcher, sim: ConnectedSim) -> Caller:
-    async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return await bridge(method, {**params, "serial": sim.address})
+    async def call(method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
+        return await bridge(method.name, {**params, "serial": sim.address})
 
     return call
 

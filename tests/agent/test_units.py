@@ -20,7 +20,9 @@ from device_bridge.agent.state import (
     state_text,
 )
 from device_bridge.agent.uitree import extract_xml, find, parse_ui
+from protocol.agent_methods import UI_KEY
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import SHELL
 
 
 @pytest.mark.parametrize(
@@ -164,9 +166,9 @@ def test_plan_models_refuse_incomplete_or_unknown_steps() -> None:
         parse_plan('{"steps": [{"action": "shell"}]}')
     plan = parse_plan('```json\n{"steps": [{"action": "key", "target": "back"}]}\n```')
     assert plan.source == "llm"
-    assert step_call(plan.steps[0], settled=False) == ("ui.key", {"key": "BACK", "settled": False})
+    assert step_call(plan.steps[0], settled=False) == (UI_KEY, {"key": "BACK", "settled": False})
     shell = PlanStep(action="shell", argv=["getprop"])
-    assert step_call(shell) == ("device.shell", {"argv": ["getprop"]})
+    assert step_call(shell) == (SHELL, {"argv": ["getprop"]})
 
 
 def test_checks_against_a_state() -> None:

@@ -576,7 +576,7 @@ async def test_cancel_stops_the_handler_and_answers_cancelled(stop: asyncio.Even
         link = make_link([peer.url], handlers)
         await run_link(link, stop)
     assert handlers.cancelled.is_set()
-    assert seen["res"].e.code == "cancelled"
+    assert seen["res"].error.code == "cancelled"
 
 
 async def test_orphaned_requests_are_cancelled_after_resume(stop: asyncio.Event) -> None:
@@ -593,7 +593,7 @@ async def test_orphaned_requests_are_cancelled_after_resume(stop: asyncio.Event)
                 return
             await conn.welcome(waiting=[])  # nobody waits for it any more
             res = await conn.recv_kind(Res)
-            assert res.e is not None and res.e.code == "cancelled"
+            assert res.error is not None and res.error.code == "cancelled"
             await conn.send(Ack(ids=[res.id]))
             stop.set()
             await conn.closed()
@@ -663,7 +663,7 @@ async def test_malformed_frames_get_errors_never_kill_the_bridge(stop: asyncio.E
         link = make_link([peer.url])
         await run_link(link, stop)
     assert not peer.errors
-    assert seen["bad"].e.code == "bad_request"
+    assert seen["bad"].error.code == "bad_request"
     assert seen["ok"].ok and seen["again"].ok
     assert seen["close"] == 4400
     assert peer.attempts == 2  # our own 4400 close is retried
@@ -684,8 +684,8 @@ async def test_oversize_result_becomes_an_error(stop: asyncio.Event) -> None:
     async with Peer(script) as peer:
         link = make_link([peer.url], settings=fast_settings(max_frame_bytes=65_536))
         await run_link(link, stop)
-    assert seen["res"].e.code == "bad_request"
-    assert seen["res"].e.data["reason"] == "frame_too_large"
+    assert seen["res"].error.code == "bad_request"
+    assert seen["res"].error.data["reason"] == "frame_too_large"
 
 
 async def test_failover_to_the_next_controller(stop: asyncio.Event) -> None:
@@ -857,12 +857,12 @@ async def test_immediate_handlers_give_the_outcomes_of_awaited_ones(stop: asynci
         await run_link(link, stop)
     assert not peer.errors
     assert seen["now.ok"].unwrap() == {"echo": 1}
-    assert seen["now.refused"].e.code == "forbidden"
-    assert seen["now.refused"].e.data == {"rule": "test"}
-    assert seen["now.crash"].e.code == "internal"
-    assert seen["now.odd"].e.code == "internal"
-    assert seen["now.big"].e.code == "bad_request"
-    assert seen["now.big"].e.data["reason"] == "frame_too_large"
+    assert seen["now.refused"].error.code == "forbidden"
+    assert seen["now.refused"].error.data == {"rule": "test"}
+    assert seen["now.crash"].error.code == "internal"
+    assert seen["now.odd"].error.code == "internal"
+    assert seen["now.big"].error.code == "bad_request"
+    assert seen["now.big"].error.data["reason"] == "frame_too_large"
     assert [r.unwrap() for r in seen["twice"]] == [{"echo": 2}, {"echo": 2}]
     assert ran.count("now.ok") == 2  # once per request id: exactly-once holds
     assert handlers.calls == []  # none of them went through dispatch

@@ -18,7 +18,7 @@ from device_bridge.policy import Policy, PolicyConfig, Profile
 from device_bridge.rpc import DEVICE_METHODS, Dispatcher, StreamStats
 from device_bridge.sim.apk import SimPackage, build_apk
 from protocol import METHODS, DeviceInfo, ErrorCode, RpcError, parse_log_batch
-from protocol.methods import validate_result
+from protocol.methods import PING, Empty, Method, PingParams, PingResult, validate_result
 from tests.adb_support import AdbServer, ConnectedSim
 from tests.conftest import TIME_SCALE
 
@@ -237,12 +237,29 @@ async def test_inventory_methods_and_capabilities(devices: AdbDevices) -> None:
     served = set(d.methods())
     spare = next((m for m in METHODS if m not in served and METHODS[m].capability != "build"), None)
     if spare is not None:  # another toolkit's method plugs in and is then advertised
-        d.add(spare, extra)
+        d.add(METHODS[spare], extra)
         assert spare in d.methods()
-    with pytest.raises(ValueError):
-        d.add("no.such.method", extra)
-    with pytest.raises(ValueError):
-        d.add("ping", extra)
+    with pytest.raises(ValueError):  # a descriptor the registry does not hold
+        d.add(Method("no.such.method", Empty, Empty), extra)
+    with pytest.raises(ValueError):  # served already
+        d.add(PING, extra)
+
+
+async def test_a_typed_handler_gets_its_params_model_and_bad_params_are_bad_requests() -> None:
+    d = Dispatcher(policy=Policy(PolicyConfig()))
+    seen: list[PingParams] = []
+
+    async def echo(p: PingParams) -> PingResult:
+        seen.append(p)
+        return PingResult(payload=p.payload[::-1])
+
+    d.serve(PING, echo, replace=True)
+    assert await d("ping", {"payload": b"abc"}) == {"payload": b"cba"}
+    assert seen == [PingParams(payload=b"abc")]
+    assert d.immediate("ping") is None  # a handler that may wait is never run inline
+    with pytest.raises(RpcError) as bad:
+        await d("ping", {"payload": 5})
+    assert bad.value.code is ErrorCode.BAD_REQUEST and len(seen) == 1
 
 
 async def test_immediate_handlers_answer_as_the_awaited_ones_do() -> None:
@@ -275,7 +292,7 @@ async def test_immediate_handlers_answer_as_the_awaited_ones_do() -> None:
         await asyncio.sleep(0)
         return {"payload": b"replaced"}
 
-    d.add("ping", waits, replace=True)
+    d.add(PING, waits, replace=True)
     assert d.immediate("ping") is None
     assert await d("ping", {"payload": b"x"}) == {"payload": b"replaced"}
 

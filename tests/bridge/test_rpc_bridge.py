@@ -45,7 +45,7 @@ def make_bridge(url: str, devices: AdbDevices, **policy: Any) -> Bridge:
 async def next_evt(conn: PeerConn, ch: str) -> Evt:
     while True:
         frame = await conn.recv_kind(Evt)
-        if frame.ch == ch:
+        if frame.channel == ch:
             return frame
 
 
@@ -66,7 +66,7 @@ async def test_bridge_announces_serves_and_streams(
             seen["refused"] = await conn.call(
                 "device.shell", {"serial": serial, "command": "rm -rf /"}
             )
-            ch = (await conn.call("device.logcat.subscribe", {"serial": serial, "tail": 1})).r
+            ch = (await conn.call("device.logcat.subscribe", {"serial": serial, "tail": 1})).result
             assert ch is not None
             channel = ch["channel"]
             count = 300
@@ -78,7 +78,7 @@ async def test_bridge_announces_serves_and_streams(
             while len(lines) < count:
                 evt = await next_evt(conn, channel)
                 seqs.append(evt.seq)
-                lines += [ln for ln in parse_log_batch(evt.d).lines if " Burst" in ln]
+                lines += [ln for ln in parse_log_batch(evt.data).lines if " Burst" in ln]
             seen["seqs"], seen["lines"] = seqs, lines
             # a device appears and goes: the inventory is announced each time
             cm = connected_sim(adb_server)
@@ -86,14 +86,14 @@ async def test_bridge_announces_serves_and_streams(
             try:
                 while True:
                     evt = await next_evt(conn, DEVICES_CHANNEL)
-                    if extra.address in {d["serial"] for d in evt.d["devices"]}:
-                        seen["appeared"] = evt.d["devices"]
+                    if extra.address in {d["serial"] for d in evt.data["devices"]}:
+                        seen["appeared"] = evt.data["devices"]
                         break
             finally:
                 await asyncio.to_thread(cm.__exit__, None, None, None)
             while True:
                 evt = await next_evt(conn, DEVICES_CHANNEL)
-                if extra.address not in {d["serial"] for d in evt.d["devices"]}:
+                if extra.address not in {d["serial"] for d in evt.data["devices"]}:
                     break
             stop.set()
             await conn.closed()
@@ -112,7 +112,7 @@ async def test_bridge_announces_serves_and_streams(
     assert hello.caps.devices and "device.shell" in hello.caps.methods
     assert "workspace.compile" not in hello.caps.methods  # no build service: not claimed
     assert seen["shell"].unwrap()["stdout"] == "over the link\n"
-    assert seen["refused"].e.code == "forbidden" and seen["refused"].e.data["rule"]
+    assert seen["refused"].error.code == "forbidden" and seen["refused"].error.data["rule"]
     assert seen["seqs"] == list(range(len(seen["seqs"])))  # per-channel seq from 0, no gap
     assert [ln.rsplit("line ", 1)[1] for ln in seen["lines"]] == [str(i) for i in range(300)]
     assert any(d["serial"] == serial for d in seen["appeared"])
@@ -143,7 +143,7 @@ async def test_hidden_devices_are_never_announced(
             await bridge.run(stop)
     assert sim_device.address not in {d.serial for d in seen["hello"].devices}
     assert sim_device.address not in {d["serial"] for d in seen["list"].unwrap()["devices"]}
-    assert seen["shell"].e.code == "not_found"
+    assert seen["shell"].error.code == "not_found"
 
 
 async def test_bridge_as_context_manager_waits_open(devices: AdbDevices) -> None:
@@ -211,4 +211,4 @@ async def test_a_change_between_hello_and_welcome_is_announced_on_open() -> None
         async with asyncio.timeout(WAIT * 3):
             await bridge.run(stop)
     assert seen["hello"].devices == []
-    assert [d["serial"] for d in seen["evt"].d["devices"]] == ["late-1"]
+    assert [d["serial"] for d in seen["evt"].data["devices"]] == ["late-1"]

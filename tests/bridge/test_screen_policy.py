@@ -55,7 +55,7 @@ async def test_instrument_only_gets_no_screen_and_no_input(
         ("device.screen.subscribe", {"serial": serial, "codec": "jpeg"}),
         ("device.input", {"serial": serial, "action": "tap", "x": 0.5, "y": 0.5}),
     ], profiles={serial: Profile.INSTRUMENT_ONLY})
-    assert screen.e.code == "forbidden" and tap.e.code == "forbidden"
+    assert screen.error.code == "forbidden" and tap.error.code == "forbidden"
     assert sim_device.sim.call(lambda: len(sim_device.device.input_log)) == before
 
 
@@ -73,12 +73,12 @@ async def test_inputs_are_checked_mapped_and_share_one_shell(
         ("device.input", {"serial": serial, "action": "tap", "x": 1.5, "y": 0.5}),
     ])
     refused, tap, swipe, back, outside = answers
-    assert refused.e.code == "forbidden" and refused.e.data["rule"]
+    assert refused.error.code == "forbidden" and refused.error.data["rule"]
     assert tap.unwrap()["argv"] == ["input", "tap", "540", "600"]  # 1080x2400
     assert swipe.unwrap()["argv"] == ["input", "swipe", "540", "1800", "540", "600", "200"]
     assert back.unwrap() == {"ok": True, "exit_code": 0,
                              "argv": ["input", "keyevent", "KEYCODE_BACK"]}
-    assert outside.e.code == "bad_request"
+    assert outside.error.code == "bad_request"
     events = sim_device.sim.call(lambda: list(sim_device.device.input_log))[before:]
     assert [kind for kind, _ in events] == ["tap", "swipe", "keyevent"]
     # One shell ran them all: the device logs each command line with its shell's pid.

@@ -70,8 +70,8 @@ class StandInHub:
         self.kicked_tokens.append(token_id)
         self.kicked.set()
 
-    async def call(self, target: Any, method: str, params: dict[str, Any], *,
-                   timeout_s: float | None = None, route: bool = True) -> dict[str, Any]:
+    async def call_wire(self, target: Any, method: str, params: dict[str, Any], *,
+                        timeout_s: float | None = None, route: bool = True) -> dict[str, Any]:
         self.calls.append((target, method, params, route))
         if self.answer == "block":
             await self.block.wait()

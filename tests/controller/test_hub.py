@@ -9,13 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from controller.auth import DeviceRef
 from controller.hub import BridgeState
 from protocol.closecodes import CloseCode
 from protocol.envelope import SUBPROTOCOL, new_request_id
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import (
+    PING,
+    SHELL,
+    Empty,
+    Method,
+    PingParams,
+    PingResult,
+    ShellParams,
+    ShellResult,
+)
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.test_hub_support import (
     WAIT_S,
@@ -270,11 +282,11 @@ async def test_a_restarted_bridge_gets_idempotent_calls_only(controller: InLoopC
     await asyncio.wait_for(gate.entered.wait(), WAIT_S)
     await first.drop()
     await _wait_until(lambda: entry.state is BridgeState.RECONNECTING)
-    ping = asyncio.create_task(hub.call(entry.id, "ping", {"payload": b"abc"}))
+    ping = asyncio.create_task(hub.call(entry.id, PING, PingParams(payload=b"abc")))
     await _wait_until(lambda: entry.session.pending_count == 2)
     second = FakeBridge(controller.url, token)  # a new process: a new session id
     await second.connect()
-    assert (await asyncio.wait_for(ping, WAIT_S)) == {"payload": b"abc"}
+    assert (await asyncio.wait_for(ping, WAIT_S)) == PingResult(payload=b"abc")
     response = await asyncio.wait_for(shell, WAIT_S)
     assert response.status_code == 503
     assert response.json()["error"]["reason"] == "bridge_restarted"
@@ -289,7 +301,7 @@ async def test_call_timeout_sends_cancel(controller: InLoopController) -> None:
     entry = controller.hub.entries()[0]
     with pytest.raises(RpcError) as info:
         await controller.hub.call(
-            entry.id, "device.shell", {"serial": "emulator-5554", "command": "x"},
+            entry.id, SHELL, ShellParams(serial="emulator-5554", command="x"),
             timeout_s=0.2 * WAIT_S / 10,
         )
     assert info.value.code is ErrorCode.TIMEOUT
@@ -309,11 +321,9 @@ async def test_deadlines_share_one_timer_yet_each_call_times_out_on_its_own(
     hub = controller.hub
     entry = hub.entries()[0]
 
-    def shell(command: str, timeout_s: float) -> asyncio.Task[dict[str, Any]]:
-        params = {"serial": "emulator-5554", "command": command}
-        return asyncio.create_task(
-            hub.call(entry.id, "device.shell", params, timeout_s=timeout_s)
-        )
+    def shell(command: str, timeout_s: float) -> asyncio.Task[ShellResult]:
+        params = ShellParams(serial="emulator-5554", command=command)
+        return asyncio.create_task(hub.call(entry.id, SHELL, params, timeout_s=timeout_s))
 
     slow = shell("slow", WAIT_S * 10)
     await asyncio.wait_for(gate.entered.wait(), WAIT_S)
@@ -327,7 +337,7 @@ async def test_deadlines_share_one_timer_yet_each_call_times_out_on_its_own(
     assert not slow.done()
     await _wait_until(lambda: len(fake.session.running_ids()) == 1)  # both cancelled there
     gate.release.set()
-    assert (await asyncio.wait_for(slow, WAIT_S))["stdout"] == "slow\n"
+    assert (await asyncio.wait_for(slow, WAIT_S)).stdout == "slow\n"
     await fake.close()
 
 
@@ -557,10 +567,11 @@ async def test_many_concurrent_calls_each_get_their_own_result(
     entry = controller.hub.entries()[0]
     payloads = [f"p{i}".encode() for i in range(200)]
     results = await asyncio.wait_for(
-        asyncio.gather(*(controller.hub.call(entry.id, "ping", {"payload": p}) for p in payloads)),
+        asyncio.gather(*(controller.hub.call(entry.id, PING, PingParams(payload=p))
+                         for p in payloads)),
         WAIT_S,
     )
-    assert [r["payload"] for r in results] == payloads
+    assert [r.payload for r in results] == payloads
     assert entry.session.pending_count == 0
     metrics = (await controller.http.get("/metrics")).text
     assert 'droidwire_rpc_calls_total{method="ping",outcome="ok"} 200.0' in metrics
@@ -582,7 +593,7 @@ async def test_requests_behind_a_stalled_bridge_go_out_in_order_when_it_reads_ag
     ids = [new_request_id() for _ in payloads]
     calls = [
         asyncio.create_task(
-            controller.hub.call(entry.id, "ping", {"payload": p}, request_id=rid)
+            controller.hub.call(entry.id, PING, PingParams(payload=p), request_id=rid)
         )
         for p, rid in zip(payloads, ids, strict=True)
     ]
@@ -590,7 +601,7 @@ async def test_requests_behind_a_stalled_bridge_go_out_in_order_when_it_reads_ag
     assert isinstance(entry.conn.writer, asyncio.Task)  # the drain waits for room
     bridge.ws.transport.resume_reading()
     results = await asyncio.wait_for(asyncio.gather(*calls), WAIT_S)
-    assert [r["payload"] for r in results] == payloads
+    assert [r.payload for r in results] == payloads
     assert list(bridge.runs.items()) == [(rid, 1) for rid in ids]
     assert entry.conn.writer is None  # the drain ended with nothing left to send
 
@@ -601,7 +612,7 @@ async def test_a_cancelled_call_cancels_on_the_bridge(controller: InLoopControll
     await fake.connect()
     entry = controller.hub.entries()[0]
     call = asyncio.create_task(
-        controller.hub.call(entry.id, "device.shell", {"serial": "emulator-5554", "command": "x"})
+        controller.hub.call(entry.id, SHELL, ShellParams(serial="emulator-5554", command="x"))
     )
     await asyncio.wait_for(gate.entered.wait(), WAIT_S)
     call.cancel()
@@ -672,10 +683,10 @@ async def test_no_hello_in_time_closes_with_1013(tmp_path: Path) -> None:
 
 async def test_calling_an_unknown_bridge_is_unavailable(controller: InLoopController) -> None:
     with pytest.raises(RpcError) as info:
-        await controller.hub.call("no-such-bridge", "ping", {})
+        await controller.hub.call("no-such-bridge", PING, PingParams())
     assert info.value.code is ErrorCode.UNAVAILABLE
     with pytest.raises(RpcError) as bad:
-        await controller.hub.call("no-such-bridge", "no.such.method", {})
+        await controller.hub.call("no-such-bridge", UNREGISTERED, Empty())
     assert bad.value.code is ErrorCode.UNAVAILABLE
 
 
@@ -683,8 +694,56 @@ async def test_unknown_methods_and_bad_params_are_bad_requests(
     controller: InLoopController, bridge: FakeBridge
 ) -> None:
     entry = controller.hub.entries()[0]
-    for method, params in [("no.such.method", {}), ("ping", {"payload": 5})]:
+    # A descriptor nobody registered, and params that skipped their model's validation: the
+    # hub checks both before anything goes out.
+    calls: list[tuple[Method[Any, Any], BaseModel]] = [
+        (UNREGISTERED, Empty()), (SHELL, ShellParams.model_construct(serial="emulator-5554")),
+    ]
+    for method, params in calls:
         with pytest.raises(RpcError) as info:
             await controller.hub.call(entry.id, method, params)
         assert info.value.code is ErrorCode.BAD_REQUEST
     assert entry.session.pending_count == 0
+
+
+
+UNREGISTERED = Method("no.such.method", Empty, Empty)
+
+
+async def test_a_typed_call_returns_the_methods_result_model(
+    controller: InLoopController,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def recording(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        seen.append(params)
+        return await echo_handler(method, params)
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("typed"), handler=recording)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    pong = await controller.hub.call(entry.id, PING, PingParams(payload=b"typed"))
+    assert isinstance(pong, PingResult) and pong.payload == b"typed"
+    device = DeviceRef(entry.id, "emulator-5554", entry.owner_id, entry.name)
+    # The device's serial is the target's, whatever the params said.
+    shell = await controller.hub.call(device, SHELL, ShellParams(serial="x", command="echo hi"))
+    assert isinstance(shell, ShellResult) and shell.stdout == "echo hi\n"
+    assert seen[-1] == {"serial": "emulator-5554", "command": "echo hi"}
+    await fake.close()
+
+
+async def test_a_result_that_does_not_fit_the_methods_model_is_internal(
+    controller: InLoopController,
+) -> None:
+    async def wrong(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"exit_code": "not a number"}
+
+    fake = FakeBridge(controller.url, await controller.bridge_token("odd"), handler=wrong)
+    await fake.connect()
+    entry = controller.hub.entries()[0]
+    device = DeviceRef(entry.id, "emulator-5554", entry.owner_id, entry.name)
+    with pytest.raises(RpcError) as info:
+        await controller.hub.call(device, SHELL, ShellParams(serial="s", command="x"))
+    assert info.value.code is ErrorCode.INTERNAL
+    assert "invalid result for device.shell" in info.value.message
+    await fake.close()

@@ -208,7 +208,7 @@ class FakeBridge:
                     self.open.set()
                 if outcome is Admission.RUN:
                     assert frame.t == "req"
-                    self._spawn(self._run(frame.id, frame.m, frame.p))
+                    self._spawn(self._run(frame.id, frame.method, frame.params))
                 await self.flush()
         except Exception:  # the connection ended (cleanly or not); the test looks at why
             pass

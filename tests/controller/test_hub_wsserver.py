@@ -21,6 +21,7 @@ from controller.hub.wsserver import (
 )
 from controller.ws_protocol import RoutingProtocol
 from protocol.envelope import SUBPROTOCOL
+from protocol.methods import PING, PingParams
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.test_hub_support import WAIT_S, FakeBridge, in_loop_controller
 
@@ -53,8 +54,8 @@ async def test_a_bridge_is_served_by_websockets_and_calls_complete(tmp_path: Pat
             assert entry.conn.ws.protocol.subprotocol == SUBPROTOCOL
             for i in range(20):  # results handled in the read callback or by the reader
                 payload = bytes([i]) * 200
-                result = await controller.hub.call(entry.id, "ping", {"payload": payload})
-                assert result["payload"] == payload
+                result = await controller.hub.call(entry.id, PING, PingParams(payload=payload))
+                assert result.payload == payload
         finally:
             await bridge.close()
 
@@ -84,8 +85,8 @@ async def test_an_idle_bridge_keeps_neither_its_hello_nor_the_handshake_response
             held = [o for o in gc.get_objects() if isinstance(o, Hello)
                     and o.session == entry.session.session_id]
             assert held == []
-            result = await controller.hub.call(entry.id, "ping", {"payload": b"x"})
-            assert result["payload"] == b"x"
+            result = await controller.hub.call(entry.id, PING, PingParams(payload=b"x"))
+            assert result.payload == b"x"
         finally:
             await bridge.close()
 

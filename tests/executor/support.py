@@ -11,15 +11,20 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from controller.auth import DeviceRef
 from controller.executor import BridgeView, DeviceView
 from controller.executor.gateway import Target
 from protocol.envelope import Capabilities
 from protocol.errors import ErrorCode, RpcError
+from protocol.methods import Method
 
 OWNER = "owner-1"
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 
 class LocalGateway:
@@ -58,6 +63,16 @@ class LocalGateway:
         return out
 
     async def call(
+        self, target: Target, method: Method[P, R], params: P, *,
+        timeout_s: float | None = None,
+    ) -> R:
+        result = await self.call_wire(
+            target, method.name, params.model_dump(exclude_unset=True, exclude_none=True),
+            timeout_s=timeout_s,
+        )
+        return method.parse_result(result)
+
+    async def call_wire(
         self, target: Target, method: str, params: Mapping[str, Any], *,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:

@@ -61,10 +61,10 @@ class ParamsGateway(LocalGateway):
         self.__dict__.update(inner.__dict__)
         self.params: list[tuple[str, dict[str, Any]]] = []
 
-    async def call(self, target: Target, method: str, params: Mapping[str, Any], *,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+    async def call_wire(self, target: Target, method: str, params: Mapping[str, Any], *,
+                        timeout_s: float | None = None) -> dict[str, Any]:
         self.params.append((method, dict(params)))
-        return await super().call(target, method, params, timeout_s=timeout_s)
+        return await super().call_wire(target, method, params, timeout_s=timeout_s)
 
 
 async def test_only_the_failed_tests_run_again_and_each_keeps_its_logcat(

@@ -12,7 +12,7 @@ import pytest
 
 from controller.analysis import parse_instrumentation
 from controller.executor import DeviceView, select_devices
-from controller.executor.executor import _failed, _merge_retries
+from controller.executor.device_steps import failed_tests, merge_retries
 from controller.executor.queue import DeviceQueue, Scheduler
 from controller.executor.slices import slice_by_test
 from droidwire.run import write_junit
@@ -185,7 +185,7 @@ INSTRUMENTATION_CODE: -1
 
 def test_only_failed_tests_are_retried_and_merged() -> None:
     parsed = parse_instrumentation(INSTRUMENT)
-    assert _failed(parsed.tests) == [("com.x.T", "flaky"), ("com.x.T", "broken")]
+    assert failed_tests(parsed.tests) == [("com.x.T", "flaky"), ("com.x.T", "broken")]
     tests = [{"class": t.class_name, "name": t.name, "status": t.status, "stack": t.stack,
               "attempts": 1} for t in parsed.tests]
     attempts = [
@@ -193,7 +193,7 @@ def test_only_failed_tests_are_retried_and_merged() -> None:
          {"class": "com.x.T", "name": "broken", "status": "failed", "stack": "again"}],
         [{"class": "com.x.T", "name": "broken", "status": "failed", "stack": "still"}],
     ]
-    _merge_retries(tests, attempts)
+    merge_retries(tests, attempts)
     by_name = {t["name"]: t for t in tests}
     assert by_name["ok"] == {"class": "com.x.T", "name": "ok", "status": "passed", "stack": None,
                              "attempts": 1}

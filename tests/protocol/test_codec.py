@@ -243,8 +243,8 @@ def test_error_body_round_trip_and_unknown_codes() -> None:
     assert info.value.code == "forbidden"
     assert info.value.data == {"rule": "metacharacter"}
     odd = Res.model_validate({"id": rid, "e": {"code": "from_the_future", "message": "m"}})
-    assert odd.e is not None
-    err = odd.e.to_error()
+    assert odd.error is not None
+    err = odd.error.to_error()
     assert err.code == "internal"
     assert err.data == {"wire_code": "from_the_future"}
     ok = Res.success(rid, {"a": 1})

@@ -48,12 +48,12 @@ def test_only_canonical_uuid4_strings_are_request_ids(value: object) -> None:
 def test_trusted_builds_what_model_construct_builds() -> None:
     rid = new_request_id()
     cases = [
-        (Req, {"id": rid, "m": "ping", "p": {"payload": b"x"}}),
-        (Req, {"id": rid, "m": "ping"}),
-        (Res, {"id": rid, "r": {"a": None}}),
-        (Res, {"id": rid, "e": ErrorBody(code="busy", message="later")}),
+        (Req, {"id": rid, "method": "ping", "params": {"payload": b"x"}}),
+        (Req, {"id": rid, "method": "ping"}),
+        (Res, {"id": rid, "result": {"a": None}}),
+        (Res, {"id": rid, "error": ErrorBody(code="busy", message="later")}),
         (Ack, {"ids": [rid]}),
-        (Evt, {"ch": "c1", "seq": 7, "d": {"lines": ["l"]}}),
+        (Evt, {"channel": "c1", "seq": 7, "data": {"lines": ["l"]}}),
         (Hello, {"session": rid, "software": "t"}),
     ]
     for cls, values in cases:
@@ -65,8 +65,8 @@ def test_trusted_builds_what_model_construct_builds() -> None:
 
 
 def test_trusted_defaults_from_factories_are_fresh_and_frozen() -> None:
-    a = Req.trusted(id=new_request_id(), m="ping")
-    b = Req.trusted(id=new_request_id(), m="ping")
-    assert a.p == {} and a.p is not b.p
+    a = Req.trusted(id=new_request_id(), method="ping")
+    b = Req.trusted(id=new_request_id(), method="ping")
+    assert a.params == {} and a.params is not b.params
     with pytest.raises(ValueError):
-        a.m = "other"  # type: ignore[misc]
+        a.method = "other"  # type: ignore[misc]

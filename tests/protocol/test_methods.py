@@ -148,7 +148,7 @@ def test_valid_params_and_results_validate_and_travel(method: str) -> None:
     req = Req(id=new_request_id(), m=method, p=dump(model))
     back = decode(encode(req))
     assert isinstance(back, Req)
-    assert validate_params(method, back.p) == model
+    assert validate_params(method, back.params) == model
     res = Res.success(req.id, dump(validate_result(method, result)))
     got = decode(encode(res))
     assert isinstance(got, Res)
@@ -257,3 +257,36 @@ def test_envelope_models_used_by_methods() -> None:
     caps = Capabilities(devices=True, methods=["device.shell"])
     assert caps.supports("device.shell")
     assert not caps.supports("workspace.compile")
+
+
+def test_each_method_is_declared_once_as_a_descriptor_under_its_wire_name() -> None:
+    import protocol.agent_methods as agent
+    import protocol.manage_methods as manage
+    import protocol.methods as core
+    import protocol.screen_methods as screen
+
+    declared = [
+        value
+        for module in (core, agent, manage, screen)
+        for name, value in vars(module).items()
+        if isinstance(value, core.Method) and name.isupper()
+    ] + list(agent.ACTIONS.values())
+    by_name = {m.name: m for m in declared}
+    assert len(by_name) == len({id(m) for m in declared})  # one descriptor per name
+    assert set(by_name) == set(core.METHODS)
+    assert all(core.METHODS[name] is method for name, method in by_name.items())
+
+
+def test_a_descriptor_parses_params_and_results_into_its_models() -> None:
+    from protocol.methods import INSTALL, InstallParams, InstallResult
+
+    params = INSTALL.parse_params({"serial": "s1", "path": "/tmp/a.apk"})
+    assert isinstance(params, InstallParams) and params.path == "/tmp/a.apk"
+    with pytest.raises(RpcError) as bad:
+        INSTALL.parse_params({"serial": "s1"})  # neither apk nor path
+    assert bad.value.code is ErrorCode.BAD_REQUEST
+    result = INSTALL.parse_result({"package": "org.x", "newer": 1})
+    assert isinstance(result, InstallResult) and result.package == "org.x"
+    with pytest.raises(RpcError) as wrong:
+        INSTALL.parse_result({"existed": True})
+    assert wrong.value.code is ErrorCode.INTERNAL

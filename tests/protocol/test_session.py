@@ -488,7 +488,7 @@ def test_reject_answers_a_malformed_request_once() -> None:
     link.connect()
     rid = new_request_id()
     res = link.b.reject(rid, RpcError(ErrorCode.BAD_REQUEST, "bad params"), now=0)
-    assert res is not None and res.e is not None and res.e.code == "bad_request"
+    assert res is not None and res.error is not None and res.error.code == "bad_request"
     assert link.b.reject(rid, RpcError(ErrorCode.BAD_REQUEST, "again"), now=0) is None
     assert link.b.reject("not-a-uuid", RpcError(ErrorCode.BAD_REQUEST, "x"), now=0) is None
     assert link.b.frames_to_send() == [res]
@@ -684,8 +684,8 @@ def test_long_error_messages_are_cut_not_refused() -> None:
     p = link.c.register("workspace.compile", {"test_code": "x"}, now=0)
     link.deliver_to_bridge()
     res = link.b.complete(p.id, RpcError(ErrorCode.INTERNAL, "e: " + "x" * 100_000), now=1)
-    assert res is not None and res.e is not None
-    assert len(res.e.message) == 16_384 and res.e.message.endswith("…")
+    assert res is not None and res.error is not None
+    assert len(res.error.message) == 16_384 and res.error.message.endswith("…")
     [done] = link.deliver_to_controller()
     assert isinstance(done, Completion) and done.error is not None
 
