@@ -233,7 +233,7 @@ async def _tool(
     await trace.record(
         "tool",
         "ok" if ok else "failed",
-        method=method,
+        method=method.name,
         params=params,
         command=result.get("command"),
         exit_code=result.get("exit_code"),

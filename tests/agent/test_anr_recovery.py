@@ -13,6 +13,7 @@ from controller.agent import AgentRunner, RulePlanner, RunnerSettings, TraceStor
 from controller.agent.runner import Caller
 from device_bridge.rpc import Dispatcher
 from device_bridge.sim.ui_demo import DEMO_PACKAGE
+from protocol.methods import Method
 from tests.adb_support import ConnectedSim
 from tests.agent.test_nl2sh import caller
 
@@ -23,10 +24,10 @@ def anr_on_first_tap(bridge: Dispatcher, sim: ConnectedSim) -> Caller:
     call = caller(bridge, sim)
     fired = False
 
-    async def wrapped(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def wrapped(method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
         nonlocal fired
         out = await call(method, params)
-        if method == "ui.tap" and not fired:
+        if method.name == "ui.tap" and not fired:
             fired = True
             sim.call(lambda: sim.device._sys(
                 "E", "ActivityManager",

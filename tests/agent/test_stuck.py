@@ -9,6 +9,7 @@ from typing import Any
 
 from controller.agent import AgentRunner, Plan, PlanStep, TraceStore
 from controller.agent.runner import loading
+from protocol.methods import Method
 
 SPINNER = {"index": 0, "class_name": "android.widget.ProgressBar", "text": "",
            "resource_id": "com.example:id/spinner", "bounds": [0, 0, 10, 10]}
@@ -30,13 +31,13 @@ class Planner:
 
 
 def device(elements: list[dict[str, Any]]) -> Any:
-    async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        if method == "device.state":
+    async def call(method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
+        if method.name == "device.state":
             return {"activity": "com.example/.FeedActivity", "activity_short": "FeedActivity",
                     "text": "[Device State] App: com.example Page: FeedActivity"}
-        if method == "ui.dump":
+        if method.name == "ui.dump":
             return {"elements": elements}
-        if method == "ui.screenshot":
+        if method.name == "ui.screenshot":
             return {"png": b"\x89PNG\r\n\x1a\nfake"}
         return {"ok": True, "results": []}
 

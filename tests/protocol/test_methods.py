@@ -264,10 +264,11 @@ def test_each_method_is_declared_once_as_a_descriptor_under_its_wire_name() -> N
     import protocol.manage_methods as manage
     import protocol.methods as core
     import protocol.screen_methods as screen
+    import protocol.tunnel_methods as tunnel
 
     declared = [
         value
-        for module in (core, agent, manage, screen)
+        for module in (core, agent, manage, screen, tunnel)
         for name, value in vars(module).items()
         if isinstance(value, core.Method) and name.isupper()
     ] + list(agent.ACTIONS.values())

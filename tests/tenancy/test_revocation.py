@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import controller.access as access_module
 import controller.api.grants as grants_module
-import controller.executor.executor as executor_module
+import controller.executor.base as executor_module  # where each step re-authorizes
 from controller.access import check_access as real_check_access
 from controller.auth import Action
 from controller.executor import SandboxExecutor
