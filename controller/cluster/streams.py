@@ -21,7 +21,7 @@ from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack
 from controller.hub.streams import LogChunk, LogStream
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import LogBatch, parse_log_batch, timeout_for
+from protocol.methods import LOGCAT_SUBSCRIBE, LogBatch, parse_log_batch, timeout_for
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -108,7 +108,7 @@ class StreamRelays(ClusterCore):
         self._streams[stream_id] = stream  # before the sub: chunks follow its answer at once
         gone = RpcError(ErrorCode.UNAVAILABLE, f"the replica holding the bridge of {device} "
                         "is unreachable", {"reason": "replica_unreachable"})
-        deadline = (timeout_for("device.logcat.subscribe", self.settings)
+        deadline = (timeout_for(LOGCAT_SUBSCRIBE.name, self.settings)
                     + self.settings.cluster_ttl_s)
         opened = False
         try:
