@@ -175,7 +175,7 @@ async def _stream_link(hub: Any, bridge: Any, lines: int) -> float:
 
 
 async def _run(quick: bool) -> list[dict[str, Any]]:
-    # Medians of REPEATS interleaved repetitions (issue 9): baseline, link, baseline, link …
+    # Medians of REPEATS interleaved repetitions: baseline, link, baseline, link …
     # so a noisy neighbour on a shared machine hits both sides alike.
     pings = 200 if quick else 2000
     lines = 20_000 if quick else 200_000

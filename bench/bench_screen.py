@@ -1,4 +1,4 @@
-"""The live screen (issue 17): ``screen_fps``, ``screen_latency_p50``/``_p95``,
+"""The live screen: ``screen_fps``, ``screen_latency_p50``/``_p95``,
 ``tap_to_frame_ms`` and ``stream_cost``.
 
 One simulated phone (its ``screenrecord``: H.264, 5 frames a second) behind a private adb

@@ -32,7 +32,7 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples) if samples else float("nan")
 
 
-# The targets (issue 21; docs/benchmarks.md): figure → (what is bounded, ≤ or ≥, bound).
+# The targets (docs/benchmarks.md): figure → (what is bounded, ≤ or ≥, bound).
 TARGETS: dict[str, tuple[str, str, float]] = {
     "rpc_rtt_p50": ("ratio", "≤", 1.3),
     "logcat_lines_per_s": ("ratio", "≥", 0.65),
@@ -42,9 +42,9 @@ TARGETS: dict[str, tuple[str, str, float]] = {
     "reconnect_storm_s": ("ratio", "≤", 1.2),
     "loop_delay_p99_ms": ("value", "<", 10.0),
     "fix_round_s": ("ratio", "≤", 0.2),
-    "fleet_throughput": ("ratio", "≥", 0.9),  # issue 16
-    "tunnel_push_mb_per_s": ("ratio", "≥", 0.5),  # issue 24
-    "bridge_install_mb": ("value", "≤", 60.0),  # the bridge-only install (issue 21)
+    "fleet_throughput": ("ratio", "≥", 0.9),
+    "tunnel_push_mb_per_s": ("ratio", "≥", 0.5),
+    "bridge_install_mb": ("value", "≤", 60.0),  # the bridge-only install
     "bridge_idle_rss_mb": ("value", "≤", 45.0),
 }
 

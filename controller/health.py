@@ -1,4 +1,4 @@
-"""Device health: readings, the owner's thresholds, and per-device Prometheus gauges (issue 18).
+"""Device health: readings, the owner's thresholds, and per-device Prometheus gauges.
 
 The bridge reads a device's battery level and temperature, charging state, free storage, CPU
 load and memory use on request (``device.health``: ``dumpsys battery``, ``df -k /data``,

@@ -1,4 +1,4 @@
-"""What a borrower leaves on a lent device, and its removal when the loan ends (issue 18).
+"""What a borrower leaves on a lent device, and its removal when the loan ends.
 
 A borrower may install apps and push files during a loan (``controller.api.manage``). Each
 app they install — by the package *the device* reported as new — and their loan's working

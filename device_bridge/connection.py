@@ -492,7 +492,7 @@ class Link:
             url,
             subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
             additional_headers={"Authorization": f"Bearer {self._token}"},
-            compression=None,  # permessage-deflate costs 3x on log streams (issue 4 §6)
+            compression=None,  # permessage-deflate costs 3x on log streams
             open_timeout=s.handshake_timeout_s,
             ping_interval=s.ping_interval_s,
             ping_timeout=s.ping_timeout_s,

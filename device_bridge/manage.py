@@ -1,4 +1,4 @@
-"""Device management on the bridge: apps, file transfers through stages, health (issue 18).
+"""Device management on the bridge: apps, file transfers through stages, health.
 
 :class:`ManageToolkit` serves the methods of :mod:`protocol.manage_methods` through the
 dispatcher (:meth:`ManageToolkit.install`, like the agent toolkit), which has already applied

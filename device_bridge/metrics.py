@@ -1,4 +1,4 @@
-"""The bridge's own Prometheus metrics, on an optional local port (issue 8, item 6).
+"""The bridge's own Prometheus metrics, on an optional local port.
 
 Off by default. ``droidwire bridge --metrics-port PORT`` serves ``/metrics`` on
 ``127.0.0.1:PORT`` (loopback only: the host's own Prometheus or agent scrapes it, and

@@ -1,4 +1,4 @@
-"""The live screen and remote control on the bridge (issue 17, docs/screen.md).
+"""The live screen and remote control on the bridge (docs/screen.md).
 
 :class:`ScreenService` serves ``device.screen.subscribe``/``unsubscribe`` and ``device.input``
 (merged into the dispatcher's table, which has applied the exposure and pause checks).

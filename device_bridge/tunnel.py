@@ -1,4 +1,4 @@
-"""Remote adb through the link, bridge side (issue 24, docs/tunnel.md).
+"""Remote adb through the link, bridge side (docs/tunnel.md).
 
 :class:`TunnelService` serves ``device.tunnel.*`` (merged into the dispatcher's table, which has
 applied the exposure and pause checks to the device-bound ones). Each adb stream a tunnel's

@@ -2,7 +2,7 @@
 
 WebSocket keepalive is the transport's own ping/pong with the same interval and timeout as
 the bridge's (docs/design.md §4.1), read from the one settings object; permessage-deflate is off
-(it costs three times the CPU on log streams, issue 4 §6). uvicorn handles SIGINT/SIGTERM:
+(it costs three times the CPU on log streams). uvicorn handles SIGINT/SIGTERM:
 it stops accepting, lets open requests finish for ``graceful_shutdown_s``, then runs the
 app's shutdown (hub first, store last).
 

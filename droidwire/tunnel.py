@@ -1,5 +1,5 @@
 """``droidwire device tunnel DEVICE [--port PORT]``: a lent phone that looks plugged in
-(issue 24, docs/tunnel.md).
+(docs/tunnel.md).
 
 A TCP listener on ``127.0.0.1`` (loopback only) that speaks the adb *device* protocol, so the
 real adb server takes it for a phone (``adb connect 127.0.0.1:PORT``), and carries every adb

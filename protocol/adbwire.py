@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 A_VERSION = 0x01000001  # "skip checksum" protocol version (Dec 2017)
-MAX_CNXN_PAYLOAD = 4096  # CNXN/AUTH payloads stay small for old-device compatibility (§2.3)
+MAX_CNXN_PAYLOAD = 4096  # CNXN/AUTH payloads stay small for old-device compatibility
 HEADER = struct.Struct("<6I")
 
 
@@ -69,7 +69,7 @@ def encode(command: Command, arg0: int, arg1: int, data: bytes = b"", *,
     """One message's bytes: header + payload.
 
     ``data_check`` is 0 (version 0x01000001 skips it) unless ``checksum``: a peer that announced
-    the original version 0x01000000 gets the byte sum it may verify (§2.2).
+    the original version 0x01000000 gets the byte sum it may verify.
     """
     check = (sum(data) & 0xFFFFFFFF) if checksum else 0
     return HEADER.pack(command, arg0, arg1, len(data), check, command ^ 0xFFFFFFFF) + data

@@ -1,4 +1,4 @@
-"""The agent toolkit's RPCs: where am I, what is on screen, act with evidence (issue 11).
+"""The agent toolkit's RPCs: where am I, what is on screen, act with evidence.
 
 Registered into :data:`protocol.methods.METHODS` when :mod:`protocol` is imported:
 

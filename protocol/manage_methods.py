@@ -1,4 +1,4 @@
-"""Device management RPCs: apps, file transfers through a staging area, health (issue 18).
+"""Device management RPCs: apps, file transfers through a staging area, health.
 
 Registered into :data:`protocol.methods.METHODS` when :mod:`protocol` is imported (additive:
 a bridge that does not serve them does not list them in its capabilities).

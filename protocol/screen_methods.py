@@ -1,4 +1,4 @@
-"""The live screen and remote control RPCs (issue 17), registered when :mod:`protocol` is imported.
+"""The live screen and remote control RPCs, registered when :mod:`protocol` is imported.
 
 ==========================  ===============================  ===============================
 method                      params                           result

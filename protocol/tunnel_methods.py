@@ -1,4 +1,4 @@
-"""Remote adb through the link (issue 24, docs/tunnel.md): RPCs, stream chunks, client frames.
+"""Remote adb through the link (docs/tunnel.md): RPCs, stream chunks, client frames.
 
 ==========================  ==============================  ==============================
 method                      params                          result

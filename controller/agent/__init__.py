@@ -1,4 +1,4 @@
-"""The agent toolkit on the controller (issue 11): nl2sh and traces.
+"""The agent toolkit on the controller: nl2sh and traces.
 
 Modules: :mod:`.plan` (plan models, step → RPC), :mod:`.planners` (:class:`RulePlanner`,
 :class:`LlmPlanner`), :mod:`.runner` (:class:`AgentRunner`: observe → plan → check → run →

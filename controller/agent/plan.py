@@ -1,4 +1,4 @@
-"""Plans: what an instruction turns into before anything is sent (issue 11, nl2sh).
+"""Plans: what an instruction turns into before anything is sent (nl2sh).
 
 A :class:`Plan` is a list of :class:`PlanStep` — ``{action, target, pre_check, expect,
 timeout_s, retries}`` — validated by pydantic whether it came from the rule templates or from

@@ -1,4 +1,4 @@
-"""The agent toolkit over REST (docs/design.md §9, issue 11).
+"""The agent toolkit over REST (docs/design.md §9).
 
 * ``GET /v1/devices/{device}/state`` — ``{"package", "activity", "recent_activities",
   "keyboard", "screen": {"width", "height"}, "text", …}``

@@ -1,4 +1,4 @@
-"""Apps and files on a device, over REST (issue 18; docs/security.md, "Apps and files").
+"""Apps and files on a device, over REST (docs/security.md, "Apps and files").
 
 - ``GET /v1/devices/{device}/apps`` → ``{"apps": [{"package", "managed", "yours"}]}``
 - ``POST /v1/devices/{device}/apps`` (body: the APK's bytes, ``Content-Length`` required) →

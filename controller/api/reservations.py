@@ -1,4 +1,4 @@
-"""``/v1/reservations``: book a device in advance, from–until (issue 18; docs/security.md,
+"""``/v1/reservations``: book a device in advance, from–until (docs/security.md,
 "Reservations").
 
 - ``POST /v1/reservations`` ``{"device", "user", "from", "until"}`` → 201 the reservation. The

@@ -1,4 +1,4 @@
-"""Live screen and remote control over one WebSocket (issue 17, docs/screen.md).
+"""Live screen and remote control over one WebSocket (docs/screen.md).
 
 ``/v1/devices/{device}/screen/stream?codec=jpeg|png|h264`` (Bearer header) and the
 dashboard's ``/devices/{device}/screen/stream`` (session cookie) are served by

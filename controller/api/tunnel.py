@@ -1,4 +1,4 @@
-"""Remote adb through the link, REST side (issue 24, docs/tunnel.md).
+"""Remote adb through the link, REST side (docs/tunnel.md).
 
 WebSocket ``/v1/devices/{device}/tunnel`` (``Authorization: Bearer`` on the handshake, never a
 URL): one tunnel to one device, for ``droidwire device tunnel`` (or any client speaking the

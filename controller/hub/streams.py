@@ -2,7 +2,7 @@
 
 One :class:`LogStream` per ``device.logcat.subscribe``. The hub's reader feeds it every batch
 of its channel (synchronously, never blocking the bridge's link); the consumer (a REST
-WebSocket) awaits :meth:`LogStream.get`. Rules (issue 4 §6, docs/protocol.md "Streams"):
+WebSocket) awaits :meth:`LogStream.get`. Rules (docs/protocol.md "Streams"):
 
 * bounded: at most ``max_batches`` batches wait for the consumer; past that, whole batches are
   dropped and *counted*, and the next batch handed out carries the count (``dropped``) — an

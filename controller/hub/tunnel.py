@@ -1,4 +1,4 @@
-"""Remote adb tunnels on the controller (issue 24, docs/tunnel.md): a client's streams relayed
+"""Remote adb tunnels on the controller (docs/tunnel.md): a client's streams relayed
 to the device's bridge.
 
 One :class:`Tunnel` per tunnel WebSocket (``/v1/devices/{device}/tunnel``). The client opens adb

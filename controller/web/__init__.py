@@ -1,4 +1,4 @@
-"""The web dashboard (docs/design.md §6, issue 8 item 5): server-rendered pages at ``/``.
+"""The web dashboard (docs/design.md §6): server-rendered pages at ``/``.
 
 Sign in once with a token (``POST /login`` → an HttpOnly, SameSite=Strict session cookie;
 :mod:`controller.web.sessions`; sessions are kept hashed in the store, so they survive a

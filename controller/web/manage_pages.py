@@ -1,4 +1,4 @@
-"""The dashboard's booking and audit pages (issue 18): lend, extend and revoke loans, see who
+"""The dashboard's booking and audit pages: lend, extend and revoke loans, see who
 holds what and what one holds, and read the audit log.
 
 - ``GET /loans``: a lend form (your devices; every device for an admin) with an end time;

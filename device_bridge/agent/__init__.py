@@ -1,4 +1,4 @@
-"""The agent toolkit on the bridge (issue 11): page-aware device state, the UI tree with
+"""The agent toolkit on the bridge: page-aware device state, the UI tree with
 Set-of-Marks screenshots, actions with two-frame evidence, and a policy dry run.
 
 Modules: :mod:`.toolkit` (:class:`AgentToolkit`: the RPC handlers), :mod:`.state` (dumpsys

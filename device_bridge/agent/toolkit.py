@@ -1,4 +1,4 @@
-"""The agent toolkit's RPC handlers on the bridge (issue 11), behind the owner's policy.
+"""The agent toolkit's RPC handlers on the bridge, behind the owner's policy.
 
 :class:`AgentToolkit` serves ``device.state``, ``ui.dump``, ``ui.screenshot``, the actions
 (``ui.tap``, ``ui.swipe``, ``ui.text``, ``ui.key``, ``app.start``, ``app.stop``) and the dry

@@ -147,7 +147,7 @@ class Effect:
     worker_ms: float = 0.0
 
 
-# The effect table: behaviour at run time, keyed by method name (docs/design.md §8, issue 7 item 1).
+# The effect table: behaviour at run time, keyed by method name (docs/design.md §8).
 EFFECTS: dict[str, Effect] = {
     "loadSettingsFromDisk": Effect(850.0, 12.0, ("DiskRead",), trigger="file.exists()"),
     "saveDraftSync": Effect(46.0, 6.0, ("DiskWrite",), trigger=".commit()"),

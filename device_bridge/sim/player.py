@@ -597,7 +597,7 @@ def _holds(cond: dict[str, Any], state: _TestState) -> bool:
 
 
 def _bundle(values: dict[str, str], code: int) -> Iterator[str]:
-    # AndroidJUnitRunner on current releases prints the keys sorted (VARIATIONS §5)
+    # AndroidJUnitRunner on current releases prints the keys sorted
     for key in sorted(values):
         yield from f"INSTRUMENTATION_STATUS: {key}={values[key]}".split("\n")
     yield f"INSTRUMENTATION_STATUS_CODE: {code}"

@@ -108,7 +108,7 @@ def _listing(files: SimFiles, path: str, *, v2: bool) -> bytes:
         else:
             out += b"DENT" + struct.pack("<IIII", st.mode, st.size & 0xFFFFFFFF, st.mtime, len(bname))
             out += bname
-    # The terminator is a full-size zeroed entry (§10 item 9).
+    # The terminator is a full-size zeroed entry.
     out += b"DONE" + bytes(72 if v2 else 16)
     return bytes(out)
 

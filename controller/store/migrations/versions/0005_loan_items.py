@@ -1,4 +1,4 @@
-"""Issue 18 (device management): what a borrower left on a lent device — the apps they
+"""Device management: what a borrower left on a lent device — the apps they
 installed and their loan's working folder — so it is removed when the loan ends.
 
 Revision ID: 0005_loan_items

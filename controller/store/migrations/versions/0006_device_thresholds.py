@@ -1,4 +1,4 @@
-"""Issue 18 (device health): the owner's thresholds per device — above a temperature or below
+"""Device health: the owner's thresholds per device — above a temperature or below
 a battery level the controller stops serving it.
 
 Revision ID: 0006_device_thresholds

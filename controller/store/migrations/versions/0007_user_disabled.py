@@ -1,4 +1,4 @@
-"""Issue 18 (accounts): an admin disables and re-enables a user; while disabled, every token
+"""Accounts: an admin disables and re-enables a user; while disabled, every token
 of the user is refused as a revoked one is.
 
 Revision ID: 0007_user_disabled

@@ -1,4 +1,4 @@
-"""Issue 18 (booking): loans reserved in advance, from–until, never overlapping on a device.
+"""Booking: loans reserved in advance, from–until, never overlapping on a device.
 
 Revision ID: 0008_reservations
 Revises: 0007_user_disabled
