@@ -135,6 +135,9 @@ async def test_a_loan_revoked_on_one_replica_stops_runs_on_another(
              # stops it); one begun after it must have been refused
              and datetime.fromisoformat(s["detail"].get("reauth_at") or s["at"]) > revoked_at]
     assert after == [], after
-    stopped = [r for r in states
-               if datetime.fromisoformat(r["finished_at"]) > revoked_at]
-    assert stopped and {r["result"]["reason_code"] for r in stopped} == {"access_revoked"}
+    # The watch may end runs between the commit and the DELETE's answer: a run is judged by
+    # its reason, and every run that ended after the answer ended for the revocation.
+    stopped = [r for r in states if r["result"].get("reason_code") == "access_revoked"]
+    assert stopped, states
+    late = [r for r in states if datetime.fromisoformat(r["finished_at"]) > revoked_at]
+    assert {r["result"].get("reason_code") for r in late} <= {"access_revoked"}, late
