@@ -9,6 +9,7 @@
   ``?limit=N`` (≤ 200), ``?status=queued|running|finished|cancelled``, ``?kind=sandbox|agent``
   (sandbox runs, or the agent toolkit's traces; each run says its ``kind``).
 * ``GET /v1/runs/{id}`` — one run: status, verdict, request, result, and its step log.
+  Both read runs through :mod:`controller.services.runs`, as the MCP run tools do.
 * ``POST /v1/runs/{id}/cancel`` — cancel a queued or running run (its owner or an admin):
   202 ``{"id", "status": "cancelling"}``; the run ends ``cancelled`` once its device is
   cleaned up. 409 for a run already over (or one another replica runs).
@@ -37,18 +38,18 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
-from sqlalchemy import or_, select
 
 from controller.auth.http import RunReader, RunWriter, UserPrincipal
 from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
 from controller.executor.recovery import Recovered, clean_up, recover_runs
-from controller.services import Services, services_of
-from controller.store import Run, RunStatus, RunStep, Store, new_id
+from controller.services import Services, runs, services_of
+from controller.services.runs import MAX_RUNS
+from controller.store import RunStatus, Store, new_id
 from protocol.errors import ErrorCode, RpcError
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ __all__ = ["close_executor", "executor_of", "instance_of", "recover", "router"]
 
 log = logging.getLogger("droidwire.controller.api.sandbox")
 
-MAX_RUNS = 200
 CLEANUP_WAIT_S = 120.0  # at least: devices of a recovered run get this long to come back
 _FINAL = (RunStatus.FINISHED.value, RunStatus.CANCELLED.value)
 
@@ -281,61 +281,15 @@ async def execute(
     return results[0] if len(results) == 1 else {"results": results}
 
 
-def _summary(run: Run) -> dict[str, Any]:
-    result = run.result or {}
-    return {
-        "id": run.id,
-        "status": run.status,
-        "verdict": run.verdict,
-        "kind": _kind(run),
-        "device": (run.request or {}).get("device_id"),
-        "summary": result.get("summary"),
-        "reason_code": result.get("reason_code"),
-        "created_at": run.created_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }
-
-
-def _kind(run: Run) -> str:
-    return "agent" if (run.request or {}).get("kind") == "agent" else "sandbox"
-
-
 @router.get("/runs")
 async def list_runs(
     request: Request,
     principal: RunReader,
-    limit: Annotated[int, Query(ge=1, le=MAX_RUNS)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_RUNS)] = runs.DEFAULT_LIMIT,
     status: Annotated[RunStatus | None, Query()] = None,
-    kind: Annotated[Literal["sandbox", "agent"] | None, Query()] = None,
+    kind: Annotated[runs.RunKind | None, Query()] = None,
 ) -> dict[str, Any]:
-    query = select(Run).order_by(Run.created_at.desc()).limit(limit)
-    if not principal.is_admin:
-        query = query.where(Run.user_id == principal.user_id)
-    if status is not None:
-        query = query.where(Run.status == status.value)
-    if kind is not None:
-        # Agent traces are runs whose request says ``"kind": "agent"``; every other is a
-        # sandbox run (their requests carry no kind).
-        request_kind = Run.request["kind"].as_string()
-        if kind == "agent":
-            query = query.where(request_kind == "agent")
-        else:
-            query = query.where(or_(request_kind.is_(None), request_kind != "agent"))
-    async with request.app.state.store.session() as session:
-        runs = (await session.execute(query)).scalars().all()
-    return {"runs": [_summary(r) for r in runs]}
-
-
-async def _visible_run(request: Request, principal: Any, run_id: str) -> Run:
-    if not run_id.isalnum() or len(run_id) > 64:
-        raise RpcError(ErrorCode.NOT_FOUND, "no such run")
-    async with request.app.state.store.session() as session:
-        run: Run | None = (
-            await session.execute(select(Run).where(Run.id == run_id))
-        ).scalar_one_or_none()
-    if run is None or not (principal.is_admin or run.user_id == principal.user_id):
-        raise RpcError(ErrorCode.NOT_FOUND, "no such run")  # others' runs are not disclosed
-    return run
+    return await runs.list_runs(request.app.state, principal, limit, status, kind)
 
 
 @router.post(
@@ -344,7 +298,7 @@ async def _visible_run(request: Request, principal: Any, run_id: str) -> Run:
     responses={409: {"description": "the run is over, or runs on another replica"}},
 )
 async def cancel_run(run_id: str, request: Request, principal: RunWriter) -> dict[str, Any]:
-    run = await _visible_run(request, principal, run_id)
+    run = await runs.visible_run(request.app.state, principal, run_id)
     if run.status in _FINAL:
         raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is already {run.status}",
                        {"status": run.status})
@@ -363,29 +317,7 @@ async def cancel_run(run_id: str, request: Request, principal: RunWriter) -> dic
 
 @router.get("/runs/{run_id}")
 async def get_run(run_id: str, request: Request, principal: RunReader) -> dict[str, Any]:
-    run = await _visible_run(request, principal, run_id)
-    async with request.app.state.store.session() as session:
-        steps = (
-            await session.execute(
-                select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)
-            )
-        ).scalars().all()
-    out = _summary(run)
-    # The submitting token's id stays in the store (a replica continuing the run acts as it).
-    out["request"] = {k: v for k, v in (run.request or {}).items() if k != "token_id"}
-    out["result"] = run.result
-    out["steps"] = [
-        {
-            "seq": s.seq,
-            "kind": s.kind,
-            "status": s.status,
-            "detail": s.detail,
-            "at": s.created_at.isoformat(),
-            "finished_at": s.finished_at.isoformat() if s.finished_at else None,
-        }
-        for s in steps
-    ]
-    return out
+    return await runs.get_run(request.app.state, principal, run_id)
 
 
 @router.get("/tools")

@@ -8,8 +8,8 @@ devices only the way REST does: :func:`controller.hub.resolve_device` (visibilit
 a grant gets ``not_found`` here exactly as over REST, and a bridge's policy refusal arrives
 as ``forbidden`` with its ``rule``.
 
-Runs are read through the REST handlers of :mod:`controller.api.sandbox` themselves (same
-visibility: one's own runs, an admin everyone's). Run tools also need the token's
+Runs are read through :mod:`controller.services.runs`, the service the REST run routes call
+too (same visibility: one's own runs, an admin everyone's). Run tools also need the token's
 ``runs:read`` / ``runs:write`` scope.
 
 Tools raise :class:`protocol.errors.RpcError`; :mod:`controller.mcp.server` turns it into a
@@ -30,7 +30,7 @@ from controller.auth import Action, Scope, authorize
 from controller.executor import ExecuteRequest
 from controller.hub import list_devices, resolve_device
 from controller.mcp.spec import Caller, Outcome, parse
-from controller.services import services_of
+from controller.services import runs, services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import LOGCAT_DUMP, SCREENSHOT, SHELL
 
@@ -152,10 +152,7 @@ async def get_run(caller: Caller, args: dict[str, Any]) -> Outcome:
 
 async def _load_run(caller: Caller, run_id: str) -> dict[str, Any]:
     caller.require(Scope.RUNS_READ)
-    from controller.api.sandbox import get_run as read_run  # REST's: same visibility rules
-
-    run: dict[str, Any] = await read_run(run_id, caller.request, caller.principal)
-    return run
+    return await runs.get_run(caller.app.state, caller.principal, run_id)
 
 
 # --- resources ---------------------------------------------------------------------------
@@ -164,9 +161,7 @@ async def _load_run(caller: Caller, run_id: str) -> dict[str, Any]:
 async def list_run_resources(caller: Caller) -> list[dict[str, Any]]:
     """The caller's newest runs as ``run://{id}`` resources (an admin: everyone's)."""
     caller.require(Scope.RUNS_READ)
-    from controller.api.sandbox import list_runs
-
-    listing = await list_runs(caller.request, caller.principal, MAX_LISTED_RUNS, None)
+    listing = await runs.list_runs(caller.app.state, caller.principal, MAX_LISTED_RUNS)
     return list(listing["runs"])
 
 
