@@ -91,6 +91,74 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     assert {"controller.app", "device_bridge.sim", "device_bridge.sim.device"} <= modules
 
 
+# --- inside the controller: MCP and REST share the services, not each other's handlers ------
+
+# subpackage -> (modules it must not import, the exceptions among them). A module counts with
+# everything under it; ``from a import b`` imports ``a.b``.
+INNER_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # An MCP tool calls controller.services (what a REST route calls too), never a route
+    # handler; it may only share REST's error body.
+    "controller/mcp": (("controller.api",), ("controller.api.errors",)),
+}
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _qualified_imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    """Every module or name ``path`` imports, fully qualified (relative imports resolved), at
+    module level, in functions and under ``TYPE_CHECKING`` alike."""
+    parts = path.relative_to(root).with_suffix("").parts
+    package = ".".join(parts[:-1])
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package.split(".")
+                up = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+    return found
+
+
+def _inner_violations(folder: str, root: Path = ROOT) -> list[str]:
+    banned, allowed = INNER_RULES[folder]
+    out = []
+    for path in sorted((root / folder).rglob("*.py")):
+        for line, module in _qualified_imports(path, root):
+            if _under(module, banned) and not _under(module, allowed):
+                out.append(f"{path.relative_to(root).as_posix()}:{line} imports {module}")
+    return out
+
+
+@pytest.mark.parametrize("folder", sorted(INNER_RULES))
+def test_subpackage_keeps_its_layer(folder: str) -> None:
+    assert _inner_violations(folder) == []
+
+
+def test_the_inner_checker_sees_a_route_import(tmp_path: Path) -> None:
+    """Each way of reaching a REST handler from an MCP module is seen; the error body is not."""
+    source = tmp_path / "controller" / "mcp" / "probe.py"
+    source.parent.mkdir(parents=True)
+    imports = {
+        "from controller.api import manage": True,
+        "from controller.api.sandbox import get_run": True,
+        "import controller.api.manage": True,
+        "from controller import api": True,
+        "from ..api import sandbox": True,
+        "from controller.api.errors import error_body": False,
+        "from controller.api import errors": False,
+        "from controller.services import manage": False,
+    }
+    for statement, banned in imports.items():
+        source.write_text(f"def f():\n    {statement}\n", encoding="utf-8")
+        assert bool(_inner_violations("controller/mcp", tmp_path)) is banned, statement
+
+
 # --- import cycles --------------------------------------------------------------------------
 
 PACKAGES = (*sorted(RULES), COMPOSITION_ROOT)
