@@ -10,10 +10,12 @@ import struct
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from controller.hub.tunnel import SYNC_REFUSALS_RECORDED
 from tests.tunnel.conftest import WAIT_S, Stack
+from tests.web.support import sign_in
 
 pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package"),
               pytest.mark.timeout(300)]
@@ -86,6 +88,12 @@ async def test_refused_sync_requests_reach_the_audit_log_and_the_steps(
         assert any(s.get("request") == "SEND" and s.get("path") == "/sdcard/x" for s in steps)
         assert any(s.get("path") == "/system/build.prop" for s in steps), steps
         tunnel_id = live.id
+        async with httpx.AsyncClient(base_url=stack.url, timeout=WAIT_S) as browser:
+            signed = await sign_in(browser, stack.tokens["olivia"])
+            assert signed.status_code in (200, 303), signed.text
+            page = (await browser.get(f"/devices/{stack.device_id}")).text
+        # The owner's page: the last refusal, the request and its path with the rule.
+        assert "/system/build.prop (path_outside_workspace)" in page
     deadline = time.monotonic() + WAIT_S
     while True:
         entries = await stack.controller.app.state.audit.recent(limit=500)
