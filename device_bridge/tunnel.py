@@ -15,7 +15,8 @@ client opens is one channel here:
 * **client → device** — ``device.tunnel.write`` calls, in order (``offset``), each answered once
   the socket took the bytes; a ``sync:`` stream's requests pass :class:`SyncGate` first, which
   checks every path and answers a refused one as adbd answers a failed request (``FAIL`` and
-  the reason), then ends the stream;
+  the reason); each refusal also goes to the controller as an ``evt`` of the stream
+  (``{"refused": {request, rule, path}}``, never file contents), which audits it;
 * the end — the device closes (``{"eof": true, "reason": "closed"}``), the client closes
   (``device.tunnel.close``), sharing is paused (``paused``), or the link drops (every stream
   ends; a tunnel does not survive a reconnect).
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
     from device_bridge.policy import Policy
     from device_bridge.rpc import Dispatcher
 
-__all__ = ["MAX_TUNNEL_STREAMS", "READ_CHUNK", "SyncGate", "TunnelService"]
+__all__ = ["MAX_TUNNEL_STREAMS", "READ_CHUNK", "SyncGate", "SyncRefusal", "TunnelService"]
 
 log = logging.getLogger("droidwire.bridge.tunnel")
 
@@ -69,6 +70,18 @@ READ_CHUNK = 192 * 1024
 _SYNC_PATH_MAX = 1024
 _SYNC_DATA_MAX = 256 * 1024  # adb sends DATA chunks of at most 64 KiB
 _SYNC_PATH_REQUESTS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2", "RECV", "SEND"})
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRefusal:
+    """A request :class:`SyncGate` refused: its kind, the rule and its path (bounded)."""
+
+    request: str
+    rule: str
+    path: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"request": self.request, "rule": self.rule, "path": self.path}
 
 
 class SyncGate:
@@ -88,6 +101,9 @@ class SyncGate:
     Requests: ``id(4) + u32 length + path`` (``SEND``'s path is ``path,mode``), then for
     ``SEND`` a run of ``DATA u32 n + n bytes`` closed by ``DONE u32 mtime``. Anything else is a
     broken client: ``broken`` is set and the stream ends.
+
+    Each refusal is also kept in ``refusals`` (:class:`SyncRefusal`) until the caller takes
+    them (:meth:`take_refusals`) to report them.
     """
 
     def __init__(self, check: Callable[[str, str], None]) -> None:
@@ -96,7 +112,7 @@ class SyncGate:
         self._data_left = 0  # bytes of a DATA chunk still to pass through (or swallow)
         self._in_send = False
         self._refused_send: RpcError | None = None  # a SEND being swallowed
-        self.refusals: list[RpcError] = []
+        self.refusals: list[SyncRefusal] = []
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
@@ -151,7 +167,7 @@ class SyncGate:
             try:
                 self._check(ident, path)
             except RpcError as exc:
-                self.refusals.append(exc)
+                self.refusals.append(_refusal(ident, path, exc))
                 if ident == "SEND":
                     self._in_send = True
                     self._refused_send = exc
@@ -161,6 +177,18 @@ class SyncGate:
             out += request
             self._in_send = ident == "SEND"
         return bytes(out), answers
+
+    def take_refusals(self) -> list[SyncRefusal]:
+        taken, self.refusals = self.refusals, []
+        return taken
+
+
+def _refusal(ident: str, path: str, exc: RpcError) -> SyncRefusal:
+    if ident == "SEND" and "," in path:
+        path = path.rpartition(",")[0]  # ``path,mode``
+    rule = str((exc.data or {}).get("rule") or exc.code.value)
+    path = "".join(ch if ch.isprintable() else "?" for ch in path[:256])
+    return SyncRefusal(ident, rule[:64], path)
 
 
 def _refused_answer(ident: str, message: str) -> bytes:
@@ -308,9 +336,15 @@ class TunnelService:
             stream.offset += len(p.data)
             async with stream.turn:
                 stream.turn.notify_all()
+            if stream.gate is not None:
+                # Each refusal before the answers: the controller records it before the
+                # client sees the answer.
+                for refusal in stream.gate.take_refusals():
+                    self.refused += 1
+                    log.info("tunnel %s: sync %s refused (%s)", stream.channel,
+                             refusal.request, refusal.rule)
+                    await self._emit(stream, TunnelChunk(refused=refusal.to_wire()))
             for answer in answers:
-                self.refused += 1
-                log.info("tunnel %s: sync request refused", stream.channel)
                 stream.unacked += len(answer)
                 await self._emit(stream, TunnelChunk(answer))
             if stream.gate is not None and stream.gate.broken is not None:

@@ -47,6 +47,7 @@ __all__ = [
     "MAX_SERVICE",
     "MAX_WINDOW",
     "MAX_WRITE",
+    "REFUSAL_FIELDS",
     "TUNNEL_ACK",
     "TUNNEL_CLOSE",
     "TUNNEL_FEATURES",
@@ -137,21 +138,29 @@ class TunnelCloseParams(Params):
 
 
 class TunnelChunk:
-    """One ``evt`` of a tunnel stream: device bytes, or the end."""
+    """One ``evt`` of a tunnel stream: device bytes, the end, or a request the bridge refused
+    inside the stream (``refused``: a ``sync:`` request's kind, rule and path, never data)."""
 
-    __slots__ = ("data", "eof", "reason", "seq")
+    __slots__ = ("data", "eof", "reason", "refused", "seq")
 
     def __init__(self, data: bytes = b"", *, eof: bool = False, reason: str | None = None,
-                 seq: int = 0) -> None:
+                 refused: dict[str, str] | None = None, seq: int = 0) -> None:
         self.data = data
         self.eof = eof
         self.reason = reason
+        self.refused = refused
         self.seq = seq
 
     def to_wire(self) -> dict[str, Any]:
         if self.eof:
             return {"eof": True, "reason": self.reason or "closed"}
+        if self.refused is not None:
+            return {"refused": self.refused}
         return {"data": self.data}
+
+
+# What a ``refused`` chunk carries, each bounded (characters).
+REFUSAL_FIELDS = {"request": 8, "rule": 64, "path": 256}
 
 
 def parse_tunnel_chunk(d: Any, *, seq: int = 0) -> TunnelChunk:
@@ -161,6 +170,14 @@ def parse_tunnel_chunk(d: Any, *, seq: int = 0) -> TunnelChunk:
     if d.get("eof") is True:
         reason = d.get("reason")
         return TunnelChunk(eof=True, reason=str(reason)[:200] if reason is not None else "closed",
+                           seq=seq)
+    refused = d.get("refused")
+    if refused is not None:
+        if not isinstance(refused, dict) or not all(
+                isinstance(refused.get(k), str) for k in REFUSAL_FIELDS):
+            raise RpcError(ErrorCode.BAD_REQUEST,
+                           "a tunnel refusal names its request, rule and path")
+        return TunnelChunk(refused={k: refused[k][:n] for k, n in REFUSAL_FIELDS.items()},
                            seq=seq)
     data = d.get("data")
     if not isinstance(data, bytes) or not 0 < len(data) <= MAX_WRITE:

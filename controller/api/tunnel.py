@@ -8,7 +8,8 @@ owner, a borrower inside a live grant, an admin), checked before the socket open
 every stream the client opens, and watched for the tunnel's whole life: once the token is
 revoked or the loan revoked or expired (:func:`controller.access.until_lapsed`), the tunnel
 ends (``end {reason: "forbidden: …"}``, close code 1008) and the adb client sees the device go
-offline. The tunnel, every stream it opens (refused or not) and its end are in the audit log.
+offline. The tunnel, every stream it opens (refused or not), the sync requests refused inside
+its streams (bounded) and its end are in the audit log.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ the hub's reader). Rules:
 
 * every ``OPEN`` is authorized again (:func:`controller.auth.authorize`, the owner's health
   gate) and audited (``device.tunnel.open``, with the service's name and, if refused, the rule);
+* a request the bridge refuses inside a ``sync:`` stream (a ``refused`` evt: its kind, rule and
+  path, never file contents) is audited (``device.tunnel.sync``) and in the step log, at most
+  :data:`SYNC_REFUSALS_RECORDED` per stream and rule; the rest are counted and recorded as one
+  entry (``more``) when the stream ends, so a client cannot flood the audit log;
 * client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
   up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
   (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
@@ -64,6 +68,8 @@ DEFAULT_MAX_STREAMS = 16
 DEFAULT_PER_USER = 4
 _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
 STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
+SYNC_REFUSALS_RECORDED = 8  # refused sync requests audited one by one per stream and rule
+_SYNC_RULES_COUNTED = 16  # distinct rules counted per stream (more: counted as "other")
 
 
 @dataclass(eq=False)
@@ -85,6 +91,7 @@ class RelayStream:
     closed: bool = False
     sent_down: int = 0
     sent_up: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)  # rule → refused sync requests
 
     # -- the hub's side (ScreenChannel protocol) -------------------------------------------
 
@@ -97,6 +104,9 @@ class RelayStream:
         if evt.seq < self.next_seq:
             return  # a duplicate
         self.next_seq = evt.seq + 1
+        if chunk.refused is not None:
+            self.tunnel.sync_refused(self, chunk.refused)
+            return
         if chunk.eof:
             self.tunnel.stream_ended(self, chunk.reason or "closed", on_bridge=False)
             return
@@ -286,6 +296,36 @@ class Tunnel:
         finally:
             self._opening -= 1
 
+    def sync_refused(self, stream: RelayStream, refused: dict[str, str]) -> None:
+        """The bridge refused a request inside ``stream`` (a ``sync:`` one): recorded in the
+        step log and audited, the first :data:`SYNC_REFUSALS_RECORDED` per rule; the rest
+        counted, recorded when the stream ends."""
+        self.refused += 1
+        rule = refused["rule"]
+        if rule not in stream.refusals and len(stream.refusals) >= _SYNC_RULES_COUNTED:
+            rule = "other"
+        count = stream.refusals[rule] = stream.refusals.get(rule, 0) + 1
+        if count > SYNC_REFUSALS_RECORDED:
+            return
+        detail = {"service": _service_label(stream.service), "tunnel": self.id, "rule": rule,
+                  "request": refused["request"], "path": refused["path"]}
+        self.steps.append({"at": time.time(), "outcome": ErrorCode.FORBIDDEN.value, **detail})
+        self.hub._spawn(self._audit("device.tunnel.sync", ErrorCode.FORBIDDEN.value, detail))
+
+    def _sync_refusals_over(self, stream: RelayStream) -> None:
+        """``stream`` ended: what it had refused past the recorded ones, as one entry a rule."""
+        for rule, count in stream.refusals.items():
+            more = count - SYNC_REFUSALS_RECORDED
+            if more <= 0:
+                continue
+            detail = {"service": _service_label(stream.service), "tunnel": self.id,
+                      "rule": rule, "more": more}
+            self.steps.append({"at": time.time(), "outcome": ErrorCode.FORBIDDEN.value,
+                               **detail})
+            self.hub._spawn(self._audit("device.tunnel.sync", ErrorCode.FORBIDDEN.value,
+                                        detail))
+        stream.refusals.clear()
+
     async def _audit(self, action: str, outcome: str, detail: dict[str, Any]) -> None:
         try:
             await self.hub.audit.record(self.principal, action, device=str(self.device),
@@ -364,6 +404,7 @@ class Tunnel:
         stream.closed = True
         stream.wake.set()
         self.streams.pop(stream.s, None)
+        self._sync_refusals_over(stream)
         entry = self.hub.entry(self.device.bridge_id)
         if entry is not None and stream.channel is not None:
             entry.screens.pop(stream.channel, None)

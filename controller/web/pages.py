@@ -385,7 +385,8 @@ def _last_refusal(steps: Any) -> str:
     if not refused:
         return ""
     last = refused[-1]
-    return f"{last.get('service')} ({last.get('rule')})"
+    what = " ".join(str(last[k]) for k in ("request", "path") if last.get(k))
+    return f"{last.get('service')}{' ' + what if what else ''} ({last.get('rule')})"
 
 
 @router.websocket("/devices/{device}/screen/stream")

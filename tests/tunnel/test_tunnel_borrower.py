@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from controller.hub.tunnel import SYNC_REFUSALS_RECORDED
 from tests.tunnel.conftest import WAIT_S, Stack
+from tests.web.support import sign_in
 
 pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package"),
               pytest.mark.timeout(300)]
@@ -65,6 +70,100 @@ async def test_borrower_files_are_confined_to_the_droidwire_folder(
         assert back.read_bytes() == payload
     exists = await asyncio.to_thread(stack.sim.adb.shell, "ls /sdcard/mine.bin")
     assert "No such file" in exists
+
+
+async def test_refused_sync_requests_reach_the_audit_log_and_the_steps(
+        stack: Stack, tmp_path: Path) -> None:
+    src = tmp_path / "x"
+    src.write_bytes(b"not for the log " * 100)
+    async with stack.tunnel("bob") as t:
+        pushed = await t.adb("push", str(src), "/sdcard/x")
+        assert pushed.returncode != 0
+        pulled = await t.adb("pull", "/system/build.prop", str(tmp_path / "build.prop"))
+        assert pulled.returncode != 0
+        [live] = [x for x in stack.controller.hub.tunnels.live() if x.principal.user_name == "bob"]
+        steps = [s for s in live.steps if s.get("service") == "sync"
+                 and s.get("outcome") == "forbidden"]
+        assert {s.get("rule") for s in steps} == {"path_outside_workspace"}, live.steps
+        assert any(s.get("request") == "SEND" and s.get("path") == "/sdcard/x" for s in steps)
+        assert any(s.get("path") == "/system/build.prop" for s in steps), steps
+        tunnel_id = live.id
+        async with httpx.AsyncClient(base_url=stack.url, timeout=WAIT_S) as browser:
+            signed = await sign_in(browser, stack.tokens["olivia"])
+            assert signed.status_code in (200, 303), signed.text
+            page = (await browser.get(f"/devices/{stack.device_id}")).text
+        # The owner's page: the last refusal, the request and its path with the rule.
+        assert "/system/build.prop (path_outside_workspace)" in page
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        entries = await stack.controller.app.state.audit.recent(limit=500)
+        sync = [e for e in entries if e.action == "device.tunnel.sync"
+                and (e.detail or {}).get("tunnel") == tunnel_id]
+        paths = {str((e.detail or {}).get("path")) for e in sync}
+        if {"/sdcard/x", "/system/build.prop"} <= paths or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert {"/sdcard/x", "/system/build.prop"} <= paths, [e.detail for e in sync]
+    assert all(e.actor == "bob" and e.outcome == "forbidden" for e in sync)
+    assert {str((e.detail or {}).get("rule")) for e in sync} == {"path_outside_workspace"}
+    assert any((e.detail or {}).get("request") == "SEND" for e in sync)
+    assert not any("not for the log" in str(e.detail) for e in sync)
+
+
+def _stat_flood(port: int, address: str, paths: list[str]) -> list[bytes]:
+    """One ``sync:`` stream through the laptop's adb server: a ``STAT`` per path, each answer
+    read (adb's own wire format), then ``QUIT``."""
+
+    def request(sock: socket.socket, service: str) -> None:
+        sock.sendall(f"{len(service):04x}{service}".encode())
+        status = _read(sock, 4)
+        assert status == b"OKAY", status + sock.recv(1024)
+
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+        request(sock, f"host:transport:{address}")
+        request(sock, "sync:")
+        answers = []
+        for path in paths:
+            body = path.encode()
+            sock.sendall(b"STAT" + struct.pack("<I", len(body)) + body)
+            answers.append(_read(sock, 16))
+        sock.sendall(b"QUIT" + bytes(4))
+        return answers
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        part = sock.recv(n - len(out))
+        assert part, f"connection closed after {out!r}"
+        out += part
+    return out
+
+
+async def test_a_flood_of_refused_sync_requests_is_recorded_bounded(stack: Stack) -> None:
+    flood = 5 * SYNC_REFUSALS_RECORDED
+    async with stack.tunnel("bob") as t:
+        answers = await asyncio.to_thread(_stat_flood, stack.laptop.port, t.address,
+                                          [f"/sdcard/f{i}" for i in range(flood)])
+        assert answers == [b"STAT" + bytes(12)] * flood  # "nothing there", each one
+        [live] = [x for x in stack.controller.hub.tunnels.live() if x.principal.user_name == "bob"]
+        tunnel_id = live.id
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        entries = await stack.controller.app.state.audit.recent(limit=1000)
+        sync = [e.detail or {} for e in entries if e.action == "device.tunnel.sync"
+                and (e.detail or {}).get("tunnel") == tunnel_id]
+        done = sum("path" in d for d in sync) >= SYNC_REFUSALS_RECORDED and any(
+            "more" in d for d in sync)
+        if done or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    one_by_one = [d for d in sync if "path" in d]
+    counted = [d for d in sync if "more" in d]
+    assert len(one_by_one) == SYNC_REFUSALS_RECORDED, sync
+    assert {d["request"] for d in one_by_one} == {"STAT"}
+    assert counted == [{"service": "sync", "tunnel": tunnel_id, "rule": "path_outside_workspace",
+                        "more": flood - SYNC_REFUSALS_RECORDED}]
 
 
 async def test_revoking_the_loan_takes_the_device_offline(stack: Stack) -> None:

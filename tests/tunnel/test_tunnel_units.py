@@ -11,7 +11,14 @@ import pytest
 from device_bridge.policy import Policy, PolicyConfig, Profile
 from device_bridge.tunnel import SyncGate
 from protocol.errors import ErrorCode, RpcError
-from protocol.tunnel_methods import MAX_WRITE, decode_frame, encode_frame, refusal_reply
+from protocol.tunnel_methods import (
+    MAX_WRITE,
+    TunnelChunk,
+    decode_frame,
+    encode_frame,
+    parse_tunnel_chunk,
+    refusal_reply,
+)
 
 DIR = "/data/local/tmp/droidwire"
 
@@ -160,6 +167,35 @@ def test_gate_answers_refused_requests_in_their_own_format() -> None:
     assert answers and answers[0].startswith(b"FAIL")
     assert forwarded == _req(b"STA2", f"{DIR}/ok")
     assert len(gate.refusals) == 5
+
+
+def test_gate_keeps_each_refusal_to_report_never_the_data() -> None:
+    gate = _gate()
+    gate.feed(_send("/sdcard/evil", b"secret" * 10) + _req(b"RECV", "/system/\x1b[2Jbuild.prop"))
+    taken = gate.take_refusals()
+    assert [(r.request, r.rule, r.path) for r in taken] == [
+        ("SEND", "path_outside_workspace", "/sdcard/evil"),  # the mode is not the path
+        ("RECV", "control_character", "/system/?[2Jbuild.prop"),  # printable only
+    ]
+    assert gate.take_refusals() == []  # taken once
+    gate.feed(_req(b"STAT", "/" + "a" * 1000))
+    [long] = gate.take_refusals()
+    assert len(long.path) == 256
+
+
+def test_refusal_chunks_round_trip_bounded() -> None:
+    wire = TunnelChunk(refused={"request": "SEND", "rule": "r", "path": "/p"}).to_wire()
+    assert wire == {"refused": {"request": "SEND", "rule": "r", "path": "/p"}}
+    chunk = parse_tunnel_chunk({"refused": {"request": "SEND", "rule": "r" * 500,
+                                            "path": "/" * 5000, "data": "x"}}, seq=4)
+    assert chunk.refused is not None and chunk.seq == 4 and chunk.data == b""
+    assert set(chunk.refused) == {"request", "rule", "path"}
+    assert len(chunk.refused["rule"]) == 64 and len(chunk.refused["path"]) == 256
+    for bad in ({"refused": "no"}, {"refused": {"rule": "r", "path": "/p"}},
+                {"refused": {"request": 1, "rule": "r", "path": "/p"}}):
+        with pytest.raises(RpcError) as err:
+            parse_tunnel_chunk(bad)
+        assert err.value.code is ErrorCode.BAD_REQUEST
 
 
 def test_gate_ends_a_broken_stream() -> None:
