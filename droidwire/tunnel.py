@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
+from device_bridge.sim.transport import DeviceTransport
 from droidwire.client import (
     ApiError,
     Client,
@@ -42,7 +43,7 @@ from droidwire.client import (
     TokenOption,
     cli_errors,
 )
-from protocol.adbwire import A_VERSION, Command, FramingError, Message, MessageReader, encode
+from protocol.adbwire import A_VERSION, Command, FramingError, Message
 from protocol.errors import RpcError
 from protocol.tunnel_methods import (
     MAX_CLIENT_FRAME,
@@ -83,39 +84,21 @@ class _Stream:
     done: bool = False
 
 
-class _Transport:
+class _Transport(DeviceTransport):
     """One TCP connection from the adb server: the device side of the adb transport."""
 
     def __init__(self, client: TunnelClient, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer)
         self.client = client
-        self.reader = reader
-        self.writer = writer
         self.max_out = 4096
-        self.checksums = False
-        self.online = False
         self.streams: dict[int, _Stream] = {}
 
-    def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
+    def _malformed(self, exc: FramingError) -> None:
+        log.warning("adb connection: %s", exc)
 
-    async def run(self) -> None:
-        parser = MessageReader()
-        try:
-            while True:
-                chunk = await self.reader.read(256 * 1024)
-                if not chunk:
-                    return
-                for msg in parser.feed(chunk):
-                    self._dispatch(msg)
-                await self.writer.drain()
-        except FramingError as exc:
-            log.warning("adb connection: %s", exc)
-        except (ConnectionError, OSError):
-            return
-        finally:
-            self.close()
+    def _ended(self) -> None:
+        self.close()
 
     def close(self) -> None:
         for stream in list(self.streams.values()):

@@ -40,10 +40,9 @@ from device_bridge.sim.transport import (
     A_VERSION,
     MAX_CNXN_PAYLOAD,
     Command,
+    DeviceTransport,
     FramingError,
     Message,
-    MessageReader,
-    encode,
 )
 from device_bridge.sim.waiters import Waiters
 
@@ -245,50 +244,34 @@ class V2Source:
 # -- connection -------------------------------------------------------------------------------
 
 
-class Connection:
+class Connection(DeviceTransport):
     """One TCP connection from an adb server: the transport and its streams."""
 
     def __init__(self, device: ServiceHost, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer)
         self.device = device
-        self.reader = reader
-        self.writer = writer
         self.streams: dict[int, Stream] = {}
         self.max_out = min(device.maxdata, 1 << 20)
-        self.online = False
-        self.checksums = False  # the peer speaks version 0x01000000 and may verify them
         self._next_id = 0
         self._token: bytes | None = None  # the AUTH TOKEN the host must sign
         self.authorized = device.auth is None
         self._bad_signatures = 0
 
-    def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
+    def _malformed(self, exc: FramingError) -> None:
+        logger.warning("device %s: closing connection: %s", self.device.serial, exc)
 
-    async def run(self) -> None:
-        parser = MessageReader()
-        try:
-            while True:
-                chunk = await self.reader.read(256 * 1024)
-                if not chunk:
-                    return
-                for msg in parser.feed(chunk):
-                    self._dispatch(msg)
-                await self.writer.drain()
-        except FramingError as exc:
-            logger.warning("device %s: closing connection: %s", self.device.serial, exc)
-        except (ConnectionError, OSError):
-            return
-        except Exception:  # a bug of ours: drop this transport (adb reconnects), keep serving
-            logger.exception("device %s: transport failed", self.device.serial)
-        finally:
-            for stream in list(self.streams.values()):
-                stream.on_close()
-            if self.device.auth is not None:
-                self.device.auth.forget(self._allowed)
-            self.device.connection_lost(self)
-            self.writer.close()
+    def _failed(self) -> None:
+        # A bug of ours: drop this transport (adb reconnects), keep serving.
+        logger.exception("device %s: transport failed", self.device.serial)
+
+    def _ended(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.on_close()
+        if self.device.auth is not None:
+            self.device.auth.forget(self._allowed)
+        self.device.connection_lost(self)
+        self.writer.close()
 
     def _dispatch(self, msg: Message) -> None:
         if msg.command == Command.CNXN:
