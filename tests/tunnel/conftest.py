@@ -18,15 +18,13 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from controller.executor.hub_gateway import HubGateway
-from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
-from device_bridge.config import HostConfig
 from droidwire.tunnel import TunnelClient
-from tests.adb_support import AdbServer, connected_sim, start_adb_server, wait_for_state
+from tests.adb_support import AdbServer, start_adb_server, wait_for_state
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import bearer
-from tests.controller.test_hub_support import InLoopController, in_loop_controller
+from tests.controller.test_hub_support import InLoopController
+from tests.desk import desk
 
 WAIT_S = 30.0 * TIME_SCALE
 
@@ -91,9 +89,6 @@ def laptop() -> Iterator[AdbServer]:
         server.kill()
 
 
-async def _ok(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    return response.json() if response.content else None
 
 
 @pytest_asyncio.fixture(scope="package", loop_scope="package")
@@ -101,42 +96,6 @@ async def stack(
     adb_server: AdbServer, laptop: AdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("tunnel")
-    with connected_sim(adb_server) as sim:
-        async with in_loop_controller(tmp) as controller:
-            admin = controller.http
-            tokens = {}
-            for name in ("olivia", "bob", "sam"):
-                body = await _ok(await admin.post("/v1/tokens", json={"kind": "user", "name": name}),
-                                 201)
-                tokens[name] = body["token"]
-            async with httpx.AsyncClient(base_url=controller.url, timeout=WAIT_S,
-                                         headers=bearer(tokens["olivia"])) as olivia:
-                bridge_token = (await _ok(
-                    await olivia.post("/v1/tokens", json={"kind": "bridge", "name": "desk"}), 201
-                ))["token"]
-                host = HostConfig.from_mapping({
-                    "controller": {"url": [controller.ws_url]},
-                    "adb": {"server_port": adb_server.port, "start_server": False},
-                })
-                adb = AdbDevices(port=adb_server.port, call_timeout_s=WAIT_S, flush_s=0.025)
-                try:
-                    async with Bridge(host, token=bridge_token, devices=adb, build=None) as bridge:
-                        await bridge.wait_open(WAIT_S)
-                        gateway = HubGateway(controller.hub)
-                        async with asyncio.timeout(WAIT_S):
-                            while not any(d.serial == sim.address and d.ready  # noqa: ASYNC110
-                                          for d in gateway.devices()):
-                                await asyncio.sleep(0.01)  # the registry has no event to await
-                        device_id = f"desk~{sim.address}"
-                        async with asyncio.timeout(WAIT_S):
-                            granted = await olivia.post(
-                                "/v1/grants", json={"device": device_id, "user": "bob"})
-                            while granted.status_code == 404:  # the store has no event either
-                                await asyncio.sleep(0.01)
-                                granted = await olivia.post(
-                                    "/v1/grants", json={"device": device_id, "user": "bob"})
-                        grant = await _ok(granted, 201)
-                        yield Stack(controller, sim.address, device_id, tokens, bridge, sim,
-                                    laptop, str(grant["id"]))
-                finally:
-                    await adb.aclose()
+    async with desk(adb_server, tmp) as d:
+        yield Stack(d.controller, d.sim.address, d.device_id, d.tokens, d.bridge, d.sim,
+                    laptop, str(d.grant["id"]))

@@ -11,7 +11,6 @@ two real runs.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +19,12 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from controller.executor.hub_gateway import HubGateway
-from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
-from device_bridge.config import HostConfig
-from tests.adb_support import AdbServer, connected_sim
+from tests.adb_support import AdbServer
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import bearer
-from tests.controller.test_hub_support import InLoopController, in_loop_controller
+from tests.controller.test_hub_support import InLoopController
+from tests.desk import desk, ok
 from tests.executor.conftest import build_service
 from tests.executor.support import llm_style_test
 
@@ -59,13 +56,6 @@ class Stack:
                                  headers=bearer(self.tokens[user]))
 
 
-async def _ok(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, response.text
-    return response.json() if response.content else None
-
-
-async def grant_to_bob(olivia: httpx.AsyncClient, device_id: str) -> httpx.Response:
-    return await olivia.post("/v1/grants", json={"device": device_id, "user": "bob"})
 
 
 @pytest_asyncio.fixture(scope="package", loop_scope="package")
@@ -73,54 +63,16 @@ async def stack(
     adb_server: AdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("web")
-    with connected_sim(adb_server) as sim:
-        async with in_loop_controller(tmp) as controller:
-            admin = controller.http
-            tokens = {}
-            for name in ("olivia", "bob", "sam"):
-                body = await _ok(await admin.post("/v1/tokens", json={"kind": "user", "name": name}),
-                                 201)
-                tokens[name] = body["token"]
-            async with httpx.AsyncClient(base_url=controller.url, timeout=WAIT_S,
-                                         headers=bearer(tokens["olivia"])) as olivia:
-                bridge_token = (await _ok(
-                    await olivia.post("/v1/tokens", json={"kind": "bridge", "name": "desk"}), 201
-                ))["token"]
-                host = HostConfig.from_mapping({
-                    "controller": {"url": [controller.ws_url]},
-                    "adb": {"server_port": adb_server.port, "start_server": False},
-                })
-                adb = AdbDevices(port=adb_server.port, call_timeout_s=WAIT_S, flush_s=0.025)
-                try:
-                    async with Bridge(host, token=bridge_token, devices=adb,
-                                      build=build_service(tmp / "workspaces")) as bridge:
-                        await bridge.wait_open(WAIT_S)
-                        gateway = HubGateway(controller.hub)
-                        async with asyncio.timeout(WAIT_S):
-                            while not any(d.serial == sim.address and d.ready  # noqa: ASYNC110
-                                          for d in gateway.devices()):
-                                await asyncio.sleep(0.01)  # the registry has no event to await
-                        device_id = f"desk~{sim.address}"
-                        # A grant needs the device in the store, written just after the
-                        # inventory arrives: wait for that condition (bounded).
-                        async with asyncio.timeout(WAIT_S):
-                            granted = await grant_to_bob(olivia, device_id)
-                            while granted.status_code == 404:  # no event to await for it
-                                await asyncio.sleep(0.01)
-                                granted = await grant_to_bob(olivia, device_id)
-                        await _ok(granted, 201)
-                        draft = llm_style_test("loadSettingsFromDisk()").replace(
-                            "import android.util.Log\n", "")
-                        result = await _ok(await olivia.post(
-                            "/v1/sandbox/execute", json={"test_code": draft, "device": device_id}))
-                        assert result["verification_status"] == "CONFIRMED", result["summary"]
-                        async with httpx.AsyncClient(base_url=controller.url, timeout=WAIT_S,
-                                                     headers=bearer(tokens["sam"])) as sam:
-                            refused = await _ok(await sam.post(
-                                "/v1/sandbox/execute",
-                                json={"test_code": llm_style_test("formatTitle(\"a\", 1)")}))
-                        assert refused["verification_status"] == "PENDING", refused
-                        yield Stack(controller, sim.address, device_id, tokens, bridge_token,
-                                    result["run_id"], refused["run_id"], bridge, sim)
-                finally:
-                    await adb.aclose()
+    async with desk(adb_server, tmp, build=build_service(tmp / "workspaces")) as d:
+        draft = llm_style_test("loadSettingsFromDisk()").replace("import android.util.Log\n", "")
+        result = await ok(await d.olivia.post(
+            "/v1/sandbox/execute", json={"test_code": draft, "device": d.device_id}))
+        assert result["verification_status"] == "CONFIRMED", result["summary"]
+        async with httpx.AsyncClient(base_url=d.controller.url, timeout=WAIT_S,
+                                     headers=bearer(d.tokens["sam"])) as sam:
+            refused = await ok(await sam.post(
+                "/v1/sandbox/execute",
+                json={"test_code": llm_style_test("formatTitle(\"a\", 1)")}))
+        assert refused["verification_status"] == "PENDING", refused
+        yield Stack(d.controller, d.sim.address, d.device_id, d.tokens, d.bridge_token,
+                    result["run_id"], refused["run_id"], d.bridge, d.sim)
