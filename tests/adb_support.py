@@ -50,11 +50,20 @@ ADB_BINARY = str(Path(adbutils.__file__).parent / "binaries" / "adb")
 CONNECT_TIMEOUT = 15.0 * TIME_SCALE
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now (the kernel picks it), and never one this process
+    handed out before: the kernel may offer a just-released port again, and two servers a test
+    starts on "free" ports must not get the same one."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
