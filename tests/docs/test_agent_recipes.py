@@ -10,18 +10,15 @@ private adb server. Every process they start is stopped afterwards.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.adb_support import ADB_BINARY, free_port
+from tests.adb_support import free_port
 from tests.conftest import TIME_SCALE, require_or_skip
-from tests.docs.test_recipes import _RECIPE, MARK, ROOT, _env
+from tests.docs.test_recipes import _RECIPE, ROOT, run_chain
 
 AGENT = ROOT / "docs" / "agent.md"
 MCP = ROOT / "docs" / "mcp.md"
@@ -46,32 +43,9 @@ def test_agent_and_mcp_recipes_run_as_written(tmp_path: Path) -> None:
     work = tmp_path / "clone"
     work.mkdir()
     (work / ".venv").symlink_to(ROOT / ".venv")
-    port, sim_port, adb_port = free_port(), free_port(), free_port()
-    script = ["set -euo pipefail"]
-    for name, page in CHAIN:
-        block = _recipes(page)[name].replace("8700", str(port)).replace("5555", str(sim_port))
-        script += [f"echo '{MARK}{name}'", block]
-    env = {**_env(tmp_path), "ANDROID_ADB_SERVER_PORT": str(adb_port)}
-    proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=work, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=540 * TIME_SCALE)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        subprocess.run([ADB_BINARY, "-P", str(adb_port), "kill-server"], capture_output=True,
-                       timeout=30, check=False)
-    logs = "".join(f"\n--- {p.name}\n" + p.read_text(errors="replace")[-2000:]
-                   for p in sorted(work.glob("*.log")))
-    assert proc.returncode == 0, out[-4000:] + err[-4000:] + logs
-    parts = dict(re.findall(rf"^{MARK}([\w-]+)\n(.*?)(?=^{MARK}|\Z)", out,
-                            re.MULTILINE | re.DOTALL))
+    port, sim_port = free_port(), free_port()
+    parts, _ = run_chain([(name, _recipes(page)[name]) for name, page in CHAIN], work, tmp_path,
+                         port=port, sim_port=sim_port, timeout_s=540 * TIME_SCALE)
     assert list(parts) == [name for name, _ in CHAIN]
     walk = parts["agent-walk"].splitlines()
     assert walk[0].startswith("[Device State] App: "), walk

@@ -49,6 +49,42 @@ def _env(root: Path) -> dict[str, str]:
     env["CI"] = "true"
     return env
 
+def run_chain(blocks: list[tuple[str, str]], work: Path, tmp_path: Path, *, port: int,
+              sim_port: int, timeout_s: float) -> tuple[dict[str, str], str]:
+    """Run recipe blocks in one bash (``set -euo pipefail``) in ``work``, with the docs' ports
+    (8700, 5555) replaced by free ones and a private adb server: each block's output by name,
+    and the whole stderr.
+    The recipes leave the controller, the simulated phone and the bridge running: their
+    process group and the adb server are ended whatever happens."""
+    adb_port = free_port()
+    script = ["set -euo pipefail"]
+    for name, block in blocks:
+        script += [f"echo '{MARK}{name}'",
+                   block.replace("8700", str(port)).replace("5555", str(sim_port))]
+    env = {**_env(tmp_path), "ANDROID_ADB_SERVER_PORT": str(adb_port)}
+    proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=work, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        subprocess.run([ADB_BINARY, "-P", str(adb_port), "kill-server"], capture_output=True,
+                       timeout=30, check=False)
+    logs = "".join(f"\n--- {p.name}\n" + p.read_text(errors="replace")[-2000:]
+                   for p in sorted(work.glob("*.log")))
+    assert proc.returncode == 0, out[-4000:] + err[-4000:] + logs
+    parts = dict(re.findall(rf"^{MARK}([\w-]+)\n(.*?)(?=^{MARK}|\Z)", out,
+                            re.MULTILINE | re.DOTALL))
+    return parts, err
+
+
 
 @pytest.mark.adb
 @pytest.mark.timeout(600 * TIME_SCALE)
@@ -77,33 +113,9 @@ def test_recipes_own_stack_lend_mcp_and_ci_run_as_written(tmp_path: Path) -> Non
     work.mkdir()
     (work / ".venv").symlink_to(ROOT / ".venv")
     (work / "gradle-workspace").symlink_to(ROOT / "gradle-workspace")
-    port, sim_port, adb_port = free_port(), free_port(), free_port()
-    script = ["set -euo pipefail"]
-    for name in CHAINED:
-        block = recipes()[name].replace("8700", str(port)).replace("5555", str(sim_port))
-        script += [f"echo '{MARK}{name}'", block]
-    env = {**_env(tmp_path), "ANDROID_ADB_SERVER_PORT": str(adb_port)}
-    proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=work, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=840 * TIME_SCALE)
-    finally:
-        # The recipes leave the controller, the simulated phone and the bridge running.
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        subprocess.run([ADB_BINARY, "-P", str(adb_port), "kill-server"], capture_output=True,
-                       timeout=30, check=False)
-    logs = "".join(f"\n--- {p.name}\n" + p.read_text(errors="replace")[-2000:]
-                   for p in sorted(work.glob("*.log")))
-    assert proc.returncode == 0, out[-4000:] + err[-4000:] + logs
-    parts = dict(re.findall(rf"^{MARK}([\w-]+)\n(.*?)(?=^{MARK}|\Z)", out,
-                            re.MULTILINE | re.DOTALL))
+    port, sim_port = free_port(), free_port()
+    parts, err = run_chain([(name, recipes()[name]) for name in CHAINED], work, tmp_path,
+                           port=port, sim_port=sim_port, timeout_s=840 * TIME_SCALE)
     assert list(parts) == list(CHAINED)
     device = f"my-desk~127.0.0.1:{sim_port}"
     # 2. own stack: the phone behind the bridge, a shell, a verdict; progress on stderr.
