@@ -5,8 +5,10 @@ starts again when the app has taken it: two ``epoll_ctl`` system calls per messa
 tenth of a bridge's RPC round trip (docs/benchmarks.md). This subclass stops reading only when
 the messages waiting for the app add up to :data:`QUEUE_HIGH_BYTES` (or
 :data:`QUEUE_HIGH_MESSAGES`), and starts again, as uvicorn does, once the app has taken them
-all. Memory per connection stays bounded: that budget plus one message of at most
-``ws_max_size``, where uvicorn's own bound is one message.
+all. Memory per connection stays bounded: reading stops in the read that crosses the budget,
+and the messages that read completes are queued as uvicorn queues them, so the queue holds
+less than the budget plus one message of at most ``ws_max_size`` plus one read (asyncio reads
+at most :data:`READ_MAX_BYTES` a time); uvicorn's own bound is the same without the budget.
 
 uvicorn takes :class:`RoutingProtocol` as ``ws=`` (see
 :func:`droidwire.serve.uvicorn_config`): it serves ``/v1/bridge`` with websockets' own
@@ -21,10 +23,12 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "RoutingProtocol", "WebSocketProtocol"]
+__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "READ_MAX_BYTES", "RoutingProtocol",
+           "WebSocketProtocol"]
 
 QUEUE_HIGH_BYTES = 1 << 20
 QUEUE_HIGH_MESSAGES = 64
+READ_MAX_BYTES = 256 * 1024  # what asyncio's socket transport asks one recv() for
 
 
 def _size(message: Any) -> int:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 
@@ -65,7 +67,8 @@ def test_invalid_values_are_config_errors(kwargs: dict[str, object]) -> None:
         ControllerConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from droidwire import serve
@@ -75,7 +78,7 @@ def test_the_agent_frame_bounds_come_from_the_cli(monkeypatch: pytest.MonkeyPatc
     app = typer.Typer()
     app.command()(serve.controller)
     result = CliRunner().invoke(
-        app, ["--db", "sqlite:///x.db", "--agent-frame-traces", "3", "--agent-frame-bytes", "9",
+        app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "--agent-frame-traces", "3", "--agent-frame-bytes", "9",
               "--bootstrap-token", "b" * 24],  # a first start needs an admin (docs/cli.md)
     )
     assert result.exit_code == 0, result.output

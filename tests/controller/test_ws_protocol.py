@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 from websockets.asyncio.client import connect
 
-from controller.ws_protocol import QUEUE_HIGH_BYTES, WebSocketProtocol
+from controller.ws_protocol import QUEUE_HIGH_BYTES, READ_MAX_BYTES, WebSocketProtocol
 from tests.conftest import TIME_SCALE
 from tests.faults.timing import wait_until
 
@@ -95,11 +95,15 @@ async def test_reading_pauses_at_the_byte_budget_and_nothing_is_lost() -> None:
 
         await wait_until(paused, "reading paused", WAIT_S)
         assert protocol is not None
+        # Reading stops in the read that crossed the budget; the messages that read completed
+        # are queued too (a read is at most READ_MAX_BYTES), and nothing after them.
+        at_pause = protocol.queued_bytes
+        assert QUEUE_HIGH_BYTES <= at_pause < QUEUE_HIGH_BYTES + size + READ_MAX_BYTES
         # Whether the rest fits in the kernel's buffers or the sender blocks on them, it waits
         # there and not in the queue: give it the time to arrive if reading went on.
         await asyncio.wait({sender}, timeout=0.5)
         assert protocol.read_paused
-        assert QUEUE_HIGH_BYTES <= protocol.queued_bytes < QUEUE_HIGH_BYTES + size
+        assert protocol.queued_bytes == at_pause
         assert protocol.queue.qsize() * size == protocol.queued_bytes
         app.reading.set()
         await asyncio.wait_for(sender, WAIT_S)
