@@ -82,8 +82,8 @@ async def _run(devices: int, per_device: int) -> list[dict[str, Any]]:
     from device_bridge.bridge import Bridge
     from device_bridge.config import HostConfig
     from tests.adb_support import connected_sim, free_port, start_adb_server
-    from tests.cluster.procs import ReplicaProcess
-    from tests.executor.conftest import build_service
+    from tests.controller.cluster.procs import ReplicaProcess
+    from tests.controller.executor.conftest import build_service
 
     code = _test_code()
     admin = secrets.token_urlsafe(32)

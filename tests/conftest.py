@@ -40,7 +40,7 @@ def require_or_skip(condition: bool, reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def kotlinc_checker():  # type: ignore[no-untyped-def]
-    """One warm compiler for the whole session (a cold JVM costs seconds; see tests/kotlinc).
+    """One warm compiler for the whole session (a cold JVM costs seconds; see tests/device_bridge/kotlinc).
     Needs ``make setup`` (the pinned compiler) and a JDK: skipped without them, failing in CI."""
     from device_bridge.kotlinc import KotlincChecker, SetupError, ensure_layout
 

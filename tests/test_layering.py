@@ -260,3 +260,35 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+# -- the tests' own layout (docs/design.md §2, CONTRIBUTING.md) ------------------------------
+
+# Suites that cross packages; everything else under tests/ mirrors a source package.
+AREA_SUITES = {"bench", "corpus", "deploy", "docs", "e2e", "faults", "manage", "security",
+               "streams", "tenancy", "tools", "tunnel"}
+SOURCE_PACKAGES = {"controller", "device_bridge", "droidwire", "fixer", "protocol",
+                   "gradle_workspace"}
+
+
+def _stray_test_folders(tests: Path) -> list[str]:
+    """Top-level test folders that are neither a source package's mirror nor an area suite."""
+    out: list[str] = []
+    for folder in sorted(p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if folder.name in AREA_SUITES:
+            continue
+        if folder.name not in SOURCE_PACKAGES:
+            out.append(folder.name)
+    return out
+
+
+def test_tests_mirror_the_packages() -> None:
+    assert _stray_test_folders(ROOT / "tests") == []
+    for package in SOURCE_PACKAGES - {"gradle_workspace"}:
+        assert (ROOT / package).is_dir(), package
+
+
+def test_the_layout_check_sees_a_stray_folder(tmp_path: Path) -> None:
+    for name in ("controller", "docs", "agent"):
+        (tmp_path / name).mkdir()
+    assert _stray_test_folders(tmp_path) == ["agent"]

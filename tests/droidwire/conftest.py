@@ -4,5 +4,5 @@ a live controller on real uvicorn) and the simulated device's host keys, shared 
 that define them."""
 
 from tests.controller.conftest import db_url, live_controller, pg_url, sqlite_url  # noqa: F401
-from tests.executor.conftest import adb, gateway, sim, state_dir, store  # noqa: F401
-from tests.sim.conformance.conftest import host_key, other_host_key  # noqa: F401
+from tests.controller.executor.conftest import adb, gateway, sim, state_dir, store  # noqa: F401
+from tests.device_bridge.sim.conformance.conftest import host_key, other_host_key  # noqa: F401

@@ -20,9 +20,9 @@ from controller.executor import SandboxExecutor
 from droidwire import app as cli
 from droidwire.run import stage_of
 from tests.controller.conftest import ADMIN_TOKEN, LiveController
-from tests.executor.conftest import SETTINGS
-from tests.executor.support import LocalGateway, llm_style_test
-from tests.executor.test_api import with_sandbox
+from tests.controller.executor.conftest import SETTINGS
+from tests.controller.executor.support import LocalGateway, llm_style_test
+from tests.controller.executor.test_api import with_sandbox
 
 pytestmark = pytest.mark.adb
 

@@ -20,10 +20,10 @@ from device_bridge.rpc import Dispatcher
 from droidwire import app as cli
 from tests.adb_support import AdbServer, connected_sim
 from tests.controller.conftest import ADMIN_TOKEN, LiveController, bearer
+from tests.controller.executor.support import LocalGateway, llm_style_test
+from tests.controller.executor.test_sched_e2e import RETRY_TEST
 from tests.controller.test_hub_support import FakeBridge, InLoopController, in_loop_controller
 from tests.droidwire.test_run_cli import sandbox_controller
-from tests.executor.support import LocalGateway, llm_style_test
-from tests.executor.test_sched_e2e import RETRY_TEST
 
 runner = CliRunner()
 WAIT_S = 60.0

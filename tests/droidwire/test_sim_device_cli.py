@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from droidwire import app
 from tests.adb_support import free_port
-from tests.sim.conformance.conftest import CLIENT_TIMEOUT_S, HostKey
+from tests.device_bridge.sim.conformance.conftest import CLIENT_TIMEOUT_S, HostKey
 
 pytestmark = pytest.mark.timeout(60)
 

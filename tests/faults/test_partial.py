@@ -23,9 +23,9 @@ from device_bridge.policy import Policy, PolicyConfig
 from device_bridge.rpc import Dispatcher
 from tests.adb_support import AdbServer, connected_sim
 from tests.conftest import TIME_SCALE
-from tests.executor.conftest import SETTINGS as EXECUTOR_SETTINGS
-from tests.executor.conftest import build_service
-from tests.executor.support import LocalGateway, llm_style_test
+from tests.controller.executor.conftest import SETTINGS as EXECUTOR_SETTINGS
+from tests.controller.executor.conftest import build_service
+from tests.controller.executor.support import LocalGateway, llm_style_test
 from tests.faults.figures import record
 from tests.faults.timing import WAIT_S
 

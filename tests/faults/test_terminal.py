@@ -7,7 +7,7 @@
   reports (``Link.drop``) and sometimes a transport abort arrive together, in random order.
   Never two connections at once, exactly one reconnect per outage.
 
-The scripted controller peer is the one of the bridge's own tests (tests/bridge/test_connection).
+The scripted controller peer is the one of the bridge's own tests (tests/device_bridge/test_connection).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 
 from device_bridge.connection import Failure, Link, LinkRefused
 from tests.adb_support import AdbServer
-from tests.bridge.test_connection import (
+from tests.conftest import TIME_SCALE
+from tests.device_bridge.test_connection import (
     Peer,
     PeerConn,
     Script,
@@ -30,7 +31,6 @@ from tests.bridge.test_connection import (
     make_link,
     serve_forever,
 )
-from tests.conftest import TIME_SCALE
 from tests.faults.figures import FULL, record, size
 
 AREA = "terminal closes and the reconnect guard"

@@ -29,8 +29,8 @@ from device_bridge.bridge import ssl_context
 from device_bridge.config import load_host_config
 from device_bridge.connection import Link, LinkError, LinkRefused
 from droidwire.serve import uvicorn_config
-from tests.bridge.test_connection import make_link
 from tests.controller.conftest import ADMIN_TOKEN, bearer
+from tests.device_bridge.test_connection import make_link
 from tests.faults.figures import record
 from tests.faults.timing import SETTINGS, WAIT_S, wait_until
 

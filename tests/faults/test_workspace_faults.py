@@ -19,7 +19,7 @@ import pytest
 
 from device_bridge.workspace import ProjectRegistry, WorkspaceManager, fsutil
 from protocol.errors import ErrorCode, RpcError
-from tests.bridge.test_workspace import NS, TEST_DIR, make_project
+from tests.device_bridge.test_workspace import NS, TEST_DIR, make_project
 from tests.faults.figures import record
 
 AREA = "security: workspace writes"

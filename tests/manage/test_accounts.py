@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import httpx
 
 from tests.controller.conftest import bearer
+from tests.controller.web.support import sign_in
 from tests.manage.support import World
-from tests.web.support import sign_in
 
 
 async def test_disable_and_enable(world: World) -> None:

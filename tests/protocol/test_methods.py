@@ -23,7 +23,7 @@ from protocol.methods import (
     validate_result,
 )
 from protocol.settings import DEFAULTS
-from tests.agent.examples import AGENT_EXAMPLES
+from tests.controller.agent.examples import AGENT_EXAMPLES
 from tests.manage.examples import MANAGE_EXAMPLES
 
 SERIAL = "emulator-5554"

@@ -15,9 +15,9 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 
 from controller.web import COOKIE_NAME
-from tests.executor.support import llm_style_test
+from tests.controller.executor.support import llm_style_test
+from tests.controller.web.support import sign_in
 from tests.tenancy.support import WAIT_S, Stack
-from tests.web.support import sign_in
 
 __all__ = ["Stopped", "queued_runs_stop", "stream_stops"]
 

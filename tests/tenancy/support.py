@@ -32,8 +32,8 @@ from protocol.settings import Settings
 from tests.adb_support import AdbServer, ConnectedSim, connected_sim
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import bearer
+from tests.controller.executor.conftest import build_service
 from tests.controller.test_hub_support import InLoopController, fast_settings, in_loop_controller
-from tests.executor.conftest import build_service
 
 __all__ = ["USERS", "WAIT_S", "Stack", "Tenant", "tenancy_stack"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.adb_support import AdbServer
-from tests.executor.support import llm_style_test
+from tests.controller.executor.support import llm_style_test
 from tests.tenancy.support import tenancy_stack
 
 pytestmark = pytest.mark.adb

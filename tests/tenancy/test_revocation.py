@@ -30,8 +30,8 @@ from controller.executor.hub_gateway import HubGateway
 from controller.executor.steps import StepLog
 from tests.adb_support import AdbServer
 from tests.controller.conftest import bearer
+from tests.controller.executor.support import llm_style_test
 from tests.controller.test_hub_support import fast_settings
-from tests.executor.support import llm_style_test
 from tests.tenancy.revocation import queued_runs_stop, stream_stops
 from tests.tenancy.support import WAIT_S, tenancy_stack
 

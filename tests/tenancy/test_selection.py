@@ -20,8 +20,8 @@ import pytest
 from protocol.envelope import DEVICES_CHANNEL, DeviceInfo
 from protocol.methods import DevicesChanged
 from tests.adb_support import AdbServer
+from tests.controller.executor.support import llm_style_test
 from tests.controller.test_hub_support import FakeBridge
-from tests.executor.support import llm_style_test
 from tests.tenancy.support import WAIT_S, Stack, tenancy_stack
 
 pytestmark = pytest.mark.adb

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from controller.hub.tunnel import SYNC_REFUSALS_RECORDED
+from tests.controller.web.support import sign_in
 from tests.tunnel.conftest import WAIT_S, Stack
-from tests.web.support import sign_in
 
 pytestmark = [pytest.mark.adb, pytest.mark.asyncio(loop_scope="package"),
               pytest.mark.timeout(300)]

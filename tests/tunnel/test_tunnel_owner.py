@@ -121,7 +121,7 @@ def _echo_on_phone(device: Any, port: int) -> bool:
 async def test_the_device_page_shows_a_live_tunnel(stack: Stack) -> None:
     import httpx
 
-    from tests.web.support import sign_in
+    from tests.controller.web.support import sign_in
 
     async with httpx.AsyncClient(base_url=stack.url, timeout=WAIT_S) as browser:
         signed = await sign_in(browser, stack.tokens["olivia"])
