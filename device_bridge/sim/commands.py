@@ -25,7 +25,7 @@ from device_bridge.sim.logbuf import (
     format_entry,
     parse_time_spec,
 )
-from device_bridge.sim.shell import CommandFn, Proc
+from device_bridge.sim.shell_io import CommandFn, Proc
 
 __all__ = ["COMMANDS", "lookup"]
 

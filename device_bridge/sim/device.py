@@ -57,7 +57,8 @@ from device_bridge.sim.net import DeviceNet, normalize
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
 from device_bridge.sim.services import adbd_service, bridge
-from device_bridge.sim.shell import BytesSource, Shell
+from device_bridge.sim.shell import Shell
+from device_bridge.sim.shell_io import BytesSource
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.system import InstallSessions, Settings, proc_files
 from device_bridge.sim.toybox import kernel_release
