@@ -3,15 +3,22 @@
 The device (the real adb server accepts it with ``adb connect``):
 
 ==================  ===========================================================================
-``device``          :class:`~device_bridge.sim.device.SimDevice`: listener, Android state
-                    (packages, processes, focus, clock), services, DeviceHooks for the player
+``device``          :class:`~device_bridge.sim.device.SimDevice`: listener, services, auth,
+                    ``adb reverse``, the shell, reboot, screen and input
+``device_apps``     its packages, processes, activities and focus, instrumentation
+                    (DeviceHooks for the player)
+``device_core``     its clock, log and kernel facts (``/proc``, ``uname``, ``bugreport``)
 ``threaded``        :class:`~device_bridge.sim.threaded.ThreadedSimDevice`: one on its own loop
                     in a thread, for blocking callers (adbutils, tests, the demo)
 ``adbd``            the transport: handshake, streams, flow control, maxdata
 ``transport``       sans-I/O message framing
 ``sync``            the ``sync:`` service (STAT/STA2/LST2, LIST/LIS2, SEND, RECV, QUIT)
-``shell``           the mini shell (quoting, lists, pipes, redirections, ``$?``, builtins)
-``commands``        getprop, logcat, pm, am, cmd, dumpsys, wm, input, screencap, uiautomator…
+``shell``           the mini shell (lists, pipes, redirections, ``$?``, builtins); its grammar
+                    ``shell_parse``, ``$((…))`` ``shell_arith``, a command's streams ``shell_io``
+``commands``        the command table and the basic tools (echo, getprop, cat, grep, ls, ps…);
+                    families: ``commands_logcat``, ``commands_framework`` (pm, am, cmd, wm,
+                    dumpsys), ``commands_screen`` (input, screencap, screenrecord,
+                    uiautomator), ``toybox``, ``system``
 ``logbuf``          logcat ring buffers and formats
 ``files``           ``/data/local/tmp`` and ``/sdcard``
 ``screen``          the on-screen layout (uiautomator XML, screenshots, tap targets)
@@ -20,6 +27,7 @@ The device (the real adb server accepts it with ``adb connect``):
 ==================  ===========================================================================
 
 ``apk`` is the simulated APK contract between the device and the simulated toolchain
-(``toolchain``, ``player``, ``behaviour``). Import submodules directly: this package imports
+(``toolchain``, ``player``, ``behaviour``; a test's steps come from ``toolchain_steps``,
+``toolchain_walker`` and ``toolchain_values``). Import submodules directly: this package imports
 nothing, so the toolchain never pulls in the device (or the reverse).
 """

@@ -16,7 +16,10 @@ Behind the transport sits a small Android: properties from a :mod:`profile
 background noise and a ``SimShell`` line for every command run, a file system for
 ``/data/local/tmp`` (:mod:`~device_bridge.sim.files`), packages installed from simulated APKs,
 processes, window focus, and ``am instrument`` played by the toolchain's instrumentation player.
-The device implements :class:`device_bridge.sim.apk.DeviceHooks` for that player.
+The device implements :class:`device_bridge.sim.apk.DeviceHooks` for that player. Its clock,
+log and kernel facts are :mod:`~device_bridge.sim.device_core`, its packages, processes and
+instrumentation :mod:`~device_bridge.sim.device_apps`; this module is the phone on the wire
+(listener, services, authentication, ``adb reverse``, the shell, reboot) and on its screen.
 
 Usage::
 
@@ -33,8 +36,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from device_bridge.sim import commands
@@ -47,8 +49,9 @@ from device_bridge.sim.adbd import (
     V2Sink,
     V2Source,
 )
-from device_bridge.sim.apk import ApkError, SimPackage, read_apk
 from device_bridge.sim.auth import AdbAuth, PendingKey
+from device_bridge.sim.device_apps import DeviceApps
+from device_bridge.sim.device_core import AppProcess, InstalledPackage
 from device_bridge.sim.dumpsys import dumpsys
 from device_bridge.sim.files import SimFiles
 from device_bridge.sim.listener import StreamListener
@@ -57,11 +60,11 @@ from device_bridge.sim.net import DeviceNet, normalize
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
 from device_bridge.sim.services import adbd_service, bridge
-from device_bridge.sim.shell import BytesSource, Shell
+from device_bridge.sim.shell import Shell
+from device_bridge.sim.shell_io import BytesSource
 from device_bridge.sim.sync import serve_sync
 from device_bridge.sim.system import InstallSessions, Settings, proc_files
-from device_bridge.sim.toybox import kernel_release
-from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
+from device_bridge.sim.ui_demo import DemoUi
 
 __all__ = ["FEATURES", "InstalledPackage", "SimDevice"]
 
@@ -75,30 +78,12 @@ SYSTEM_PACKAGES = (
     "com.android.providers.settings", "com.android.settings", "com.android.shell",
     "com.android.systemui", "com.google.android.gms",
 )
-_SYSTEM_TAGS = {"ActivityManager", "ActivityTaskManager", "PackageManager", "WindowManager",
-                "BatteryService", "ConnectivityService", "AlarmManager", "JobScheduler",
-                "PowerManagerService", "InputDispatcher"}
-
-
-@dataclass
-class InstalledPackage:
-    pkg: SimPackage
-    path: str
-    uid: int
-    installed_at: float = field(default_factory=time.time)
-
-
-@dataclass
-class _Process:
-    pid: int
-    package: str
-    uid: int
 
 
 # -- the device -------------------------------------------------------------------------------
 
 
-class SimDevice:
+class SimDevice(DeviceApps):
     """A simulated device; ``async with`` it (or ``start``/``stop``) to serve on ``port``."""
 
     def __init__(
@@ -129,7 +114,7 @@ class SimDevice:
         self.logbuf = LogBuffer(capacity=log_capacity)
         self.files = SimFiles(quota=storage_quota)
         self.packages: dict[str, InstalledPackage] = {}
-        self.processes: dict[str, _Process] = {}
+        self.processes: dict[str, AppProcess] = {}
         self.input_log: deque[tuple[str, dict[str, Any]]] = deque(maxlen=1000)
         self.typed_text = ""  # the focused app's text field
         self.keyboard_shown = False
@@ -323,51 +308,6 @@ class SimDevice:
     def reverse_targets(self, conn: Connection) -> list[tuple[str, str]]:
         return list(self._reverses.get(conn, {}).items())
 
-    # -- what /proc, uname and bugreport read -------------------------------------------
-
-    def uptime(self) -> float:
-        """Seconds since boot (a phone that booted an hour before the simulator started)."""
-        return 3600.0 + time.monotonic() - self._booted_at
-
-    def uptime_text(self) -> str:
-        up = int(self.uptime())
-        return f"0 weeks, 0 days, {up // 3600} hours, {up % 3600 // 60} minutes"
-
-    def cpu_count(self) -> int:
-        return 8 if self.profile.abi == "arm64-v8a" else 4
-
-    def uid_of(self, pid: int) -> int:
-        """The uid a log record carries for ``pid``."""
-        if pid == self.shell_pid:
-            return 2000
-        for proc in self.processes.values():
-            if proc.pid == pid:
-                return proc.uid
-        return 1000 if pid >= 1000 else 0
-
-    def last_pid(self) -> int:
-        return self._next_pid
-
-    def kernel_release(self) -> str:
-        return kernel_release(self.profile.sdk)
-
-    def proc_meminfo(self) -> str:
-        total = 8 * 1024 * 1024 if self.profile.sdk >= 31 else 3 * 1024 * 1024  # kB
-        used_by_apps = 180_000 * len(self.processes)
-        free = total // 10
-        available = max(total // 3 - used_by_apps, free)
-        rows = [("MemTotal", total), ("MemFree", free), ("MemAvailable", available),
-                ("Buffers", total // 200), ("Cached", total // 4), ("SwapCached", 0),
-                ("Active", total // 3), ("Inactive", total // 5), ("SwapTotal", total // 2),
-                ("SwapFree", total // 2 - 1024), ("Dirty", 120), ("AnonPages", total // 4),
-                ("Mapped", total // 8), ("Shmem", 9000), ("Slab", total // 40),
-                ("KernelStack", 40_000), ("PageTables", 90_000), ("VmallocTotal", 263061440)]
-        return "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in rows)
-
-    def logbuf_lines(self, n: int) -> list[str]:
-        from device_bridge.sim.logbuf import format_entry
-
-        return [format_entry(e) for e in self.logbuf.entries()][-n:]
 
     # -- reboot ---------------------------------------------------------------------------
 
@@ -493,302 +433,6 @@ class SimDevice:
     def is_dir(self, path: str) -> bool:
         return self.files.is_dir(path)
 
-    # -- clock and log (DeviceHooks) --------------------------------------------------------
-
-    def now(self) -> float:
-        return time.time() + self._clock_offset
-
-    def advance(self, ms: float) -> None:
-        """Simulated time passes: later log lines carry a later timestamp."""
-        if ms > 0:
-            self._clock_offset += ms / 1000.0
-
-    def log(self, priority: str, tag: str, message: str, *, pid: int, tid: int,
-            buffer: str | None = None) -> None:
-        priority = priority[:1].upper()
-        if priority not in "VDIWEF" or not priority:
-            priority = "F" if priority == "A" else "I"  # logcat prints assert as F
-        if buffer is None:
-            if tag == "AndroidRuntime" and priority in ("E", "F"):
-                buffer = "crash"
-            elif pid == self.system_pid and tag in _SYSTEM_TAGS:
-                buffer = "system"
-            else:
-                buffer = "main"
-        self.logbuf.append(priority, tag, message, pid=pid, tid=tid, ts=self.now(), buffer=buffer)
-
-    def _sys(self, priority: str, tag: str, message: str) -> None:
-        self.log(priority, tag, message, pid=self.system_pid, tid=self.system_pid + 17)
-
-    async def log_burst(self, count: int, *, tag: str = "SimBurst", priority: str = "I",
-                        pid: int | None = None, message: str = "line {i}") -> None:
-        """Append ``count`` lines, pausing whenever a live logcat reader falls behind.
-
-        For tests and benchmarks: ``message`` is formatted with ``i`` (0-based).
-        """
-        pid = pid or self.shell_pid
-        lag = max(self.logbuf.capacity // 512, 64)
-        for i in range(count):
-            self.log(priority, tag, message.format(i=i), pid=pid, tid=pid)
-            if i % 64 == 63:
-                await self.logbuf.wait_readers(max_lag=lag)
-
-    def _boot_log(self) -> None:
-        p = self.profile
-        self._sys("I", "SystemServer", "Entered the Android system server!")
-        self._sys("I", "ActivityManager", "System now ready")
-        self._sys("I", "ActivityTaskManager", f"START u0 {{act=android.intent.action.MAIN "
-                  f"cat=[android.intent.category.HOME] cmp={self.launcher}}} from uid 0")
-        self.log("I", "BootReceiver", f"Copying /proc/cmdline to DropBox (sdk {p.sdk})",
-                 pid=self.system_pid, tid=self.system_pid + 40)
-
-    async def _noise(self) -> None:
-        """About one plausible system line a second."""
-        assert self.noise_interval
-        rng = self._rng
-        while True:
-            await asyncio.sleep(self.noise_interval * rng.uniform(0.5, 1.5))
-            kind = rng.randrange(8)
-            sp = self.system_pid
-            if kind == 0:
-                lvl = self.battery_level
-                self.log("I", "health", f"battery l={lvl} v=4{rng.randrange(100, 300)} "
-                         f"t=28.{rng.randrange(10)} h=2 st=2 c=-{rng.randrange(80, 400)} "
-                         "fc=4011000 cc=412 chg=u", pid=sp - 900, tid=sp - 900)
-            elif kind == 1:
-                self.log("D", "WifiNl80211Manager", "Scan result ready event",
-                         pid=sp, tid=sp + rng.randrange(30, 90))
-            elif kind == 2:
-                self.log("I", "chatty", f"uid=1000(system) Binder:{sp}_{rng.randrange(1, 9)} "
-                         f"expire {rng.randrange(2, 9)} lines", pid=sp, tid=sp + 3)
-            elif kind == 3:
-                self._sys("D", "ConnectivityService", "requestNetwork for uid/pid:10"
-                          f"{rng.randrange(100, 199)}/{rng.randrange(3000, 9000)} "
-                          "activeRequest: null callbackRequest: 0")
-            elif kind == 4:
-                self.log("D", "KernelCpuUidFreqTimeReader", "Read uid cpu freq times",
-                         pid=sp, tid=sp + 12)
-            elif kind == 5:
-                self._sys("I", "JobScheduler", f"Job {rng.randrange(1, 400)} for "
-                          "com.google.android.gms scheduled")
-            elif kind == 6:
-                self.log("W", "ThermalManagerService", "Thermal status: NONE",
-                         pid=sp, tid=sp + 21)
-            else:
-                self.log("D", "SurfaceFlinger", "Display 0 HWC layers: 3", pid=sp - 800,
-                         tid=sp - 800)
-
-    # -- packages and processes -------------------------------------------------------
-
-    def package_listing(self) -> list[tuple[str, str, bool]]:
-        """(name, apk path, third-party?) for every package, sorted by name."""
-        rows = [(n, f"/system/app/{n.rsplit('.', 1)[-1]}/{n.rsplit('.', 1)[-1]}.apk", False)
-                for n in self.system_packages]
-        rows += [(n, inst.path, True) for n, inst in self.packages.items()]
-        return sorted(rows)
-
-    def install(self, data: bytes, *, source: str, replace: bool = True,
-                allow_downgrade: bool = False) -> str:
-        """``pm install``: "Success" or Android's ``Failure [CODE: message]`` text."""
-        try:
-            pkg = read_apk(data)
-        except ApkError as exc:
-            return f"Failure [INSTALL_PARSE_FAILED_NOT_APK: Failed to parse {source}: {exc}]"
-        if pkg.package in self.system_packages:
-            return (f"Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: Package {pkg.package} "
-                    "signatures do not match previously installed version; ignoring!]")
-        old = self.packages.get(pkg.package)
-        if old is not None:
-            if old.pkg.signer != pkg.signer:
-                return (f"Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: Existing package "
-                        f"{pkg.package} signatures do not match newer version; ignoring!]")
-            if not replace:
-                return (f"Failure [INSTALL_FAILED_ALREADY_EXISTS: Attempt to re-install "
-                        f"{pkg.package} without first uninstalling.]")
-            if pkg.version_code < old.pkg.version_code and not allow_downgrade:
-                return (f"Failure [INSTALL_FAILED_VERSION_DOWNGRADE: Downgrade detected: Update "
-                        f"version code {pkg.version_code} is older than current "
-                        f"{old.pkg.version_code}]")
-            self._sys("I", "ActivityManager", f"Force stopping {pkg.package} appid={old.uid} "
-                      "user=-1: installPackageLI")
-            self.kill_process(pkg.package, reason="installPackageLI")
-            uid = old.uid
-        else:
-            self._next_uid += 1
-            uid = self._next_uid
-        token = "".join(self._rng.choices("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789", k=22))
-        path = f"/data/app/~~{token}==/{pkg.package}-{token[:8]}==/base.apk"
-        self.packages[pkg.package] = InstalledPackage(pkg, path, uid)
-        return "Success"
-
-    def uninstall(self, package: str) -> bool:
-        inst = self.packages.pop(package, None)
-        if inst is None:
-            return False
-        self.kill_process(package, reason="uninstall pkg")
-        return True
-
-    def clear_data(self, package: str) -> bool:
-        inst = self.packages.get(package)
-        if inst is None and package not in self.system_packages:
-            return False
-        appid = inst.uid if inst else 1000
-        self._sys("I", "ActivityManager", f"Force stopping {package} appid={appid} user=0: "
-                  "clear data")
-        self.kill_process(package, reason="clear data")
-        return True
-
-    def _component(self, pkg: str, activity: str) -> str:
-        full = pkg + activity if activity.startswith(".") else activity
-        short = full[len(pkg):] if full.startswith(pkg + ".") else full
-        return f"{pkg}/{short}"
-
-    def _launch_tag(self) -> str:
-        return "ActivityTaskManager" if self.profile.sdk >= 29 else "ActivityManager"
-
-    def start_activity(self, pkg: str, activity: str) -> tuple[bool, int]:
-        inst = self.packages.get(pkg)
-        launcher_pkg = self.launcher.split("/", 1)[0]
-        if (inst is None or inst.pkg.kind != "app") and pkg not in (launcher_pkg,
-                                                                    "com.android.settings"):
-            return False, 0
-        comp = self._component(pkg, activity)
-        self._sys("I", self._launch_tag(), f"START u0 {{flg=0x10000000 cmp={comp}}} from uid 2000")
-        total = self._rng.randrange(180, 900)
-        kind = "top-activity" if self.profile.sdk >= 31 else "activity"
-        self._start(pkg, f"{kind} {{{comp}}}")
-        self.advance(total)
-        user = " for user 0" if self.profile.sdk >= 34 else ""
-        self._sys("I", self._launch_tag(), f"Displayed {comp}{user}: +{total}ms")
-        self._set_focus(comp)
-        return True, total
-
-    def _set_focus(self, comp: str) -> None:
-        if comp != self.focus:
-            self.typed_text = ""
-            self.keyboard_shown = False
-            # The event log records every resume, as Android's does (AOSP event.logtags).
-            tag = "wm_set_resumed_activity" if self.profile.sdk >= 29 else "am_set_resumed_activity"
-            self.log("I", tag, f"[0,{comp},resumeTopActivity]", pid=self.system_pid,
-                     tid=self.system_pid + 17, buffer="events")
-        self.focus = comp
-        if comp in self.recent:
-            self.recent.remove(comp)
-        self.recent.insert(0, comp)
-        del self.recent[20:]
-
-    def force_stop(self, package: str) -> None:
-        inst = self.packages.get(package)
-        appid = inst.uid if inst else 1000
-        self._sys("I", "ActivityManager", f"Force stopping {package} appid={appid} user=0: "
-                  f"from pid {self.shell_pid}")
-        self.kill_process(package, reason=f"stop {package} due to from pid {self.shell_pid}")
-
-    def _start(self, package: str, why: str) -> int:
-        proc = self.processes.get(package)
-        if proc is not None:
-            return proc.pid
-        inst = self.packages.get(package)
-        uid = inst.uid if inst else 10000 + self._rng.randrange(50, 99)
-        self._next_pid += 1
-        proc = _Process(self._next_pid, package, uid)
-        self.processes[package] = proc
-        self._sys("I", "ActivityManager",
-                  f"Start proc {proc.pid}:{package}/u0a{uid - 10000} for {why}")
-        return proc.pid
-
-    def pid_of(self, name: str) -> int | None:
-        """``pidof``: the pid of a running app (or of system_server), else None."""
-        if name == "system_server":
-            return self.system_pid
-        proc = self.processes.get(name)
-        return proc.pid if proc else None
-
-    def process_table(self) -> list[tuple[str, int, str]]:
-        """(user, pid, name) rows for ``ps``: a few system processes, then running apps."""
-        launcher_pkg = self.launcher.split("/", 1)[0]
-        rows = [("root", 1, "init"), ("logd", 300, "logd"), ("root", 600, "zygote64"),
-                ("system", self.system_pid, "system_server"),
-                ("u0_a40", self.system_pid + 400, launcher_pkg),
-                ("shell", self.shell_pid, "adbd")]
-        rows += [(f"u0_a{p.uid - 10000}", p.pid, name) for name, p in self.processes.items()]
-        return rows
-
-    def start_process(self, package: str) -> int:
-        return self._start(package, f"added application {package}")
-
-    def kill_process(self, package: str, *, reason: str) -> None:
-        proc = self.processes.pop(package, None)
-        if proc is None:
-            return
-        if package == DEMO_PACKAGE:
-            self.app_ui.stopped()
-        self._sys("I", "ActivityManager",
-                  f"Killing {proc.pid}:{package}/u0a{proc.uid - 10000} (adj 0): {reason}")
-        self.log("I", "Process", f"Sending signal. PID: {proc.pid} SIG: 9",
-                 pid=self.system_pid, tid=self.system_pid + 17)
-        self._sys("I", "ActivityManager", f"Process {package} (pid {proc.pid}) has died: fg  TOP")
-        if self.focus.split("/", 1)[0] == package:
-            self.recent = [c for c in self.recent if not c.startswith(package + "/")]
-            self._set_focus(self.recent[0] if self.recent else self.launcher)
-
-    # -- instrumentation --------------------------------------------------------------
-
-    async def instrument(self, component: str, *, class_filter: str | None
-                         ) -> AsyncIterator[tuple[int, str]]:
-        """``am instrument -w -r`` output as (fd, text) pieces; fd 2 is stderr."""
-        pkg_name, _, runner = component.partition("/")
-        runner_full = pkg_name + runner if runner.startswith(".") else runner
-        inst = self.packages.get(pkg_name)
-        if inst is None or inst.pkg.kind != "test" or inst.pkg.runner != runner_full:
-            yield 1, ("INSTRUMENTATION_STATUS: id=ActivityManagerService\n"
-                      "INSTRUMENTATION_STATUS: Error=Unable to find instrumentation info for: "
-                      f"ComponentInfo{{{pkg_name}/{runner_full}}}\n"
-                      "INSTRUMENTATION_STATUS_CODE: -1\n")
-            yield 2, (f"android.util.AndroidException: INSTRUMENTATION_FAILED: "
-                      f"{pkg_name}/{runner_full}\n"
-                      "\tat com.android.commands.am.Instrument.run(Instrument.java:519)\n"
-                      "\tat com.android.commands.am.Am.runInstrument(Am.java:202)\n"
-                      "\tat com.android.commands.am.Am.onRun(Am.java:80)\n"
-                      "\tat com.android.internal.os.BaseCommand.run(BaseCommand.java:60)\n"
-                      "\tat com.android.commands.am.Am.main(Am.java:50)\n"
-                      "\tat com.android.internal.os.RuntimeInit.nativeFinishInit(Native Method)\n"
-                      "\tat com.android.internal.os.RuntimeInit.main(RuntimeInit.java:399)\n")
-            return
-        target = inst.pkg.target_package
-        app = self.packages.get(target) if target else None
-        try:
-            from device_bridge.sim.player import default_player
-        except ImportError:
-            for piece in self._broken_instrumentation(inst, runner_full):
-                yield 1, piece
-            return
-        player = default_player()
-        lines = player.play(inst.pkg, app.pkg if app else None, class_filter=class_filter,
-                            device=self)
-        for line in lines:
-            yield 1, line if line.endswith("\n") else line + "\n"
-            await asyncio.sleep(0)  # the player runs on the loop: let other streams breathe
-
-    def _broken_instrumentation(self, inst: InstalledPackage, runner: str) -> list[str]:
-        """A test package whose runner class cannot be loaded: the process crashes at start."""
-        pkg = inst.pkg.package
-        pid = self.start_process(inst.pkg.target_package or pkg)
-        where = (f'DexPathList[[zip file "{inst.path}"],nativeLibraryDirectories='
-                 "[/system/lib64, /system_ext/lib64]]")
-        error = (f"java.lang.RuntimeException: Unable to instantiate instrumentation "
-                 f"ComponentInfo{{{pkg}/{runner}}}: java.lang.ClassNotFoundException: "
-                 f'Didn\'t find class "{runner}" on path: {where}')
-        self.log("D", "AndroidRuntime", "Shutting down VM", pid=pid, tid=pid)
-        self.log("E", "AndroidRuntime", f"FATAL EXCEPTION: main\nProcess: {pkg}, PID: {pid}\n"
-                 f"{error}\n\tat android.app.ActivityThread.handleBindApplication"
-                 "(ActivityThread.java:6774)", pid=pid, tid=pid)
-        self.kill_process(inst.pkg.target_package or pkg, reason="crash")
-        return [
-            "INSTRUMENTATION_RESULT: shortMsg=java.lang.RuntimeException\n",
-            f"INSTRUMENTATION_RESULT: longMsg={error}\n",
-            "INSTRUMENTATION_CODE: 0\n",
-        ]
 
     # -- window, input, screen --------------------------------------------------------
 
@@ -846,4 +490,3 @@ class SimDevice:
 
     def dumpsys(self, service: str, args: list[str]) -> str | None:
         return dumpsys(self, service, args)
-

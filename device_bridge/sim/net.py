@@ -20,7 +20,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from device_bridge.sim.shell import Pipe
+from device_bridge.sim.shell_io import Pipe
 
 __all__ = ["Accept", "DevSocket", "DeviceNet", "normalize", "socket_pair"]
 

@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from device_bridge.sim.shell import Proc
+from device_bridge.sim.shell_io import Proc
 
 __all__ = ["MAX_SESSIONS", "InstallSessions", "Settings", "bugreport_zip", "proc_files",
            "register"]

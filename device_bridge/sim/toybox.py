@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from device_bridge.sim.files import FileStat
-from device_bridge.sim.shell import Proc
+from device_bridge.sim.shell_io import Proc
 
 __all__ = ["MAX_INPUT", "register"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from device_bridge.adb import AdbDevices
-from device_bridge.adb.client import _Connection
+from device_bridge.adb.connection import _Connection
 from device_bridge.sim.apk import SimPackage, build_apk
 from tests.adb_support import TIME_SCALE, AdbServer, ConnectedSim
 
