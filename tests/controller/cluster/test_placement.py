@@ -109,6 +109,7 @@ async def test_device_less_runs_use_every_idle_device(
 
         run_ids = await asyncio.gather(*(submit((api_a, api_b)[i % 2]) for i in range(8)))
         runs = [await _finished(world, api_a, r) for r in run_ids]
+    assert all(run["result"] for run in runs), [(r["verdict"], r.get("summary")) for r in runs]
     used = Counter(run["result"]["device"]["serial"] for run in runs)
     assert sorted(used) == sorted(s.address for s in sims), used
     assert sorted(used.values()) == [2, 2, 2, 2], used
@@ -193,6 +194,7 @@ async def test_a_suite_sharded_over_two_devices_through_the_other_replica(
         assert run["result"]["device"]["serial"] == shard["device"]["serial"]
         instrumented = [s["detail"]["params"]["args"]["class"] for s in run["steps"]
                         if s["detail"].get("method") == "device.instrument"]
+        assert instrumented, (run["verdict"], run.get("summary"), run["steps"][-3:])
         assert instrumented[0] == ",".join(shard["classes"])  # its classes, once
     assert merged["verification_status"] == "CONFIRMED"
     report = tmp_path / "junit.xml"
