@@ -8,7 +8,7 @@ In-process use (tests, ``droidwire demo``)::
         ...                         # the controller sees the bridge and its devices
 
 or ``await Bridge(config).run(stop_event)``, which returns when ``stop_event`` is set and raises
-:class:`~device_bridge.connection.LinkError` (``exit_code`` ≠ 0) when the link ends for good.
+:class:`~device_bridge.link_failure.LinkError` (``exit_code`` ≠ 0) when the link ends for good.
 
 What runs while the bridge is up:
 

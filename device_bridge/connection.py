@@ -1,22 +1,22 @@
 """The bridge's dial-out link to the controller: one WebSocket at a time, resumed forever.
 
-docs/design.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); this
-module is the I/O around :class:`protocol.session.BridgeSession`:
+docs/design.md §3–4, docs/protocol.md. The wire rules live in :mod:`protocol` (sans I/O); the
+link is the I/O around :class:`protocol.session.BridgeSession`. Its parts:
 
-* dial ``URL/v1/bridge`` with subprotocol ``droidwire.v1``, the token in an ``Authorization:
-  Bearer`` header (never in the URL), compression off (it costs 3× on log streams), and
-  websockets' own keepalive (``ping_interval``/``ping_timeout``/``close_timeout`` from the
-  settings, §4.1) and ``max_size`` = the protocol's frame cap;
+* :mod:`device_bridge.link_dial` reaching the controller: ``URL/v1/bridge``, subprotocol
+  ``droidwire.v1``, the token in an ``Authorization: Bearer`` header (never in the URL),
+  compression off, websockets' own keepalive and the frame cap;
+* :mod:`device_bridge.link_failure` why a connection ended and whether to retry
+  (:func:`classify_failure`), and the exception tree;
+* :mod:`device_bridge.link_handlers` running the admitted requests, concurrently (bounded by
+  ``handler_concurrency``) or, for a handler that never waits, in the step that read them;
+* :mod:`device_bridge.link_writer` the send queue and its one eager writer;
+
+and this module, :class:`Link`, which holds them together:
+
 * send ``hello`` (inventory, capabilities, held ids) on every connect, wait for ``welcome``
-  within ``handshake_timeout_s``, then serve ``req`` frames concurrently (bounded by
-  ``handler_concurrency``), results through the session's outbox until acked. A handler that
-  never waits (``immediate``: ``ping``, ``bridge.info``, ``devices.list``) runs in the step
-  that read its request, without a task, while the bound leaves room;
-* one writer at a time sends the send queue in order, and only while it is not empty: it
-  starts in the step that queued a frame and runs up to its first real suspension (a send
-  waits only when the socket pushes back), then a task carries it on — so a result usually
-  leaves in the step that produced it (the controller's hub does the same, the "eager
-  writer");
+  within ``handshake_timeout_s``, then read and serve frames, results through the session's
+  outbox until acked;
 * reconnect as a loop with two swappable pieces: :func:`classify_failure`
   (terminal or retryable) and :func:`protocol.settings.backoff` (full jitter, a cap). One
   generator per *outage*: it is created when a session that reached ``welcome`` drops (quick
@@ -31,11 +31,8 @@ module is the I/O around :class:`protocol.session.BridgeSession`:
   ignored. The loop then closes that socket and waits for it before dialling again, so an
   error and a close arriving together make one reconnect and never two connections.
 
-Exception tree (the root of this module)::
-
-    LinkError              the link ended for good: the bridge exits non-zero
-    ├── LinkRefused        terminal: close code 44xx, HTTP 401/403, bad welcome, bad URL
-    └── BudgetExhausted    the reconnect budget ran out
+The public names of those modules are importable from here too (``LinkError``, ``Failure``,
+``bridge_url`` …).
 """
 
 from __future__ import annotations
@@ -44,50 +41,40 @@ import asyncio
 import collections
 import contextlib
 import functools
-import json
 import logging
 import random as _random
 import ssl as _ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import (
-    ConnectionClosed,
-    InvalidHandshake,
-    InvalidStatus,
-    InvalidURI,
-)
-from websockets.frames import Frame, Opcode
-from websockets.protocol import Event
-from websockets.protocol import State as WsState
+from websockets.asyncio.client import ClientConnection
 
-from protocol.closecodes import CloseCode, describe, is_terminal
+from device_bridge import link_dial
+from device_bridge.link_dial import BRIDGE_PATH, LinkConnection, bridge_url
+from device_bridge.link_failure import (
+    BudgetExhausted,
+    Failure,
+    LinkError,
+    LinkRefused,
+    classify_failure,
+)
+from device_bridge.link_handlers import Dispatch, Immediate
+from device_bridge.link_reader import LinkReader
+from protocol.closecodes import CloseCode
 from protocol.codec import Codec
-from protocol.eager import start_eagerly
 from protocol.envelope import (
     SUBPROTOCOL,
-    Ack,
     Capabilities,
     DeviceInfo,
-    Req,
-    Res,
     Welcome,
-    is_request_id,
 )
 from protocol.errors import (
-    DecodeError,
     EncodeError,
-    ErrorCode,
     FrameTooLarge,
-    HandshakeRefused,
     InvalidState,
-    RpcError,
-    UnexpectedFrame,
 )
-from protocol.session import Admission, BridgeSession, WelcomeOutcome
+from protocol.session import BridgeSession, WelcomeOutcome
 from protocol.settings import ReconnectBudget, Settings, backoff
 
 __all__ = [
@@ -106,140 +93,9 @@ __all__ = [
 
 log = logging.getLogger("droidwire.bridge.connection")
 
-BRIDGE_PATH = "/v1/bridge"
-#: HTTP statuses at the handshake that no retry can fix (the token is wrong or not a bridge's).
-TERMINAL_HTTP = frozenset({401, 403})
 
-#: ``await dispatch(method, params)`` → result dict, or raise :class:`RpcError`.
-Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 #: ``await describe()`` → the capabilities and the full inventory for ``hello``.
 Describe = Callable[[], Awaitable[tuple[Capabilities, Sequence[DeviceInfo]]]]
-#: ``immediate(method)`` → a handler that never waits (params → result dict, or raise
-#: :class:`RpcError`), or None: that method goes through ``dispatch``.
-Immediate = Callable[[str], Callable[[dict[str, Any]], dict[str, Any]] | None]
-
-
-class LinkError(Exception):
-    """The link ended for good; ``str()`` is the message for the user."""
-
-    exit_code = 1
-
-
-class LinkRefused(LinkError):
-    """Terminal: retrying the same way cannot help (close code 44xx, HTTP 401/403 …)."""
-
-    exit_code = 2
-
-    def __init__(
-        self, message: str, *, close_code: int | None = None, http_status: int | None = None
-    ) -> None:
-        self.close_code = close_code
-        self.http_status = http_status
-        super().__init__(message)
-
-
-class BudgetExhausted(LinkError):
-    """The controller stayed unreachable for the whole reconnect budget."""
-
-    exit_code = 3
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why one connection (or attempt) ended. ``terminal``: stop, do not retry."""
-
-    message: str
-    terminal: bool = False
-    close_code: int | None = None
-    http_status: int | None = None
-    unreached: bool = False  # no answer at all: refused, unknown host, timed out
-
-    def error(self) -> LinkRefused:
-        return LinkRefused(self.message, close_code=self.close_code, http_status=self.http_status)
-
-
-def classify_failure(exc: BaseException) -> Failure:
-    """The classifier of the reconnect loop: what ``exc`` means, terminal or retryable.
-
-    * HTTP 401/403 at the handshake: terminal (the token); any other status: retryable (a
-      proxy's 502, a controller's 503 while it starts).
-    * A close frame received: its code decides (:func:`protocol.closecodes.classify`); no
-      close frame (1006): retryable.
-    * An untrusted TLS certificate: terminal (only the owner's config can fix it).
-    * Network errors, timeouts and other handshake failures: retryable.
-    """
-    if isinstance(exc, InvalidStatus):
-        status = exc.response.status_code
-        reason = exc.response.reason_phrase or ""
-        answer = _error_message(bytes(exc.response.body or b""))
-        if answer is None and status in (403, 404):
-            # Not droidwire's answer (every refusal of ours has a JSON error body): nothing
-            # serves the bridge endpoint at that URL, e.g. a path after the host:port.
-            return Failure(
-                f"no droidwire bridge endpoint at that URL (HTTP {status} {reason}): "
-                "--controller takes the controller's base URL, e.g. http://HOST:8700, with "
-                "a path only where a proxy serves the controller under one",
-                terminal=True,
-                http_status=status,
-            )
-        if status in TERMINAL_HTTP:
-            what = "unauthorized" if status == 401 else "forbidden"
-            return Failure(
-                f"the controller refused the bridge token: HTTP {status} {what}"
-                + (f" ({answer})" if answer else "")
-                + ": check --token-file / DROIDWIRE_BRIDGE_TOKEN (a bridge token, from "
-                "`droidwire token create --kind bridge NAME`)",
-                terminal=True,
-                http_status=status,
-            )
-        return Failure(f"handshake refused: HTTP {status} {reason}".rstrip(), http_status=status)
-    if isinstance(exc, ConnectionClosed):
-        code = exc.rcvd.code if exc.rcvd is not None else None
-        reason = exc.rcvd.reason if exc.rcvd is not None else ""
-        text = describe(code) + (f" ({reason[:200]})" if reason else "")
-        return Failure(f"connection closed: {text}", terminal=is_terminal(code), close_code=code)
-    if isinstance(exc, InvalidURI):
-        return Failure(f"bad controller URL: {exc}", terminal=True)
-    if isinstance(exc, _ssl.SSLCertVerificationError):
-        # Retrying cannot make an untrusted certificate trusted: say so and stop.
-        return Failure(
-            f"the controller's TLS certificate is not trusted: {getattr(exc, 'verify_message', None) or exc}"
-            " (set controller.ca to its CA)",
-            terminal=True,
-        )
-    if isinstance(exc, TimeoutError):
-        return Failure("timed out connecting to the controller", unreached=True)
-    if isinstance(exc, InvalidHandshake):
-        return Failure(f"WebSocket handshake failed: {exc}")
-    if isinstance(exc, OSError):
-        return Failure(f"network error: {exc.strerror or exc}", unreached=True)
-    return Failure(f"connection failed: {type(exc).__name__}: {exc}")
-
-
-def _error_message(body: bytes) -> str | None:
-    """The message of a droidwire JSON error body, or None when the body is not one."""
-    try:
-        error = json.loads(body)["error"]
-        return str(error["message"])[:200]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def bridge_url(url: str) -> str:
-    """``http(s)://``/``ws(s)://HOST[:PORT][/prefix]`` → the bridge endpoint's ``ws(s)`` URL."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ValueError(f"controller URL {url!r} has no scheme (use wss:// or https://)")
-    scheme = {"http": "ws", "https": "wss"}.get(scheme.lower(), scheme.lower())
-    if scheme not in ("ws", "wss"):
-        raise ValueError(f"controller URL {url!r}: scheme must be ws, wss, http or https")
-    if "?" in rest or "#" in rest or "@" in rest.split("/", 1)[0]:
-        # Credentials travel in the Authorization header only, never in a URL (docs/design.md §6).
-        raise ValueError(f"controller URL {url!r} must not carry a query, fragment or user info")
-    rest = rest.rstrip("/")
-    if not rest.endswith(BRIDGE_PATH):
-        rest += BRIDGE_PATH
-    return f"{scheme}://{rest}"
 
 
 class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -251,7 +107,7 @@ class _LinkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"[bridge {session.bridge_id or '-'} session {session.session_id[:8]}] {msg}", kwargs
 
 
-class Link:
+class Link(LinkReader):
     """The bridge's side of the reverse WebSocket, across reconnects.
 
     ``dispatch`` runs one RPC; ``describe`` gives ``hello``'s capabilities and inventory;
@@ -459,7 +315,11 @@ class Link:
         self.attempts += 1
         self.url = url
         self.log.debug("dialling %s (attempt %d)", url, self.attempts)
-        dial = asyncio.create_task(self._dial(url), name="droidwire-link-dial")
+        dial = asyncio.create_task(
+            link_dial.dial(url, token=self._token, settings=self.settings, ssl=self._ssl,
+                           software=self.software),
+            name="droidwire-link-dial",
+        )
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({dial, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -485,25 +345,6 @@ class Link:
             with contextlib.suppress(Exception):
                 await ws.close()
             self.live -= 1
-
-    async def _dial(self, url: str) -> ClientConnection:
-        s = self.settings
-        return await connect(
-            url,
-            subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
-            additional_headers={"Authorization": f"Bearer {self._token}"},
-            compression=None,  # permessage-deflate costs 3x on log streams
-            open_timeout=s.handshake_timeout_s,
-            ping_interval=s.ping_interval_s,
-            ping_timeout=s.ping_timeout_s,
-            close_timeout=s.close_timeout_s,
-            max_size=s.max_frame_bytes,
-            max_queue=64,
-            proxy=None,
-            ssl=self._ssl if url.startswith("wss://") else None,
-            user_agent_header=f"droidwire-bridge/{self.software}",
-            create_connection=LinkConnection,
-        )
 
     async def _serve(self, ws: ClientConnection, stop: asyncio.Event) -> tuple[bool, Failure]:
         if ws.subprotocol != SUBPROTOCOL:
@@ -603,116 +444,7 @@ class Link:
         with contextlib.suppress(InvalidState):
             self.session.close()
 
-    # -- reading -----------------------------------------------------------------------------
-
-    async def _read(self, ws: ClientConnection) -> None:
-        try:
-            async for message in ws:
-                if isinstance(message, str):
-                    await self._violation(ws, "text frame: droidwire frames are binary")
-                    return
-                if not await self._on_frame(ws, message):
-                    return
-        except ConnectionClosed as exc:
-            self.drop(classify_failure(exc))
-            return
-        except Exception as exc:  # a bug in a frame handler must end the connection, not hang
-            self.log.exception("link reader failed")
-            self.drop(f"reader failed: {type(exc).__name__}")
-            return
-        # The iterator ended: a normal close (1000/1001) was received.
-        code = ws.close_code
-        reason = f" ({ws.close_reason[:200]})" if ws.close_reason else ""
-        self.drop(
-            Failure(
-                f"connection closed: {describe(code)}{reason}",
-                terminal=is_terminal(code),
-                close_code=code,
-            )
-        )
-
-    async def _on_frame(self, ws: ClientConnection, data: bytes) -> bool:
-        """Handle one frame; False when the connection must end."""
-        now = self._clock()
-        try:
-            frame = self.codec.decode(data)
-        except DecodeError as exc:
-            if exc.kind == "req" and exc.frame_id is not None and is_request_id(exc.frame_id):
-                # A malformed request whose id can be read gets an error result, never a crash.
-                if self.session.is_open:
-                    self.session.reject(
-                        exc.frame_id, RpcError(ErrorCode.BAD_REQUEST, str(exc)), now
-                    )
-                    self._flush()
-                    return True
-            await self._violation(ws, f"malformed frame: {exc}")
-            return False
-        try:
-            outcome = self.session.receive(frame, now)
-        except HandshakeRefused as exc:
-            self.drop(Failure(str(exc), terminal=True, close_code=exc.close_code))
-            await _close(ws, exc.close_code, str(exc))
-            return False
-        except UnexpectedFrame as exc:
-            await self._violation(ws, str(exc))
-            return False
-        if isinstance(outcome, WelcomeOutcome):
-            assert isinstance(frame, Welcome)
-            self._welcome(frame, outcome)
-        else:
-            self._outcome(frame, outcome)
-        self._flush()
-        return True
-
-    def _frame_now(self, ws: ClientConnection, data: bytes) -> bool:
-        """A small ``req`` or ``ack`` handled in the transport's read callback — the reader
-        is idle with nothing queued (:class:`LinkConnection` checks that), so frames keep
-        their order — instead of one more trip through the event loop to wake the reader.
-        The same steps as :meth:`_on_frame`; False (anything else, or a frame that does not
-        decode): the reader reads it as usual."""
-        if self._ws is not ws or len(data) > FAST_FRAME_BYTES or not self.session.is_open:
-            return False
-        try:
-            frame = self.codec.decode(data)
-        except DecodeError:
-            return False
-        if not isinstance(frame, Req | Ack):
-            return False
-        try:
-            outcome = self.session.receive(frame, self._clock())
-        except (HandshakeRefused, UnexpectedFrame) as exc:
-            # The reader would close: the same, in a task (closing waits for the peer).
-            task = asyncio.get_running_loop().create_task(self._violation(ws, str(exc)))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            return True
-        except Exception as exc:  # as in the reader: a bug ends the connection, not the loop
-            self.log.exception("link reader failed")
-            self.drop(f"reader failed: {type(exc).__name__}")
-            return True
-        try:
-            self._outcome(frame, outcome)
-            self._flush()
-        except Exception as exc:
-            self.log.exception("link reader failed")
-            self.drop(f"reader failed: {type(exc).__name__}")
-        return True
-
-    def _outcome(self, frame: Any, outcome: Any) -> None:
-        """What a frame's outcome (other than ``welcome``'s) asks of the link."""
-        if isinstance(outcome, Admission):
-            assert isinstance(frame, Req)
-            if outcome is Admission.RUN:
-                self._start(frame)
-            else:
-                self.log.debug("request %s %s: %s", frame.id, frame.method, outcome.value)
-        elif outcome is True:  # a cancel of a running request
-            rid = getattr(frame, "id", "")
-            task = self._tasks.get(rid)
-            if task is not None:
-                task.cancel()
-            # Answer it, outside the outbox (nobody waits: the controller drops it as a duplicate).
-            self._send_direct(Res.failure(rid, RpcError(ErrorCode.CANCELLED, "cancelled")))
+    # -- what a welcome changes --------------------------------------------------------------
 
     def _welcome(self, welcome: Welcome, outcome: WelcomeOutcome) -> None:
         self.welcomes += 1
@@ -741,215 +473,6 @@ class Link:
                 task = asyncio.create_task(result)
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
-
-    async def _violation(self, ws: ClientConnection, message: str) -> None:
-        """The controller broke the protocol: close with 4400 and reconnect (our close)."""
-        self.log.warning("protocol violation by the controller: %s", message)
-        self.drop(Failure(f"protocol violation by the controller: {message}"))
-        await _close(ws, CloseCode.BAD_REQUEST, message)
-
-    # -- handlers ----------------------------------------------------------------------------
-
-    def _start(self, req: Req) -> None:
-        if not self._accepting:
-            self.session.complete(
-                req.id,
-                RpcError(ErrorCode.UNAVAILABLE, "the bridge is shutting down"),
-                self._clock(),
-            )
-            return
-        run = self._immediate(req.method) if self._immediate is not None else None
-        if run is not None and not self._sem.locked():
-            # A handler that never waits, while the bound has room: it runs here, in the
-            # reader's step, as if it took the semaphore and gave it back at once (a full
-            # bound makes it queue for a task like any other handler).
-            self._run_now(req, run)
-            return
-        task = asyncio.create_task(self._handle(req), name=f"droidwire-rpc-{req.method}")
-        self._tasks[req.id] = task
-        task.add_done_callback(functools.partial(self._forget_task, req.id))
-
-    def _forget_task(self, request_id: str, _task: asyncio.Task[None]) -> None:
-        self._tasks.pop(request_id, None)
-
-    def _run_now(self, req: Req, run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Run a handler that never waits in this step; its result is queued (and usually
-        written) before this returns. Same outcomes as :meth:`_handle`."""
-        outcome: dict[str, Any] | RpcError
-        encoded: bytes | None = None
-        self.executed += 1
-        self.log.debug("request %s %s: running", req.id, req.method)
-        try:
-            outcome = run(dict(req.params))
-            if not isinstance(outcome, dict):
-                raise TypeError(f"handler of {req.method} returned {type(outcome).__name__}")
-            outcome, encoded = self._fit(req, outcome)
-        except RpcError as exc:
-            outcome = exc
-        except Exception as exc:
-            self.log.exception("request %s %s: handler failed", req.id, req.method)
-            outcome = RpcError(ErrorCode.INTERNAL, f"{req.method} failed: {type(exc).__name__}")
-        self._finish(req, outcome, encoded)
-
-    async def _handle(self, req: Req) -> None:
-        outcome: dict[str, Any] | RpcError
-        encoded: bytes | None = None
-        try:
-            async with self._sem:
-                self.executed += 1
-                self.log.debug("request %s %s: running", req.id, req.method)
-                outcome = await self._dispatch(req.method, dict(req.params))
-            if not isinstance(outcome, dict):
-                raise TypeError(f"handler of {req.method} returned {type(outcome).__name__}")
-            outcome, encoded = self._fit(req, outcome)
-        except RpcError as exc:
-            outcome = exc
-        except asyncio.CancelledError:
-            outcome = RpcError(ErrorCode.CANCELLED, "cancelled")
-        except Exception as exc:
-            self.log.exception("request %s %s: handler failed", req.id, req.method)
-            outcome = RpcError(ErrorCode.INTERNAL, f"{req.method} failed: {type(exc).__name__}")
-        self._finish(req, outcome, encoded)
-
-    def _finish(
-        self, req: Req, outcome: dict[str, Any] | RpcError, encoded: bytes | None
-    ) -> None:
-        """A handler ended: its result into the outbox and out (unless cancelled meanwhile)."""
-        if self.session.state.name == "CLOSED":
-            return
-        if self.session.is_running(req.id):
-            res = self.session.complete(req.id, outcome, self._clock())
-            self._flush(res, encoded)
-
-    def _fit(
-        self, req: Req, result: dict[str, Any]
-    ) -> tuple[dict[str, Any] | RpcError, bytes | None]:
-        """The result and its encoded ``res`` frame, or an error if it cannot travel (over
-        the frame cap, not encodable) and None."""
-        try:
-            # Our own frame from an admitted id, packed without a model.
-            encoded = self.codec.encode_result(req.id, result)
-        except FrameTooLarge as exc:
-            return RpcError(
-                ErrorCode.BAD_REQUEST,
-                f"the result of {req.method} ({exc.size} bytes) exceeds the {exc.limit}-byte frame cap",
-                {"reason": "frame_too_large", "size": exc.size, "limit": exc.limit},
-            ), None
-        except EncodeError as exc:
-            self.log.error("request %s %s: result not encodable: %s", req.id, req.method, exc)
-            return RpcError(ErrorCode.INTERNAL, f"the result of {req.method} cannot be encoded"), None
-        return result, encoded
-
-    # -- writing -----------------------------------------------------------------------------
-
-    def _flush(self, res: Res | None = None, encoded: bytes | None = None) -> None:
-        """Move the session's queued frames to this connection's send queue (``encoded``:
-        ``res`` as :meth:`_fit` encoded it already, so a result is not encoded twice)."""
-        frames = self.session.frames_to_send()
-        if self._ws is None:
-            return
-        for frame in frames:
-            if frame is res and encoded is not None:
-                self._out.append(encoded)
-                continue
-            try:
-                self._out.append(self.codec.encode(frame))
-            except (FrameTooLarge, EncodeError) as exc:  # pre-checked for results; never a crash
-                self.log.error("dropping an unsendable %s frame: %s", frame.t, exc)
-        if self._out:
-            self._write_soon()
-
-    def _send_direct(self, res: Res) -> None:
-        if self._ws is not None and self.session.is_open:
-            self._out.append(self.codec.encode(res))
-            self._write_soon()
-
-    def _write_soon(self) -> None:
-        """The send queue has frames: send them now, unless a writer is already at it (it
-        sends everything queued before it returns).
-
-        An eager start (3.12's eager tasks, by hand for 3.11, as the hub's writer): the
-        writer runs in the caller's step up to its first real suspension — ``ws.send``
-        suspends only while the transport pushes back — and a task carries it on from there.
-        Not while the connection is closing: websockets then waits for the close under a
-        timeout bound to the *current* task, which must be the writer's own.
-        """
-        ws = self._ws
-        if self._writer is not None or ws is None:
-            return
-        if ws.state is not WsState.OPEN:
-            task = asyncio.get_running_loop().create_task(
-                self._write(ws), name="droidwire-link-writer"
-            )
-            self._writer = task
-            task.add_done_callback(self._written)
-            return
-        self._writer = _EAGER
-        carried = start_eagerly(
-            self._write(ws),
-            lambda rest: asyncio.get_running_loop().create_task(rest, name="droidwire-link-writer"),
-        )
-        if carried is None:
-            return  # all sent in this step (_write reset self._writer)
-        self._writer = carried
-        carried.add_done_callback(self._written)
-
-    def _written(self, task: asyncio.Task[None]) -> None:
-        if self._writer is task:
-            self._writer = None
-
-    async def _write(self, ws: ClientConnection) -> None:
-        """Send the queue until it is empty; the only writer while it runs, and only for
-        ``ws`` (it stops when that connection is no longer the current one)."""
-        try:
-            while self._out and self._ws is ws:
-                await ws.send(self._out[0])
-                self._out.popleft()
-                if len(self._out) < self.settings.send_queue_frames:
-                    self._room.set()
-            self._room.set()
-        except ConnectionClosed as exc:
-            if self._ws is ws:
-                self.drop(classify_failure(exc))
-        except Exception as exc:
-            self.log.exception("link writer failed")
-            if self._ws is ws:
-                self.drop(f"writer failed: {type(exc).__name__}")
-        finally:
-            # In the same step as the last look at the queue: a frame queued from now on
-            # starts a new writer.
-            self._writer = None
-
-
-# Link._writer while a writer runs eagerly, in the step that queued a frame.
-_EAGER = object()
-# Frames up to this size may be handled in the read callback (Link._frame_now).
-FAST_FRAME_BYTES = 64 * 1024
-
-
-class LinkConnection(ClientConnection):
-    """websockets' client connection, with one hook: a complete binary frame that arrives
-    while the link's reader waits with nothing queued is offered to ``frame_hook`` in the
-    read callback (True: handled, not queued). Saves the reader's wake-up — a trip through
-    the event loop — per request on the RPC path (docs/benchmarks.md)."""
-
-    frame_hook: Callable[[bytes], bool] | None = None
-
-    def process_event(self, event: Event) -> None:
-        hook = self.frame_hook
-        if (hook is not None and isinstance(event, Frame) and event.opcode is Opcode.BINARY
-                and event.fin):
-            queue = self.recv_messages
-            if queue.get_in_progress and not queue.frames.queue and not queue.paused:
-                data = event.data
-                if hook(data if isinstance(data, bytes) else bytes(data)):
-                    return
-        super().process_event(event)
-
-
-async def _close(ws: ClientConnection, code: int, reason: str) -> None:
-    with contextlib.suppress(Exception):
-        await ws.close(int(code), reason[:120])
 
 
 async def _maybe_await(value: Any) -> None:

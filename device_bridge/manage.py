@@ -65,7 +65,6 @@ from protocol.manage_methods import (
 from protocol.methods import DeviceParams
 
 if TYPE_CHECKING:
-    from device_bridge.adb import AdbDevices
     from device_bridge.rpc import Dispatcher
 
 __all__ = ["MAX_STAGES", "ManageToolkit", "parse_health"]
@@ -183,13 +182,6 @@ class ManageToolkit:
         rpc.serve(APPS_STOP, self._apps_stop)
         rpc.serve(APPS_CLEAR, self._apps_clear)
         rpc.serve(DEVICE_HEALTH, self._health_read)
-
-    @property
-    def _adb(self) -> AdbDevices:
-        devices = self.rpc.devices
-        if devices is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
-        return devices
 
     def close(self) -> None:
         """Delete every stage (the bridge is stopping)."""
@@ -309,7 +301,7 @@ class ManageToolkit:
         stage = self._get(p)
         reader = _Filling(stage, self.stage_idle_s)
         try:
-            size = await self._adb.push_file(p.serial, cast(BinaryIO, reader), path, mode=p.mode)
+            size = await self.rpc.adb().push_file(p.serial, cast(BinaryIO, reader), path, mode=p.mode)
         except RpcError as exc:
             if stage.dropped:
                 raise RpcError(ErrorCode.CANCELLED, "the upload was abandoned") from exc
@@ -325,7 +317,7 @@ class ManageToolkit:
         path = self.rpc.policy.check_pull(p.serial, p.path)
         stage = self._new_stage(p.serial, min(p.max_bytes, self.max_stage_bytes))
         try:
-            size = await self._adb.pull_file(p.serial, path, str(stage.path), max_bytes=stage.limit)
+            size = await self.rpc.adb().pull_file(p.serial, path, str(stage.path), max_bytes=stage.limit)
         except BaseException:
             self._drop(stage)
             raise
@@ -343,7 +335,7 @@ class ManageToolkit:
                 {"rule": Rule.PATH_OUTSIDE_WORKSPACE.value},
             )
         argv = ["rm", "-rf" if p.recursive else "-f", path]  # absolute: never an option
-        result = await self._adb.shell(p.serial, argv)
+        result = await self.rpc.adb().shell(p.serial, argv)
         if result.exit_code != 0:
             raise RpcError(
                 ErrorCode.BAD_REQUEST, f"rm {path}: {(result.stderr or result.stdout)[:300]}"
@@ -358,7 +350,7 @@ class ManageToolkit:
         return CommandContext(installed_packages=base.installed_packages | kept)
 
     async def _third_party(self, serial: str) -> set[str]:
-        result = await self._adb.shell(serial, ["pm", "list", "packages", "-3"])
+        result = await self.rpc.adb().shell(serial, ["pm", "list", "packages", "-3"])
         return set(_PACKAGE_LINE.findall(result.stdout))
 
     async def _apps_list(self, p: DeviceParams) -> dict[str, Any]:
@@ -375,14 +367,14 @@ class ManageToolkit:
         try:
             before = await self._third_party(p.serial)
             remote = f"/data/local/tmp/droidwire-{stage.id}.apk"
-            await self._adb.push_file(p.serial, str(stage.path), remote)
+            await self.rpc.adb().push_file(p.serial, str(stage.path), remote)
             flags = ([] if p.temporary else ["-r"]) + ["-t"]
             flags += ["-g"] if p.grant_permissions else []
             try:
-                result = await self._adb.shell(p.serial, ["pm", "install", *flags, remote])
+                result = await self.rpc.adb().shell(p.serial, ["pm", "install", *flags, remote])
             finally:
                 with contextlib.suppress(RpcError):
-                    await self._adb.shell(p.serial, ["rm", "-f", remote])
+                    await self.rpc.adb().shell(p.serial, ["rm", "-f", remote])
         finally:
             self._drop(stage)
         text = (result.stdout + result.stderr).strip()
@@ -410,14 +402,14 @@ class ManageToolkit:
 
     async def _apps_uninstall(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
-        await self._adb.uninstall(p.serial, p.package)
+        await self.rpc.adb().uninstall(p.serial, p.package)
         self.rpc.installed.get(p.serial, set()).discard(p.package)
         self.managed.get(p.serial, set()).discard(p.package)
         return {}
 
     async def _apps_launch(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
-        resolved = await self._adb.shell(
+        resolved = await self.rpc.adb().shell(
             p.serial,
             ["cmd", "package", "resolve-activity", "--brief", "-c",
              "android.intent.category.LAUNCHER", p.package],
@@ -426,19 +418,19 @@ class ManageToolkit:
         component = lines[-1] if lines else ""
         if not component.startswith(p.package + "/"):
             raise RpcError(ErrorCode.NOT_FOUND, f"{p.package} has no launcher activity")
-        result = await self._adb.shell(p.serial, ["am", "start", "-n", component])
+        result = await self.rpc.adb().shell(p.serial, ["am", "start", "-n", component])
         if result.exit_code != 0 or "Error" in result.stderr:
             raise RpcError(ErrorCode.BAD_REQUEST, f"am start: {result.stderr.strip()[:300]}")
         return {}
 
     async def _apps_stop(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
-        await self._adb.shell(p.serial, ["am", "force-stop", p.package])
+        await self.rpc.adb().shell(p.serial, ["am", "force-stop", p.package])
         return {}
 
     async def _apps_clear(self, p: AppParams) -> dict[str, Any]:
         self._own(p)
-        result = await self._adb.shell(p.serial, ["pm", "clear", p.package])
+        result = await self.rpc.adb().shell(p.serial, ["pm", "clear", p.package])
         if "Success" not in result.stdout:
             raise RpcError(ErrorCode.BAD_REQUEST, f"pm clear {p.package}: {result.stdout[:200]}")
         return {}
@@ -452,7 +444,7 @@ class ManageToolkit:
         cached = self._health.get(p.serial)
         if cached is not None and time.monotonic() - cached[0] < self.health_max_age_s:
             return cached[1]
-        adb = self._adb
+        adb = self.rpc.adb()
         battery, df, proc = await asyncio.gather(
             adb.shell(p.serial, ["dumpsys", "battery"]),
             adb.shell(p.serial, ["df", "-k", "/data"]),

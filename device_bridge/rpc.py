@@ -106,6 +106,8 @@ DEVICE_METHODS = frozenset(
     )
 )
 MAX_SUBSCRIPTIONS = 32
+# The answer to a device method on a bridge without an adb layer (build only).
+NO_DEVICES = "this bridge serves no devices"
 # Whether the request being served comes from the device's owner (``as_owner``, vouched for by
 # the controller): set per request, in the task that serves it.
 _AS_OWNER: contextvars.ContextVar[bool] = contextvars.ContextVar("as_owner", default=False)
@@ -338,7 +340,7 @@ class Dispatcher:
         """What every call passes before its handler: served here, exposure and pause."""
         spec = METHODS[method]
         if spec.capability == "devices" and self.devices is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
+            raise RpcError(ErrorCode.UNAVAILABLE, NO_DEVICES)
         if spec.capability == "build" and self.build is None:
             raise RpcError(ErrorCode.UNAVAILABLE, "this bridge does not build")
         if spec.device_bound:
@@ -347,8 +349,11 @@ class Dispatcher:
                 # Exposure and the pause switch before anything else (docs/design.md §6).
                 self.policy.check_exposed(serial)
 
-    def _adb(self) -> AdbDevices:
-        assert self.devices is not None  # checked in __call__
+    def adb(self) -> AdbDevices:
+        """The adb layer, for this dispatcher's handlers and the toolkits over it; on a
+        bridge that serves no devices (build only), ``unavailable``."""
+        if self.devices is None:
+            raise RpcError(ErrorCode.UNAVAILABLE, NO_DEVICES)
         return self.devices
 
     def context(self, serial: str, *, screen: tuple[int, int] | None = None) -> CommandContext:
@@ -390,12 +395,12 @@ class Dispatcher:
         command: str | list[str] = p.argv if p.argv is not None else p.command or ""
         screen = await self._screen(p.serial) if _first_word(command) == "input" else None
         argv = self.policy.check_shell(p.serial, command, self.context(p.serial, screen=screen))
-        result = await self._adb().shell(p.serial, argv, timeout_s=p.timeout_s)
+        result = await self.adb().shell(p.serial, argv, timeout_s=p.timeout_s)
         return dump(result)
 
     async def _screen(self, serial: str) -> tuple[int, int] | None:
         if serial not in self._screens:
-            facts = await self._adb().info(serial)
+            facts = await self.adb().info(serial)
             self._screens[serial] = facts.screen
         return self._screens[serial]
 
@@ -417,7 +422,7 @@ class Dispatcher:
                 {"rule": Rule.LOGCAT_SCOPE.value},
             )
         assert scope.packages is not None
-        result = await self._adb().shell(serial, ["pidof", *sorted(scope.packages)])
+        result = await self.adb().shell(serial, ["pidof", *sorted(scope.packages)])
         pids = frozenset(int(x) for x in result.stdout.split() if x.isdigit())
         if not pids:
             raise RpcError(
@@ -431,12 +436,12 @@ class Dispatcher:
         # Clearing reveals nothing, and a run starts with it (docs/design.md §5), so every profile
         # may clear once the device is exposed and sharing is not paused.
         self.policy.check_exposed(p.serial)
-        await self._adb().logcat_clear(p.serial, buffers=p.buffers)
+        await self.adb().logcat_clear(p.serial, buffers=p.buffers)
         return {}
 
     async def _logcat_dump(self, p: LogcatDumpParams) -> dict[str, Any]:
         pids = await self._scope(p.serial, p.buffers, p.format)
-        lines = await self._adb().logcat_dump(
+        lines = await self.adb().logcat_dump(
             p.serial, format=p.format, lines=p.lines, buffers=p.buffers, pid=p.pid
         )
         return {"lines": _only(lines, pids)}
@@ -448,7 +453,7 @@ class Dispatcher:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
         if len(self._subs) >= MAX_SUBSCRIPTIONS:
             raise RpcError(ErrorCode.BUSY, f"at most {MAX_SUBSCRIPTIONS} logcat subscriptions")
-        stream = await self._adb().logcat_follow(
+        stream = await self.adb().logcat_follow(
             p.serial,
             format=p.format,
             buffers=p.buffers,
@@ -582,16 +587,16 @@ class Dispatcher:
 
     async def _screenshot(self, p: DeviceParams) -> dict[str, Any]:
         self.policy.check_screenshot(p.serial)
-        return {"png": await self._adb().screenshot(p.serial)}
+        return {"png": await self.adb().screenshot(p.serial)}
 
     async def _push(self, p: PushParams) -> dict[str, Any]:
         path = self.policy.check_push(p.serial, p.path)
-        size = await self._adb().push(p.serial, path, p.data, mode=p.mode)
+        size = await self.adb().push(p.serial, path, p.data, mode=p.mode)
         return {"size": size}
 
     async def _pull(self, p: PullParams) -> dict[str, Any]:
         path = self.policy.check_pull(p.serial, p.path)
-        return {"data": await self._adb().pull(p.serial, path, max_bytes=p.max_bytes)}
+        return {"data": await self.adb().pull(p.serial, path, max_bytes=p.max_bytes)}
 
     # -- packages ------------------------------------------------------------------------------
 
@@ -605,7 +610,7 @@ class Dispatcher:
                 "install takes APK bytes sent through droidwire, not a path on the bridge host",
                 {"rule": Rule.INSTALL_NOT_ALLOWED.value},
             )
-        installed = await self._adb().install(
+        installed = await self.adb().install(
             p.serial,
             p.apk,
             replace=p.replace,
@@ -622,13 +627,13 @@ class Dispatcher:
 
     async def _uninstall(self, p: UninstallParams) -> dict[str, Any]:
         self.policy.check_uninstall(p.serial, p.package, self.context(p.serial))
-        await self._adb().uninstall(p.serial, p.package)
+        await self.adb().uninstall(p.serial, p.package)
         self.installed.get(p.serial, set()).discard(p.package)
         return {}
 
     async def _instrument(self, p: InstrumentParams) -> dict[str, Any]:
         self.policy.check_instrument(p.serial, f"{p.package}/{p.runner}", self.context(p.serial))
-        result = await self._adb().instrument(
+        result = await self.adb().instrument(
             p.serial, p.package, p.runner, args=dict(p.args), timeout_s=p.timeout_s
         )
         return dump(result)

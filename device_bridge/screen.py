@@ -60,7 +60,7 @@ from protocol.screen_methods import (
 )
 
 if TYPE_CHECKING:
-    from device_bridge.adb import AdbDevices, ShellSocket
+    from device_bridge.adb import ShellSocket
     from device_bridge.agent.toolkit import AgentToolkit
     from device_bridge.rpc import Dispatcher
 
@@ -315,10 +315,6 @@ class ScreenService:
         rpc.forgetters.append(service.forget)
         return service
 
-    def _adb(self) -> AdbDevices:
-        assert self.rpc.devices is not None
-        return self.rpc.devices
-
     @property
     def streams(self) -> list[str]:
         return list(self._streams)
@@ -359,7 +355,7 @@ class ScreenService:
         argv = ["screenrecord", "--output-format=h264", f"--size={w}x{h}",
                 "--bit-rate=2000000", "--time-limit=180", "-"]
         try:
-            sock = await self._adb().open_socket(
+            sock = await self.rpc.adb().open_socket(
                 stream.serial, "exec:" + shlex.join(argv), what="screenrecord")
         except RpcError as exc:
             log.info("screenrecord on %s unavailable: %s", stream.serial, exc)
@@ -389,7 +385,7 @@ class ScreenService:
                     stream.reason = "paused"  # the owner's kill switch ends live streams too
                     return
                 started = time.monotonic()
-                png = await self._adb().screenshot(stream.serial)
+                png = await self.rpc.adb().screenshot(stream.serial)
                 n += 1
                 digest = hashlib.sha256(png).digest()
                 if digest != last_digest:
@@ -497,7 +493,7 @@ class ScreenService:
 
     async def _oriented_size(self, serial: str) -> tuple[int, int]:
         size = await self.toolkit.screen_size(serial)
-        window = await self._adb().shell(serial, ["dumpsys", "window"])
+        window = await self.rpc.adb().shell(serial, ["dumpsys", "window"])
         rotation = parse_rotation(window.stdout)
         return size if rotation % 2 == 0 else (size[1], size[0])
 
@@ -535,7 +531,7 @@ class ScreenService:
         async with lock:
             shell = self._shells.get(serial)
             if shell is None or shell.closed:
-                sock = await self._adb().open_socket(serial, "shell,v2,raw:", what="input shell")
+                sock = await self.rpc.adb().open_socket(serial, "shell,v2,raw:", what="input shell")
                 shell = self._shells[serial] = InputShell(sock, serial=serial)
             return shell
 

@@ -55,7 +55,7 @@ from protocol.tunnel_methods import (
 )
 
 if TYPE_CHECKING:
-    from device_bridge.adb import AdbDevices, ShellSocket
+    from device_bridge.adb import ShellSocket
     from device_bridge.policy import Policy
     from device_bridge.rpc import Dispatcher
 
@@ -262,11 +262,6 @@ class TunnelService:
     def streams(self) -> list[str]:
         return list(self._streams)
 
-    def _adb(self) -> AdbDevices:
-        if self.rpc.devices is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
-        return self.rpc.devices
-
     # -- handlers --------------------------------------------------------------------------
 
     async def _start(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +269,7 @@ class TunnelService:
         assert isinstance(p, TunnelStartParams)
         policy = self.rpc.policy
         profile = policy.check_exposed(p.serial)
-        features = await self._adb().features(p.serial)
+        features = await self.rpc.adb().features(p.serial)
         return {"features": [f for f in TUNNEL_FEATURES if f in features],
                 "profile": profile.value}
 
@@ -292,8 +287,8 @@ class TunnelService:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
         if len(self._streams) >= self.max_streams:
             raise RpcError(ErrorCode.BUSY, f"at most {self.max_streams} tunnel streams per bridge")
-        before = await self._adb().package_paths(p.serial) if opening.installs else None
-        sock = await self._adb().open_socket(p.serial, opening.service,
+        before = await self.rpc.adb().package_paths(p.serial) if opening.installs else None
+        sock = await self.rpc.adb().open_socket(p.serial, opening.service,
                                              what=f"open {opening.service.split(':', 1)[0]}")
         sock.sock.setblocking(False)
         stream = _Stream(f"tn-{uuid.uuid4().hex}", p.serial, opening.service, sock, p.window,
@@ -445,7 +440,7 @@ class TunnelService:
         APK): it counts as installed through droidwire, as ``device.install``'s do — the
         borrower may start, stop and clear it, the owner's apps that were there stay theirs."""
         try:
-            after = await self._adb().package_paths(serial)
+            after = await self.rpc.adb().package_paths(serial)
         except RpcError as exc:
             log.info("tunnel install on %s: cannot read the package list: %s", serial, exc.message)
             return

@@ -194,7 +194,7 @@ def bridge(
         return  # `bridge list|forget`: a client command, no bridge to run
     from device_bridge.bridge import Bridge
     from device_bridge.config import ConfigError, load_host_config
-    from device_bridge.connection import LinkError
+    from device_bridge.link_failure import LinkError
 
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     redact.add_secret(token)

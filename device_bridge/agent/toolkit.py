@@ -72,7 +72,6 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.methods import DeviceParams, ShellParams, dump, validate_params
 
 if TYPE_CHECKING:
-    from device_bridge.adb import AdbDevices
     from device_bridge.rpc import Dispatcher
 
 __all__ = ["AgentSettings", "AgentToolkit", "Sleep"]
@@ -139,13 +138,6 @@ class AgentToolkit:
         for method in ACTIONS.values():  # validated by act(), which also serves the planner
             rpc.add(method, functools.partial(self._action, method.name))
 
-    @property
-    def _adb(self) -> AdbDevices:
-        devices = self.rpc.devices
-        if devices is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "this bridge serves no devices")
-        return devices
-
     # -- reads ---------------------------------------------------------------------------------
 
     async def _device_state(self, p: DeviceParams) -> DeviceStateResult:
@@ -153,7 +145,7 @@ class AgentToolkit:
         return await self.state(p.serial)
 
     async def state(self, serial: str) -> DeviceStateResult:
-        adb = self._adb
+        adb = self.rpc.adb()
         activities, window, ime, battery, events = await asyncio.gather(
             adb.shell(serial, ["dumpsys", "activity", "activities"]),
             adb.shell(serial, ["dumpsys", "window"]),
@@ -188,7 +180,7 @@ class AgentToolkit:
         """The tail of the event log; none when the device will not give it (the trail then
         has only what the state reads saw)."""
         try:
-            return await self._adb.logcat_dump(serial, lines=_EVENT_LINES, buffers=["events"])
+            return await self.rpc.adb().logcat_dump(serial, lines=_EVENT_LINES, buffers=["events"])
         except RpcError as exc:
             log.info("event log of %s unavailable: %s", serial, exc)
             return []
@@ -216,7 +208,7 @@ class AgentToolkit:
 
     async def screen_size(self, serial: str) -> tuple[int, int]:
         if serial not in self._sizes:
-            out = await self._adb.shell(serial, ["wm", "size"])
+            out = await self.rpc.adb().shell(serial, ["wm", "size"])
             sizes = {m[1]: (int(m[2]), int(m[3])) for m in _WM_SIZE.finditer(out.stdout)}
             size = sizes.get("Override") or sizes.get("Physical")
             if size is None:
@@ -225,7 +217,7 @@ class AgentToolkit:
         return self._sizes[serial]
 
     async def elements(self, serial: str) -> list[UiElement]:
-        out = await self._adb.shell(
+        out = await self.rpc.adb().shell(
             serial, ["uiautomator", "dump", "/dev/tty"], max_output_bytes=_MAX_DUMP_BYTES
         )
         return parse_ui(extract_xml(out.stdout))
@@ -238,9 +230,9 @@ class AgentToolkit:
         self.rpc.policy.check_ui(p.serial)
         self.rpc.policy.check_screenshot(p.serial)
         if not p.marks:
-            return {"png": await self._adb.screenshot(p.serial)}
+            return {"png": await self.rpc.adb().screenshot(p.serial)}
         png, elements = await asyncio.gather(
-            self._adb.screenshot(p.serial), self.elements(p.serial)
+            self.rpc.adb().screenshot(p.serial), self.elements(p.serial)
         )
         from device_bridge.agent.frames import draw_marks  # Pillow, on first use
 
@@ -324,7 +316,7 @@ class AgentToolkit:
             raw = self.argv_for(method, p) or []
         argv = await self._command(p.serial, raw)
         started = time.monotonic()
-        result = await self._adb.shell(p.serial, argv)
+        result = await self.rpc.adb().shell(p.serial, argv)
         duration_ms = int((time.monotonic() - started) * 1000)
         frames = await self.evidence(p.serial, settled=p.settled, timeout_s=p.settle_timeout_s)
         state = await self.state(p.serial)
@@ -348,7 +340,7 @@ class AgentToolkit:
         """The at-action frame, and with ``settled`` the settled frame and the composite."""
         s = self.settings
         await self.sleep(s.at_action_delay_s)
-        at_action = await self._adb.screenshot(serial)
+        at_action = await self.rpc.adb().screenshot(serial)
         if not settled:
             return {"at_action_png": at_action}
         from device_bridge.agent.frames import composite, same_frame  # Pillow, on first use
@@ -362,7 +354,7 @@ class AgentToolkit:
         while waited < cap and loop.time() - started < cap:
             await self.sleep(s.settle_poll_s)
             waited += s.settle_poll_s
-            frame = await self._adb.screenshot(serial)
+            frame = await self.rpc.adb().screenshot(serial)
             same = await asyncio.to_thread(same_frame, previous, frame)
             quiet = quiet + s.settle_poll_s if same else 0.0
             previous = frame

@@ -297,6 +297,26 @@ async def test_immediate_handlers_answer_as_the_awaited_ones_do() -> None:
     assert await d("ping", {"payload": b"x"}) == {"payload": b"replaced"}
 
 
+
+async def test_a_bridge_without_devices_gives_its_toolkits_the_same_unavailable() -> None:
+    # The adb layer has one home (Dispatcher.adb): the toolkits reach it there, also when
+    # called directly rather than through the dispatcher (the agent's planner calls
+    # AgentToolkit.state), and a build-only bridge answers them alike.
+    from device_bridge.agent import AgentToolkit
+
+    d = Dispatcher(policy=Policy(PolicyConfig()))
+    errors = []
+    with pytest.raises(RpcError) as direct:
+        d.adb()
+    errors.append(direct.value)
+    with pytest.raises(RpcError) as planner:
+        await AgentToolkit.install(d).state("emulator-5554")
+    errors.append(planner.value)
+    errors.append(await refused(d, "devices.list", {}))
+    assert {(e.code, e.message) for e in errors} == {
+        (ErrorCode.UNAVAILABLE, "this bridge serves no devices")
+    }
+
 class SlowSink(Sink):
     """A consumer that, once ``block()``-ed, stays away until ``release`` is set (a link whose
     send queue is full)."""
