@@ -63,6 +63,7 @@ _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
 _TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
 Key = tuple[int | None, int | None]
+_NO_KEYS: frozenset[tuple[int, int]] = frozenset()
 
 # Whether ``analyze`` runs the whole-buffer pre-filter (``scan``) when its native scanners are
 # installed; the tests turn it off to compare against reading every line.
@@ -267,7 +268,8 @@ def analyze(
     p = scan.plan(text) if _PREFILTER else None
     lines: Iterator[LogLine]
     if p is not None:
-        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line)
+        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line,
+                                  state.proc_start)
     else:
         lines = iter_lines(decode(text) if isinstance(text, bytes) else text, stats, state.wants)
     for ln in lines:
@@ -295,6 +297,8 @@ class _State:
         self.hosts: dict[int, str] = {}        # pid → package whose component it was started for
         self.next_stale_check = 0
         self.heuristics = Heuristics()  # hang, CPU with GC churn (over time)
+        self._keys_sig: tuple[Key | None, ...] = ()
+        self._keys: frozenset[tuple[int, int]] = _NO_KEYS
 
     # -- the loop ---------------------------------------------------------------------------
     def wants(self, m: re.Match[str]) -> bool:
@@ -320,11 +324,15 @@ class _State:
         """The (pid, tid) keys whose plain threadtime lines ``wants`` takes whatever they say
         (open traces and ANR blocks); None: every line (a trace without a key is open)."""
         if not self.traces and not self.anr_open:
-            return frozenset()
+            return _NO_KEYS
         if (None, None) in self.traces:
             return None
-        return frozenset((p, t) for p, t in chain(self.traces, self.anr_open)
-                         if p is not None and t is not None)
+        sig = (*self.traces, None, *self.anr_open)
+        if sig != self._keys_sig:      # asked between every two lines read: mostly unchanged
+            self._keys_sig = sig
+            self._keys = frozenset((p, t) for p, t in chain(self.traces, self.anr_open)
+                                   if p is not None and t is not None)
+        return self._keys
 
     def proc_line(self, index: int, pid: int, tid: int, msg: str) -> bool:
         """``feed`` for a plain threadtime line whose message says ``proc`` and that holds no
@@ -348,6 +356,18 @@ class _State:
             if host is not None:
                 self.hosts[st[0]] = host
         return True
+
+    def proc_start(self, index: int, pid: int, name: str, host: str | None) -> None:
+        """``proc_line`` for a line the caller has already read: its message's first
+        ``Start proc PID:NAME`` and ``start_host``'s answer, and its (pid, tid) is not one of
+        ``open_keys()`` (so ``proc_line`` would take it)."""
+        if index >= self.next_stale_check:
+            self.next_stale_check = index + 256
+            if self.traces or self.anr_open:
+                self._close_stale(index)
+        self.procs[pid] = name
+        if host is not None:
+            self.hosts[pid] = host
 
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg
