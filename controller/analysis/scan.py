@@ -207,9 +207,13 @@ def plan(text: str | bytes) -> Plan | None:
     if last != len(data) - 1:
         starts.add(last + 1)                       # an unterminated last line: read it
     starts.discard(len(data))
-    lane = {rfind(e) + 1 for e in proc_ends}
-    lane -= starts
-    return Plan(data, errors, sorted(starts), sorted(lane), bool(lane) and data.isascii())
+    # The lane: the lines of the "proc" hits (their \n before, each once), less those read.
+    before = dict.fromkeys(map(rfind, proc_ends))
+    for s in starts:
+        before.pop(s - 1, None)
+    lane = [n + 1 for n in before]
+    lane.sort()                                    # hits come in order: already sorted
+    return Plan(data, errors, sorted(starts), lane, bool(lane) and data.isascii())
 
 
 @lru_cache(maxsize=64)
@@ -249,6 +253,7 @@ def iter_scanned(
     """
     data, errors = p.data, p.errors
     lane = p.lane
+    ascii_log = p.ascii
     nlane = len(lane)
     size = len(data)
     cur = Cursor(stats, keep)
@@ -301,13 +306,14 @@ def iter_scanned(
         """A lane line of no open key, read here: False, it must go the long way."""
         # The tag ends at the first ":" after the time ("MM-DD HH:MM:SS", 14 bytes).
         m = start_match(data, find(b":", start + 14) + 2)
-        if (m is None                   # no ``Start proc PID:NAME``: the long way
-                or m.end() - start > 2000     # ``parse_start`` reads a message's first 2,000
-                or b" for " in m[1]):   # ``start_host`` could match before it
+        if m is None:
+            return False                # no ``Start proc PID:NAME``: the long way
+        head, pid, name, tail = m.groups()
+        if (m.end() - start > 2000      # ``parse_start`` reads a message's first 2,000
+                or b" for " in head):   # ``start_host`` could match before it
             return False
-        if not p.ascii and not data[start:m.end()].isascii():
+        if not ascii_log and not data[start:m.end()].isascii():
             return False
-        tail = m[4]
         at = tail.find(b" for ")
         if at < 0:
             host = None                 # every match of ``_HOST`` starts with " for "
@@ -322,7 +328,7 @@ def iter_scanned(
                 if len(hosts) >= _HOSTS_MAX:
                     hosts.clear()
                 hosts[tail] = host
-        proc_start(idx, int(m[2]), m[3].decode("ascii"), host)
+        proc_start(idx, int(pid), name.decode("ascii"), host)
         return True
 
     li = 0             # the next lane line: lane[li]
