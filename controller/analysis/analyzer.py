@@ -47,7 +47,7 @@ from controller.analysis.models import (
     Violation,
 )
 from controller.analysis.processes import belongs_to, parse_death, parse_start, start_host
-from controller.analysis.stack import app_frame, frame_of, split_exception, stack_kind
+from controller.analysis.stack import app_frame, split_exception, stack_kind, stack_line
 from controller.analysis.summary import build_issues
 from controller.analysis.timing import parse_elapsed, parse_test_event
 from controller.analysis.verdict import decide
@@ -187,7 +187,7 @@ class _Trace:
         if ln.entry and self.tag and ln.tag and ln.tag != self.tag:
             return False
         msg = ln.msg
-        kind = stack_kind(msg)
+        kind, f = stack_line(msg)
         if kind is None:
             if self.started or _FATAL in msg:
                 return False
@@ -210,7 +210,6 @@ class _Trace:
                 else:
                     return False
         elif kind == "frame":
-            f = frame_of(msg)
             if f is not None:
                 self.frames.append(f)
             self.started = True
@@ -304,6 +303,13 @@ class _State:
     def wants(self, m: re.Match[str]) -> bool:
         """Whether a plain threadtime line (pid, tid, level, tag, msg) can matter: the fast
         path skips the others without building them."""
+        if self.traces or self.anr_open:
+            # First: the lines read because a trace is open for their key (its stack).
+            if (None, None) in self.traces:
+                return True
+            key = (int(m[1]), int(m[2]))
+            if key in self.traces or key in self.anr_open:
+                return True
         msg = m[5]
         if (m[4] in _TAGS or "StrictMode" in msg or "iolation" in msg or "proc" in msg
                 or "never released" in msg or "eaked" in msg or "Finalizing a Cursor" in msg
@@ -313,11 +319,6 @@ class _State:
                 or "DroidUnblocker" in msg or "executing service" in msg
                 or "pause timeout" in msg or "GC freed" in msg):
             return True   # substring tests inlined: this runs on every line
-        if self.traces or self.anr_open:
-            if (None, None) in self.traces:
-                return True
-            key = (int(m[1]), int(m[2]))
-            return key in self.traces or key in self.anr_open
         return False
 
     def open_keys(self) -> frozenset[tuple[int, int]] | None:
