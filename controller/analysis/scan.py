@@ -20,7 +20,14 @@ is open for its pid/tid; while one is, the gap is searched for that pid/tid (``_
 and the lines found are read one by one. The line after a line of another shape is read too (a
 console wrap may join it back). The lines read go through the same ``lines.Cursor`` as in
 ``iter_lines``, so the results are the same by construction; a property test and the corpora
-hold them equal. Without the native libraries (``available()`` false) ``analyze`` reads every
+hold them equal.
+
+The *lane*: plain lines whose only keyword is ``proc`` (a busy system's ``Start proc`` lines,
+about one line in eight of a test run's log). Each is read from the bytes where it lies — no
+``str``, no ``LogLine`` —: the first ``Start proc PID:NAME`` of its message, on an ASCII line of
+at most 2,000 bytes with no `` for `` before it, and ``processes.start_host`` of the rest (cached
+by the rest from its first `` for ``: in a run the same few endings repeat). Any other lane
+line, or one of an open key, goes through ``_State.proc_line`` or the cursor as before. Without the native libraries (``available()`` false) ``analyze`` reads every
 line, as before.
 """
 
