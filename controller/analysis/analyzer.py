@@ -47,7 +47,7 @@ from controller.analysis.models import (
     Violation,
 )
 from controller.analysis.processes import belongs_to, parse_death, parse_start, start_host
-from controller.analysis.stack import app_frame, frame_of, split_exception, stack_kind
+from controller.analysis.stack import app_frame, split_exception, stack_kind, stack_line
 from controller.analysis.summary import build_issues
 from controller.analysis.timing import parse_elapsed, parse_test_event
 from controller.analysis.verdict import decide
@@ -63,6 +63,7 @@ _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
 _TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
 Key = tuple[int | None, int | None]
+_NO_KEYS: frozenset[tuple[int, int]] = frozenset()
 
 # Whether ``analyze`` runs the whole-buffer pre-filter (``scan``) when its native scanners are
 # installed; the tests turn it off to compare against reading every line.
@@ -186,7 +187,7 @@ class _Trace:
         if ln.entry and self.tag and ln.tag and ln.tag != self.tag:
             return False
         msg = ln.msg
-        kind = stack_kind(msg)
+        kind, f = stack_line(msg)
         if kind is None:
             if self.started or _FATAL in msg:
                 return False
@@ -209,7 +210,6 @@ class _Trace:
                 else:
                     return False
         elif kind == "frame":
-            f = frame_of(msg)
             if f is not None:
                 self.frames.append(f)
             self.started = True
@@ -267,7 +267,8 @@ def analyze(
     p = scan.plan(text) if _PREFILTER else None
     lines: Iterator[LogLine]
     if p is not None:
-        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line)
+        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line,
+                                  state.proc_start)
     else:
         lines = iter_lines(decode(text) if isinstance(text, bytes) else text, stats, state.wants)
     for ln in lines:
@@ -295,11 +296,20 @@ class _State:
         self.hosts: dict[int, str] = {}        # pid → package whose component it was started for
         self.next_stale_check = 0
         self.heuristics = Heuristics()  # hang, CPU with GC churn (over time)
+        self._keys_sig: tuple[Key | None, ...] = ()
+        self._keys: frozenset[tuple[int, int]] = _NO_KEYS
 
     # -- the loop ---------------------------------------------------------------------------
     def wants(self, m: re.Match[str]) -> bool:
         """Whether a plain threadtime line (pid, tid, level, tag, msg) can matter: the fast
         path skips the others without building them."""
+        if self.traces or self.anr_open:
+            # First: the lines read because a trace is open for their key (its stack).
+            if (None, None) in self.traces:
+                return True
+            key = (int(m[1]), int(m[2]))
+            if key in self.traces or key in self.anr_open:
+                return True
         msg = m[5]
         if (m[4] in _TAGS or "StrictMode" in msg or "iolation" in msg or "proc" in msg
                 or "never released" in msg or "eaked" in msg or "Finalizing a Cursor" in msg
@@ -309,22 +319,21 @@ class _State:
                 or "DroidUnblocker" in msg or "executing service" in msg
                 or "pause timeout" in msg or "GC freed" in msg):
             return True   # substring tests inlined: this runs on every line
-        if self.traces or self.anr_open:
-            if (None, None) in self.traces:
-                return True
-            key = (int(m[1]), int(m[2]))
-            return key in self.traces or key in self.anr_open
         return False
 
     def open_keys(self) -> frozenset[tuple[int, int]] | None:
         """The (pid, tid) keys whose plain threadtime lines ``wants`` takes whatever they say
         (open traces and ANR blocks); None: every line (a trace without a key is open)."""
         if not self.traces and not self.anr_open:
-            return frozenset()
+            return _NO_KEYS
         if (None, None) in self.traces:
             return None
-        return frozenset((p, t) for p, t in chain(self.traces, self.anr_open)
-                         if p is not None and t is not None)
+        sig = (*self.traces, None, *self.anr_open)
+        if sig != self._keys_sig:      # asked between every two lines read: mostly unchanged
+            self._keys_sig = sig
+            self._keys = frozenset((p, t) for p, t in chain(self.traces, self.anr_open)
+                                   if p is not None and t is not None)
+        return self._keys
 
     def proc_line(self, index: int, pid: int, tid: int, msg: str) -> bool:
         """``feed`` for a plain threadtime line whose message says ``proc`` and that holds no
@@ -348,6 +357,18 @@ class _State:
             if host is not None:
                 self.hosts[st[0]] = host
         return True
+
+    def proc_start(self, index: int, pid: int, name: str, host: str | None) -> None:
+        """``proc_line`` for a line the caller has already read: its message's first
+        ``Start proc PID:NAME`` and ``start_host``'s answer, and its (pid, tid) is not one of
+        ``open_keys()`` (so ``proc_line`` would take it)."""
+        if index >= self.next_stale_check:
+            self.next_stale_check = index + 256
+            if self.traces or self.anr_open:
+                self._close_stale(index)
+        self.procs[pid] = name
+        if host is not None:
+            self.hosts[pid] = host
 
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg

@@ -20,7 +20,14 @@ is open for its pid/tid; while one is, the gap is searched for that pid/tid (``_
 and the lines found are read one by one. The line after a line of another shape is read too (a
 console wrap may join it back). The lines read go through the same ``lines.Cursor`` as in
 ``iter_lines``, so the results are the same by construction; a property test and the corpora
-hold them equal. Without the native libraries (``available()`` false) ``analyze`` reads every
+hold them equal.
+
+The *lane*: plain lines whose only keyword is ``proc`` (a busy system's ``Start proc`` lines,
+about one line in eight of a test run's log). Each is read from the bytes where it lies — no
+``str``, no ``LogLine`` —: the first ``Start proc PID:NAME`` of its message, on an ASCII line of
+at most 2,000 bytes with no `` for `` before it, and ``processes.start_host`` of the rest (cached
+by the rest from its first `` for ``: in a run the same few endings repeat). Any other lane
+line, or one of an open key, goes through ``_State.proc_line`` or the cursor as before. Without the native libraries (``available()`` false) ``analyze`` reads every
 line, as before.
 """
 
@@ -35,6 +42,7 @@ from itertools import chain
 from typing import Any
 
 from controller.analysis.lines import _HEAD, _THREADTIME_FAST, Cursor, LogLine, ParsedLog
+from controller.analysis.processes import start_host
 
 try:  # native scanners: without them (a platform with no wheel) every line is read
     import hyperscan
@@ -145,8 +153,14 @@ class Plan:
     data: bytes
     errors: str            # how a line's bytes become its text: as ``decode`` does, or back
     starts: list[int]      # to the very ``str`` they were encoded from
-    total: int             # lines, as ``str.splitlines`` counts them
-    proc: set[int]         # starts of plain lines whose only keyword is ``_PROC_KEYWORD``
+    lane: list[int]        # starts of plain lines whose only keyword is ``_PROC_KEYWORD``
+    ascii: bool            # the whole log is ASCII
+
+    @property
+    def total(self) -> int:
+        """Lines, as ``str.splitlines`` counts them (``iter_scanned`` counts them on its way)."""
+        n = self.data.count(b"\n")
+        return n if self.data.endswith(b"\n") or not self.data else n + 1
 
 
 class _Abort(Exception):
@@ -196,16 +210,17 @@ def plan(text: str | bytes) -> Plan | None:
         nxt = data.find(b"\n", s)
         if nxt >= 0:
             starts.add(nxt + 1)                    # a console wrap may join the next one
-    total = data.count(b"\n")
     last = data.rfind(b"\n")
     if last != len(data) - 1:
-        total += 1
         starts.add(last + 1)                       # an unterminated last line: read it
     starts.discard(len(data))
-    proc = {rfind(e) + 1 for e in proc_ends}
-    proc -= starts
-    starts |= proc
-    return Plan(data, errors, sorted(starts), total, proc)
+    # The lane: the lines of the "proc" hits (their \n before, each once), less those read.
+    before = dict.fromkeys(map(rfind, proc_ends))
+    for s in starts:
+        before.pop(s - 1, None)
+    lane = [n + 1 for n in before]
+    lane.sort()                                    # hits come in order: already sorted
+    return Plan(data, errors, sorted(starts), lane, bool(lane) and data.isascii())
 
 
 @lru_cache(maxsize=64)
@@ -217,12 +232,21 @@ def _key_pattern(keys: frozenset[tuple[int, int]]) -> re.Pattern[bytes]:
     return re.compile(b" (?:" + b"|".join(alts) + b") [VDIWEFAS] ")
 
 
+# From a message's start: what precedes the first match of ``processes._START``
+# (``Start proc (\d+):([^\s/{]+)``), its groups, and the rest of the line — on an ASCII line,
+# where ``\d`` is [0-9] and ``\s`` what ``str.isspace`` says.
+_START_BYTES = re.compile(
+    rb"([^\n]*?)Start proc ([0-9]+):([^\t\n\x0b-\x0d\x1c-\x1f /{]+)([^\n]*)")
+_HOSTS_MAX = 512
+
+
 def iter_scanned(
     p: Plan,
     stats: ParsedLog,
     keep: Callable[[re.Match[str]], bool],
     open_keys: Callable[[], frozenset[tuple[int, int]] | None],
     proc_line: Callable[[int, int, int, str], bool],
+    proc_start: Callable[[int, int, str, str | None], None],
 ) -> Iterator[LogLine]:
     """What ``iter_lines(text, stats, keep)`` yields, reading only the lines it must.
 
@@ -230,15 +254,22 @@ def iter_scanned(
     whatever their message: those of these (pid, tid) keys, or (None) every line.
     ``proc_line(index, pid, tid, msg)`` takes a plain line whose only keyword is in its
     message and is ``_PROC_KEYWORD`` in place of yielding it, or declines it (False: it is
-    yielded as usual).
+    yielded as usual). ``proc_start(index, pid, name, host)`` is ``proc_line`` for such a line
+    of no open key whose message this module has read itself (``Start proc PID:NAME``, once, on
+    an ASCII line; ``host``: what ``processes.start_host`` says of the message).
     """
     data, errors = p.data, p.errors
-    lane = p.proc
+    lane = p.lane
+    ascii_log = p.ascii
+    nlane = len(lane)
     size = len(data)
     cur = Cursor(stats, keep)
     fast = _THREADTIME_FAST.match
     count = data.count
     find = data.find
+    rfind = data.rfind
+    start_match = _START_BYTES.match
+    hosts: dict[bytes, str | None] = {}
 
     def text_at(start: int) -> tuple[str, int]:
         """The line at ``start`` and where the next one starts."""
@@ -249,7 +280,7 @@ def iter_scanned(
 
     def last_of(end: int) -> Callable[[], str]:
         # The line that ends at ``end`` (exclusive of its \n), read only if asked for.
-        return lambda: text_at(data.rfind(b"\n", 0, end - 1) + 1)[0]
+        return lambda: text_at(rfind(b"\n", 0, end - 1) + 1)[0]
 
     def read(idx: int, start: int) -> tuple[LogLine | None, int, int]:
         """One line through the cursor: (the line or None, next index, next start)."""
@@ -265,13 +296,69 @@ def iter_scanned(
             return ln, idx + 2, min(text_at(nstart)[1], size)
         return ln, idx + 1, nstart
 
-    def gap(idx: int, start: int, stop: int) -> Iterator[LogLine]:
-        """Plain lines from ``start`` (line ``idx``) up to ``stop``: skipped unless a trace
-        or ANR block is open for their key. Leaves ``state`` at the line at ``stop``."""
+    def read_lane(idx: int, start: int) -> LogLine | None:
+        """A lane line, one by one (as ``proc_line`` and ``read`` take it)."""
+        raw = text_at(start)[0]
+        # date, time, pid, tid, level, "tag: msg" — the plain shape, so the tag
+        # ends at the line's first ":" after the time, and ": " follows it
+        f = raw.split(None, 5)
+        tail = f[5]
+        msg = tail[tail.index(":") + 2:]
+        if _PROC_KEYWORD in msg and proc_line(idx, int(f[2]), int(f[3]), msg):
+            cur.kept(idx, raw)
+            return None
+        return read(idx, start)[0]
+
+    def started(idx: int, start: int) -> bool:
+        """A lane line of no open key, read here: False, it must go the long way."""
+        # The tag ends at the first ":" after the time ("MM-DD HH:MM:SS", 14 bytes).
+        m = start_match(data, find(b":", start + 14) + 2)
+        if m is None:
+            return False                # no ``Start proc PID:NAME``: the long way
+        head, pid, name, tail = m.groups()
+        if (m.end() - start > 2000      # ``parse_start`` reads a message's first 2,000
+                or b" for " in head):   # ``start_host`` could match before it
+            return False
+        if not ascii_log and not data[start:m.end()].isascii():
+            return False
+        at = tail.find(b" for ")
+        if at < 0:
+            host = None                 # every match of ``_HOST`` starts with " for "
+        else:
+            # No match of ``_HOST`` starts before the tail's first " for " (nor inside
+            # "Start proc PID:NAME"): its first match in the message is this piece's.
+            tail = tail[at:]
+            try:
+                host = hosts[tail]
+            except KeyError:
+                host = start_host(tail.decode("ascii"))
+                if len(hosts) >= _HOSTS_MAX:
+                    hosts.clear()
+                hosts[tail] = host
+        proc_start(idx, int(pid), name.decode("ascii"), host)
+        return True
+
+    li = 0             # the next lane line: lane[li]
+
+    def one(idx: int, start: int) -> tuple[LogLine | None, int, int]:
+        """The line at ``start``, the long way (a lane line as ``proc_line`` takes it)."""
+        nonlocal li
+        if li < nlane and lane[li] == start:
+            li += 1
+            return read_lane(idx, start), idx + 1, (find(b"\n", start) + 1) or size
+        return read(idx, start)
+
+    def region(idx: int, start: int, stop: int) -> Iterator[LogLine]:
+        """Plain lines from ``start`` (line ``idx``) up to ``stop``: lane lines are taken,
+        the others skipped unless a trace or ANR block is open for their key. Leaves
+        ``state`` at the line at ``stop``."""
+        nonlocal li
+        while li < nlane and lane[li] < start:
+            li += 1                     # joined to a line read before
         while start < stop:
             keys = open_keys()
-            if keys is None:
-                ln, idx, start = read(idx, start)
+            if keys is None:            # every line is read
+                ln, idx, start = one(idx, start)
                 if ln is not None:
                     yield ln
                 continue
@@ -279,14 +366,25 @@ def iter_scanned(
             if keys:
                 km = _key_pattern(keys).search(data, start, stop)
                 if km is not None:
-                    at = data.rfind(b"\n", 0, km.start()) + 1
+                    at = rfind(b"\n", 0, km.start()) + 1
+            # No line before ``at`` is of an open key (closing a stale trace only shrinks
+            # the keys): its lane lines are taken here, up to one that must go the long way,
+            # and the others skipped.
+            pos, n = start, idx
+            while li < nlane and lane[li] < at:
+                s = lane[li]
+                n += count(b"\n", pos, s)
+                pos = s
+                if not started(n, s):
+                    at = s
+                    break
+                li += 1
             if at > start:
-                n = count(b"\n", start, at)
-                cur.skip(n, idx + n - 1, last_of(at))
-                idx += n
-                start = at
-            if start < stop:
-                ln, idx, start = read(idx, start)
+                n += count(b"\n", pos, at)
+                cur.skip(n - idx, n - 1, last_of(at))
+                idx, start = n, at
+            if start < stop:            # a line of an open key (or a false hit), or a lane
+                ln, idx, start = one(idx, start)     # line ``started`` declined
                 if ln is not None:
                     yield ln
         state[0], state[1] = idx, start
@@ -298,30 +396,12 @@ def iter_scanned(
             if s < start:
                 continue                  # already read (joined to the line before it)
             if s > start:
-                keys = open_keys()
-                if keys is not None and not keys:     # the usual case: nothing open
-                    n = count(b"\n", start, s)
-                    cur.skip(n, idx + n - 1, last_of(s))
-                    idx += n
-                    start = s
-                else:
-                    yield from gap(idx, start, s)
-                    idx, start = state
-            if s >= size or start > s:
-                continue
-            if s in lane:
-                raw, nstart = text_at(s)
-                # date, time, pid, tid, level, "tag: msg" — the plain shape, so the tag
-                # ends at the line's first ":" after the time, and ": " follows it
-                f = raw.split(None, 5)
-                tail = f[5]
-                msg = tail[tail.index(":") + 2:]
-                if _PROC_KEYWORD in msg and proc_line(idx, int(f[2]), int(f[3]), msg):
-                    cur.kept(idx, raw)
-                    idx, start = idx + 1, nstart
-                    continue
+                yield from region(idx, start, s)
+                idx, start = state
+            if s >= size:
+                break
             ln, idx, start = read(idx, start)
             if ln is not None:
                 yield ln
     finally:
-        cur.finish(p.total)
+        cur.finish(idx)

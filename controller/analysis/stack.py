@@ -18,6 +18,7 @@ __all__ = [
     "is_platform",
     "split_exception",
     "stack_kind",
+    "stack_line",
 ]
 
 PLATFORM_PREFIXES: tuple[str, ...] = (
@@ -39,9 +40,19 @@ def _lead(msg: str) -> str:
 
 def stack_kind(msg: str) -> str | None:
     """Classify a stack-trace line: frame, partial_frame, cause, suppressed, more, binder."""
+    return stack_line(msg)[0]
+
+
+def stack_line(msg: str) -> tuple[str | None, str | None]:
+    """``stack_kind(msg)`` and, for a frame, ``frame_of(msg)`` — one match for both."""
     s = _lead(msg)
     if s.startswith("at "):
-        return "frame" if _FRAME.match(s) else "partial_frame"
+        m = _FRAME.match(s)
+        return ("frame", f"{m[1]}({m[2]})") if m else ("partial_frame", None)
+    return _other_kind(s), None
+
+
+def _other_kind(s: str) -> str | None:
     if s.startswith("Caused by:"):
         return "cause"
     if s.startswith("Suppressed:"):

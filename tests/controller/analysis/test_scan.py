@@ -67,6 +67,35 @@ EDGES = [
     "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4999:a3e.process/u0a77 for "
     "service {org.demo/org.demo.Svc}",
     "11-02 09:15:01.250  1300  1320 I procstats: no proc keyword in the message",
+    # ``Start proc`` lines the scan reads itself, and the ones it must leave to the per-line path
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4321:org.demo/u0a7 for "
+    "added application org.demo",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4322:org.demo:bg/u0a7 for "
+    "service {org.demo/org.demo.Bg}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4323:com.other/u0a9 for "
+    "service",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: waiting for a b {org.demo} then "
+    "Start proc 4324:com.other/u0a9",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc x Start proc 4325:org.demo "
+    "for activity {com.other/.Main}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4326:org.demo\x1fx for "
+    "activity {com.other/.Main}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4327:org.demo\xa0x for "
+    "activity {com.other/.Main}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4335:com.other/u0a1 then "
+    "Start proc 4336:org.demo/u0a2",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc \u0664\u0663:org.demo for "
+    "activity {org.demo/.Main}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc org.demo for activity "
+    "org.demo/.Main: pid=4328 uid=10077 gids={}",
+    "11-02 09:15:01.250  1300  1320 I Start proc 4329: org.demo for activity {org.demo/.M}",
+    # a message's first 2,000 characters are read: the name, or the host, cut there
+    "11-02 09:15:01.250 1 1 I A: " + "y" * 1980 + " Start proc 4330:org.demo/u0a7",
+    "11-02 09:15:01.250 1 1 I A: " + "y" * 1955 + " Start proc 4332:com.other/u0a7 for "
+    "activity {org.demo/.Main}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4334:com.other/u0a9",
+    "11-02 09:15:01.250  4321  4321 I ActivityManager: Start proc 4331:org.demo/u0a7 for "
+    "activity {org.demo/.Main}",
     "11-02 09:15:01.250  1300  1320 I am_proc_start: [0,4321,10077,org.demo,activity,x]",
     "06-2",
     "8 21:39:59.649  4321  4321 D StrictMode: StrictMode policy violation; ~duration=5 ms: "
@@ -120,6 +149,26 @@ def test_a_trace_open_across_a_long_run_of_chatter() -> None:
     _same(text, "org.demo")
     r = analyze(text, package="org.demo")
     assert r.violations[0].app_frame == "org.demo.Store.load(Store.kt:41)"
+
+
+def test_start_proc_lines_read_by_the_scan() -> None:
+    # Each ``Start proc`` edge among chatter, with a trace open and without: the lines the scan
+    # reads itself (pid, name, host) and the ones it leaves to the per-line path agree with it.
+    starts = [e for e in EDGES if "Start proc" in e]
+    head = ("11-02 09:15:01.250  4321  4321 D StrictMode: StrictMode policy violation; "
+            "~duration=5 ms: android.os.strictmode.DiskReadViolation\n")
+    chatter = "".join(f"11-02 09:15:02.{i:03d}  1300  {1301 + i} D Chatty: x{i}\n"
+                      for i in range(3))
+    for edge in starts:
+        for text in (chatter + edge + "\n" + chatter, head + chatter + edge + "\n" + chatter):
+            p = scan.plan(text)
+            assert p is not None
+            _same(text, "org.demo")
+            _same(text, None)
+    text = chatter + "".join(e + "\n" + chatter for e in starts)
+    p = scan.plan(text)
+    assert p is not None and len(p.lane) >= len(starts) - 2
+    _same(text, "org.demo")
 
 
 def test_line_breaks_other_than_newline() -> None:
