@@ -45,7 +45,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 
 from controller.auth.http import RunReader, RunWriter, UserPrincipal
-from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
+from controller.executor import ExecuteRequest, RunResult, SandboxExecutor, tool_schema
 from controller.executor.recovery import Recovered, clean_up, recover_runs
 from controller.services import Services, runs, services_of
 from controller.services.runs import MAX_RUNS
@@ -187,7 +187,7 @@ def build_executor(
     )
 
 
-def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
+def _observer(state: Any) -> Callable[[RunResult], None] | None:
     """Counts finished runs by verdict and reason, and their duration, in the app's registry."""
     metrics = getattr(state, "metrics", None)
     if metrics is None:
@@ -205,12 +205,10 @@ def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
         registry=metrics.registry,
     )
 
-    def observe(result: dict[str, Any]) -> None:
-        runs.labels(
-            str(result.get("verification_status", "")), str(result.get("reason_code", ""))
-        ).inc()
-        total_ms = (result.get("timings") or {}).get("total_ms")
-        if isinstance(total_ms, int):
+    def observe(result: RunResult) -> None:
+        runs.labels(result.verification_status, result.reason_code).inc()
+        total_ms = result.timings.get("total_ms")
+        if total_ms is not None:
             seconds.observe(total_ms / 1000)
         metrics.run_finished(result)  # droidwire_device_runs_total
 
@@ -230,22 +228,21 @@ async def close_executor(app: Any) -> None:
         await services.executor.aclose()
 
 
-async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> None:
+async def _audit(app: Any, principal: Any, results: list[RunResult]) -> None:
     audit = getattr(app.state, "audit", None)
     if audit is None:
         return
     for result in results:
-        device = result.get("device") or {}
         try:
             await audit.record(
                 principal,
                 "sandbox.execute",
-                device=device.get("id"),
-                outcome=str(result.get("verification_status", "")).lower() or "ok",
-                detail={"run_id": result.get("run_id"), "reason_code": result.get("reason_code")},
+                device=result.device_id,
+                outcome=result.verification_status.lower() or "ok",
+                detail={"run_id": result.run_id, "reason_code": result.reason_code},
             )
         except Exception:  # the audit write never hides the verdict
-            log.exception("audit write failed for run %s", result.get("run_id"))
+            log.exception("audit write failed for run %s", result.run_id)
 
 
 @router.post(
@@ -262,7 +259,7 @@ async def execute(
     plan = await executor.plan(body, principal)
     if not wait:
 
-        async def audit(results: list[dict[str, Any]]) -> None:
+        async def audit(results: list[RunResult]) -> None:
             await _audit(request.app, principal, results)
 
         executor.submit(plan, then=audit)
@@ -278,7 +275,9 @@ async def execute(
         )
     results = await executor.run(plan)
     await _audit(request.app, principal, results)
-    return results[0] if len(results) == 1 else {"results": results}
+    if len(results) == 1:
+        return results[0].to_json()
+    return {"results": [r.to_json() for r in results]}
 
 
 @router.get("/runs")
