@@ -25,6 +25,7 @@ from controller.access import until_lapsed
 from controller.auth.authorization import Action, Principal, authorize
 from controller.hub import Hub, resolve_device
 from controller.hub.tunnel import Tunnel
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import decode_frame
 
@@ -62,7 +63,7 @@ async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, dev
         await websocket.send_bytes(hello)
         reader = asyncio.create_task(_receive(websocket, tunnel))
         lapsed = asyncio.create_task(until_lapsed(
-            getattr(websocket.app.state, "access", None), hub.store,
+            services_of(websocket).access, hub.store,
             hub.settings.stream_reauth_s, principal, ref))
 
         def ended(task: asyncio.Task[str]) -> None:

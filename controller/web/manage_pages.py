@@ -34,6 +34,7 @@ from controller.api import reservations as reservations_api
 from controller.api.errors import error_body
 from controller.auth.authorization import Action, Principal, may
 from controller.hub import list_devices, resolve_device
+from controller.services import services_of
 from controller.web.html import Markup, esc, link, page, path_segment, table
 from controller.web.pages import _html, _hub, _message, _read_form, _signed_in, _to_login
 from controller.web.sessions import same_origin
@@ -302,8 +303,8 @@ async def manage_page(device: str, request: Request) -> Response:
     notice = request.query_params.get("error")
     if notice:
         parts.append(f'<p class="error" role="alert">{esc(notice[:300])}</p>')
-    health = getattr(request.app.state, "health", None)
-    reading = health.latest(record.ref) if health is not None else None
+    health = services_of(request).health
+    reading = health.latest(record.ref)
     h = reading.to_json() if reading is not None else {}
     parts.append("<h2>Health</h2>")
     parts.append(table(
@@ -321,7 +322,7 @@ async def manage_page(device: str, request: Request) -> Response:
     ))
     parts.append(_button(f"{base}/health", "Read now", "read"))
     store = request.app.state.store
-    if await may(principal, record.ref, Action.LEND, store=store) and health is not None:
+    if await may(principal, record.ref, Action.LEND, store=store):
         limits = await health.thresholds(record.ref)
         parts.append(
             f'<form class="thresholds" method="post" action="{esc(base)}/thresholds">'

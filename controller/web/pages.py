@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi.requests import HTTPConnection
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 
@@ -31,6 +32,7 @@ from controller.auth.authorization import Action, Principal, Scope, may
 from controller.auth.http import QUERY_TOKEN_PARAMS
 from controller.auth.tokens import Unauthenticated, authenticate
 from controller.hub import Hub, list_devices, resolve_device
+from controller.services import services_of
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
 from controller.web.health_view import health_summary
 from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
@@ -60,18 +62,12 @@ _HIGHLIGHT_MARKERS = ("StrictMode", "ANR in ", "FATAL EXCEPTION")
 
 
 def sessions_of(app: Any) -> SessionStore:
-    """The app's dashboard sessions (in its store), created on first use."""
-    sessions: SessionStore | None = getattr(app.state, "web_sessions", None)
-    if sessions is None:
-        sessions = app.state.web_sessions = SessionStore(app.state.store)
-    return sessions
+    """The app's dashboard sessions (in its store)."""
+    return services_of(app).web_sessions
 
 
-def _hub(request: Request) -> Hub:
-    hub: Hub | None = getattr(request.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
+def _hub(connection: HTTPConnection) -> Hub:
+    return services_of(connection).hub
 
 
 def _html(content: str, status: int = 200) -> HTMLResponse:
@@ -186,10 +182,10 @@ async def login(request: Request) -> Response:
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
-        audit = getattr(request.app.state, "audit", None)
-        if audit is not None:  # a refused sign-in is a decision too (never the token itself)
-            with contextlib.suppress(Exception):
-                await audit.record(None, "web.login", outcome="unauthorized", actor="anonymous")
+        # A refused sign-in is a decision too (never the token itself).
+        with contextlib.suppress(Exception):
+            await services_of(request).audit.record(None, "web.login", outcome="unauthorized",
+                                                    actor="anonymous")
         return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
@@ -207,12 +203,10 @@ async def login(request: Request) -> Response:
         secure=secure_context(request),
     )
     log.info("dashboard sign-in by %s", principal.actor)
-    audit = getattr(request.app.state, "audit", None)
-    if audit is not None:
-        try:
-            await audit.record(principal, "web.login")
-        except Exception:  # the audit write never blocks a sign-in; the failure is logged
-            log.exception("audit write failed for a dashboard sign-in")
+    try:
+        await services_of(request).audit.record(principal, "web.login")
+    except Exception:  # the audit write never blocks a sign-in; the failure is logged
+        log.exception("audit write failed for a dashboard sign-in")
     return response
 
 
@@ -257,7 +251,7 @@ async def devices_page(request: Request) -> Response:
     hub = _hub(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
-    health = getattr(request.app.state, "health", None)  # controller.health
+    health = services_of(request).health  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -275,7 +269,7 @@ async def devices_page(request: Request) -> Response:
         battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
         live = await may(principal, r.ref, Action.USE, store=store)
         name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
-        reading = health.latest(r.ref) if health is not None else None
+        reading = health.latest(r.ref)
         rows.append([
             name,
             Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
@@ -403,14 +397,7 @@ async def device_screen_stream(
     principal = await session_principal(websocket)
     if principal is None:
         raise Unauthenticated("sign in to the dashboard first")
-    await serve_screen(websocket, _hub_ws(websocket), principal, device, codec)
-
-
-def _hub_ws(websocket: WebSocket) -> Hub:
-    hub: Hub | None = getattr(websocket.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
+    await serve_screen(websocket, _hub(websocket), principal, device, codec)
 
 
 @router.websocket("/devices/{device}/logcat/stream")
