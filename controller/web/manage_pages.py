@@ -35,8 +35,8 @@ from controller.api.errors import error_body
 from controller.auth.authorization import Action, Principal, may
 from controller.hub import list_devices, resolve_device
 from controller.services import services_of
+from controller.web.common import html_response, hub_of, message, read_form, signed_in, to_login
 from controller.web.html import Markup, esc, link, page, path_segment, table
-from controller.web.pages import _html, _hub, _message, _read_form, _signed_in, _to_login
 from controller.web.sessions import same_origin
 from protocol.errors import RpcError
 
@@ -68,7 +68,7 @@ def _button(action: str, label: str, cls: str, extra: str = "") -> Markup:
 
 async def _loans_page(request: Request, principal: Principal, error: str | None = None,
                       status: int = 200) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     store = request.app.state.store
     grants = await grants_api.list_grants(store, principal)
     records = await list_devices(hub, principal)
@@ -134,27 +134,27 @@ async def _loans_page(request: Request, principal: Principal, error: str | None 
           g.status] for g in held],
         cls="grid held", empty="Nobody lends you a device right now.",
     ))
-    return _html(page("Loans", Markup("".join(parts)), principal=principal, active="/loans"),
+    return html_response(page("Loans", Markup("".join(parts)), principal=principal, active="/loans"),
                  status)
 
 
 @router.get("/loans")
 async def loans_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     return await _loans_page(request, principal)
 
 
 async def _form(request: Request) -> tuple[Principal | None, dict[str, str] | None, Response | None]:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return None, None, _to_login()
+        return None, None, to_login()
     if not same_origin(request):
-        return principal, None, _message("Loans", "cross-site form refused", 403, principal)
-    form = await _read_form(request)
+        return principal, None, message("Loans", "cross-site form refused", 403, principal)
+    form = await read_form(request)
     if form is None:
-        return principal, None, _message("Loans", "a malformed form", 400, principal)
+        return principal, None, message("Loans", "a malformed form", 400, principal)
     return principal, form, None
 
 
@@ -164,8 +164,8 @@ async def _lend(request: Request, principal: Principal, device: str, user: str,
         body = grants_api.GrantCreate(device=device, user=user, until=_parse_until(until_text))
         await grants_api.post_grant(body, principal, request)
     except (ValueError, ValidationError) as exc:
-        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        return await _loans_page(request, principal, f"Not lent: {message}", 400)
+        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        return await _loans_page(request, principal, f"Not lent: {why}", 400)
     except RpcError as exc:
         return await _loans_page(request, principal, f"Not lent: {exc.message}", 400)
     return RedirectResponse("/loans", status_code=303)
@@ -175,7 +175,7 @@ async def _lend(request: Request, principal: Principal, device: str, user: str,
 async def lend(request: Request) -> Response:
     principal, form, refusal = await _form(request)
     if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     return await _lend(request, principal, form.get("device", ""), form.get("user", ""),
                        form.get("until", ""))
 
@@ -192,7 +192,7 @@ async def extend(grant_id: str, request: Request) -> Response:
     """A new end time: a new grant to the same user, replacing this one."""
     principal, form, refusal = await _form(request)
     if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     grant = await _grant(request, principal, grant_id)
     if grant is None:
         return await _loans_page(request, principal, "No such loan.", 404)
@@ -203,7 +203,7 @@ async def extend(grant_id: str, request: Request) -> Response:
 async def revoke(grant_id: str, request: Request) -> Response:
     principal, _form_data, refusal = await _form(request)
     if refusal is not None or principal is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     try:
         await grants_api.delete_grant(grant_id, principal, request)
     except RpcError as exc:
@@ -213,9 +213,9 @@ async def revoke(grant_id: str, request: Request) -> Response:
 
 @router.get("/audit")
 async def audit_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     q = request.query_params
     filters = {k: q.get(k) or None for k in ("user", "device", "action")}
     try:
@@ -223,7 +223,7 @@ async def audit_page(request: Request) -> Response:
             principal, request, limit=str(AUDIT_PAGE), before=q.get("before") or None, **filters
         )
     except RpcError as exc:
-        return _message("Audit", exc.message, 400, principal)
+        return message("Audit", exc.message, 400, principal)
     inputs = "".join(
         f'<label for="f-{k}">{k.title()}</label>'
         f'<input id="f-{k}" name="{k}" value="{esc(v or "")}" maxlength="255">'
@@ -244,14 +244,14 @@ async def audit_page(request: Request) -> Response:
         body = Markup(body + link("/audit?" + urlencode(params), "Older entries", cls="older"))
     scope = "every entry" if principal.is_admin else "your devices and your own acts"
     body = Markup(f'<p class="hint">Showing {esc(scope)}, newest first.</p>' + body)
-    return _html(page("Audit", body, principal=principal, active="/audit"))
+    return html_response(page("Audit", body, principal=principal, active="/audit"))
 
 
 @router.post("/loans/reserve")
 async def reserve(request: Request) -> Response:
     principal, form, refusal = await _form(request)
     if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     try:
         body = reservations_api.ReservationIn.model_validate({
             "device": form.get("device", ""), "user": form.get("user", ""),
@@ -271,7 +271,7 @@ async def reserve(request: Request) -> Response:
 async def cancel(reservation_id: str, request: Request) -> Response:
     principal, _form_data, refusal = await _form(request)
     if refusal is not None or principal is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     try:
         await reservations_api.delete_reservation(reservation_id, principal, request)
     except RpcError as exc:
@@ -290,14 +290,14 @@ def _fmt_bytes(n: object) -> str:
 
 @router.get("/manage/{device}")
 async def manage_page(device: str, request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
-    hub = _hub(request)
+        return to_login()
+    hub = hub_of(request)
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError:
-        return _message("Device", "No such device.", 404, principal)
+        return message("Device", "No such device.", 404, principal)
     base = "/manage/" + path_segment(record.id)
     parts: list[str] = []
     notice = request.query_params.get("error")
@@ -357,14 +357,14 @@ async def manage_page(device: str, request: Request) -> Response:
         '<button type="submit">Install</button>'
         '<progress value="0" max="1"></progress><span class="upload-status"></span></form>'
     )
-    return _html(page(f"{record.id}: apps and health", Markup("".join(parts)),
+    return html_response(page(f"{record.id}: apps and health", Markup("".join(parts)),
                       principal=principal, active="/devices", scripts=("/static/manage.js",)))
 
 
 @router.post("/manage/{device}/apps")
 async def manage_install(device: str, request: Request) -> Response:
     """The upload of the page's install form: the raw APK body, the session cookie."""
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
         return JSONResponse(error_body("unauthorized", "sign in first"), status_code=401)
     if not same_origin(request):
@@ -373,11 +373,11 @@ async def manage_install(device: str, request: Request) -> Response:
 
 
 async def _manage_form(request: Request, device: str) -> tuple[Principal | None, Response | None]:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return None, _to_login()
+        return None, to_login()
     if not same_origin(request):
-        return principal, _message("Device", "cross-site form refused", 403, principal)
+        return principal, message("Device", "cross-site form refused", 403, principal)
     return principal, None
 
 
@@ -392,7 +392,7 @@ def _back(device: str, error: str | None = None) -> Response:
 async def manage_app(device: str, package: str, verb: str, request: Request) -> Response:
     principal, refusal = await _manage_form(request, device)
     if refusal is not None or principal is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     try:
         if verb == "uninstall":
             await manage_api.uninstall_app(device, package, principal, request)
@@ -410,7 +410,7 @@ async def manage_app(device: str, package: str, verb: str, request: Request) -> 
 async def manage_health(device: str, request: Request) -> Response:
     principal, refusal = await _manage_form(request, device)
     if refusal is not None or principal is None:
-        return refusal or _to_login()
+        return refusal or to_login()
     try:
         await manage_api.get_health(device, principal, request, fresh=True)
     except RpcError as exc:
@@ -422,8 +422,8 @@ async def manage_health(device: str, request: Request) -> Response:
 async def manage_thresholds(device: str, request: Request) -> Response:
     principal, refusal = await _manage_form(request, device)
     if refusal is not None or principal is None:
-        return refusal or _to_login()
-    form = await _read_form(request) or {}
+        return refusal or to_login()
+    form = await read_form(request) or {}
     try:
         body = manage_api.ThresholdsIn.model_validate({
             k: (form.get(k) or None) for k in ("max_temperature_c", "min_battery")
