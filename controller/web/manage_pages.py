@@ -19,6 +19,7 @@ Times in the forms are UTC (``datetime-local`` inputs carry no zone; the page sa
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -146,38 +147,58 @@ async def loans_page(request: Request) -> Response:
     return await _loans_page(request, principal)
 
 
-async def _form(request: Request) -> tuple[Principal | None, dict[str, str] | None, Response | None]:
+async def _poster(request: Request, title: str) -> Principal | Response:
+    """Who posted a dashboard form, or the answer that refuses it: not signed in (to the
+    login), or not from this site's own pages."""
     principal = await signed_in(request)
     if principal is None:
-        return None, None, to_login()
+        return to_login()
     if not same_origin(request):
-        return principal, None, message("Loans", "cross-site form refused", 403, principal)
+        return message(title, "cross-site form refused", 403, principal)
+    return principal
+
+
+def _why(exc: ValueError | RpcError) -> str:
+    """What a page says of a refused form: the first thing wrong with it, or the refusal."""
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"])
+    return exc.message if isinstance(exc, RpcError) else str(exc)
+
+
+#: What a form does once it is known who posted it and what: None when done, or the answer.
+_LoansAct = Callable[[Principal, dict[str, str]], Awaitable[Response | None]]
+_DeviceAct = Callable[[Principal], Awaitable[Response | None]]
+
+
+async def _loans_form(request: Request, failed: str, act: _LoansAct) -> Response:
+    """A loans form: ``act`` on it, then back to the loans page — or that page saying why not
+    (``failed: …``), or the answer that refuses the form."""
+    principal = await _poster(request, "Loans")
+    if isinstance(principal, Response):
+        return principal
     form = await read_form(request)
     if form is None:
-        return principal, None, message("Loans", "a malformed form", 400, principal)
-    return principal, form, None
+        return message("Loans", "a malformed form", 400, principal)
+    try:
+        answer = await act(principal, form)
+    except (ValueError, RpcError) as exc:  # a ValidationError is a ValueError
+        return await _loans_page(request, principal, f"{failed}: {_why(exc)}", 400)
+    return answer or RedirectResponse("/loans", status_code=303)
 
 
 async def _lend(request: Request, principal: Principal, device: str, user: str,
-                until_text: str) -> Response:
-    try:
-        body = grants_api.GrantCreate(device=device, user=user, until=_parse_until(until_text))
-        await grants_api.post_grant(body, principal, request)
-    except (ValueError, ValidationError) as exc:
-        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        return await _loans_page(request, principal, f"Not lent: {why}", 400)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not lent: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+                until_text: str) -> None:
+    body = grants_api.GrantCreate(device=device, user=user, until=_parse_until(until_text))
+    await grants_api.post_grant(body, principal, request)
 
 
 @router.post("/loans/lend")
 async def lend(request: Request) -> Response:
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or to_login()
-    return await _lend(request, principal, form.get("device", ""), form.get("user", ""),
-                       form.get("until", ""))
+    async def act(principal: Principal, form: dict[str, str]) -> None:
+        await _lend(request, principal, form.get("device", ""), form.get("user", ""),
+                    form.get("until", ""))
+
+    return await _loans_form(request, "Not lent", act)
 
 
 async def _grant(request: Request, principal: Principal, grant_id: str) -> Any:
@@ -190,25 +211,22 @@ async def _grant(request: Request, principal: Principal, grant_id: str) -> Any:
 @router.post("/loans/{grant_id}/extend")
 async def extend(grant_id: str, request: Request) -> Response:
     """A new end time: a new grant to the same user, replacing this one."""
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or to_login()
-    grant = await _grant(request, principal, grant_id)
-    if grant is None:
-        return await _loans_page(request, principal, "No such loan.", 404)
-    return await _lend(request, principal, grant.device, grant.user, form.get("until", ""))
+    async def act(principal: Principal, form: dict[str, str]) -> Response | None:
+        grant = await _grant(request, principal, grant_id)
+        if grant is None:
+            return await _loans_page(request, principal, "No such loan.", 404)
+        await _lend(request, principal, grant.device, grant.user, form.get("until", ""))
+        return None
+
+    return await _loans_form(request, "Not lent", act)
 
 
 @router.post("/loans/{grant_id}/revoke")
 async def revoke(grant_id: str, request: Request) -> Response:
-    principal, _form_data, refusal = await _form(request)
-    if refusal is not None or principal is None:
-        return refusal or to_login()
-    try:
+    async def act(principal: Principal, _form: dict[str, str]) -> None:
         await grants_api.delete_grant(grant_id, principal, request)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not revoked: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not revoked", act)
 
 
 @router.get("/audit")
@@ -249,34 +267,22 @@ async def audit_page(request: Request) -> Response:
 
 @router.post("/loans/reserve")
 async def reserve(request: Request) -> Response:
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or to_login()
-    try:
+    async def act(principal: Principal, form: dict[str, str]) -> None:
         body = reservations_api.ReservationIn.model_validate({
             "device": form.get("device", ""), "user": form.get("user", ""),
             "from": _parse_until(form.get("from", "")), "until": _parse_until(form.get("until", "")),
         })
         await reservations_api.post_reservation(body, principal, request)
-    except ValidationError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc.errors()[0]['msg']}", 400)
-    except ValueError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc}", 400)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not reserved", act)
 
 
 @router.post("/loans/reservations/{reservation_id}/cancel")
 async def cancel(reservation_id: str, request: Request) -> Response:
-    principal, _form_data, refusal = await _form(request)
-    if refusal is not None or principal is None:
-        return refusal or to_login()
-    try:
+    async def act(principal: Principal, _form: dict[str, str]) -> None:
         await reservations_api.delete_reservation(reservation_id, principal, request)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not cancelled: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not cancelled", act)
 
 
 # -- a device's apps and health -------------------------------------------------------------
@@ -372,15 +378,6 @@ async def manage_install(device: str, request: Request) -> Response:
     return await manage_api.install_app(device, principal, request)  # type: ignore[no-any-return]
 
 
-async def _manage_form(request: Request, device: str) -> tuple[Principal | None, Response | None]:
-    principal = await signed_in(request)
-    if principal is None:
-        return None, to_login()
-    if not same_origin(request):
-        return principal, message("Device", "cross-site form refused", 403, principal)
-    return principal, None
-
-
 def _back(device: str, error: str | None = None) -> Response:
     url = "/manage/" + path_segment(device)
     if error:
@@ -388,12 +385,22 @@ def _back(device: str, error: str | None = None) -> Response:
     return RedirectResponse(url, status_code=303)
 
 
+async def _device_form(request: Request, device: str, what: str, act: _DeviceAct) -> Response:
+    """A form of a device's page: ``act`` on it, then back to that page — saying why not
+    (``what: …``) if it failed — or the answer that refuses the form."""
+    principal = await _poster(request, "Device")
+    if isinstance(principal, Response):
+        return principal
+    try:
+        answer = await act(principal)
+    except (ValueError, RpcError) as exc:  # a ValidationError is a ValueError
+        return _back(device, f"{what}: {_why(exc)}")
+    return answer or _back(device)
+
+
 @router.post("/manage/{device}/apps/{package}/{verb}")
 async def manage_app(device: str, package: str, verb: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or to_login()
-    try:
+    async def act(principal: Principal) -> Response | None:
         if verb == "uninstall":
             await manage_api.uninstall_app(device, package, principal, request)
         elif verb in ("launch", "stop", "clear"):
@@ -401,36 +408,26 @@ async def manage_app(device: str, package: str, verb: str, request: Request) -> 
                                         principal, request)
         else:
             return _back(device, f"no action {verb!r}")
-    except RpcError as exc:
-        return _back(device, f"{verb} {package}: {exc.message}")
-    return _back(device)
+        return None
+
+    return await _device_form(request, device, f"{verb} {package}", act)
 
 
 @router.post("/manage/{device}/health")
 async def manage_health(device: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or to_login()
-    try:
+    async def act(principal: Principal) -> None:
         await manage_api.get_health(device, principal, request, fresh=True)
-    except RpcError as exc:
-        return _back(device, f"health: {exc.message}")
-    return _back(device)
+
+    return await _device_form(request, device, "health", act)
 
 
 @router.post("/manage/{device}/thresholds")
 async def manage_thresholds(device: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or to_login()
-    form = await read_form(request) or {}
-    try:
+    async def act(principal: Principal) -> None:
+        form = await read_form(request) or {}
         body = manage_api.ThresholdsIn.model_validate({
             k: (form.get(k) or None) for k in ("max_temperature_c", "min_battery")
         })
         await manage_api.put_thresholds(device, body, principal, request)
-    except ValidationError as exc:
-        return _back(device, f"thresholds: {exc.errors()[0]['msg']}")
-    except RpcError as exc:
-        return _back(device, f"thresholds: {exc.message}")
-    return _back(device)
+
+    return await _device_form(request, device, "thresholds", act)
