@@ -64,6 +64,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from controller.executor.results import RunResult
+
 __all__ = ["CONTENT_TYPE", "METRICS_PATH", "Metrics", "MetricsMiddleware", "StateCollector"]
 
 log = logging.getLogger("droidwire.controller.metrics")
@@ -224,14 +226,11 @@ class Metrics:
         # device uid (controller.api.sandbox counts them, through the executor's observer).
         self.device_runs: Tally[tuple[str, str]] = Tally()
 
-    def run_finished(self, result: Mapping[str, Any]) -> None:
+    def run_finished(self, result: RunResult) -> None:
         """Count a finished run for its device (a run without a device is not counted)."""
-        device = result.get("device")
-        verdict = str(result.get("verification_status") or "")
-        if isinstance(device, Mapping) and isinstance(device.get("id"), str) and (
-            verdict in VERDICTS
-        ):
-            self.device_runs[(str(device["id"]), verdict)] += 1
+        device_id, verdict = result.device_id, result.verification_status
+        if device_id is not None and verdict in VERDICTS:
+            self.device_runs[(device_id, verdict)] += 1
 
     async def refresh(self, app_state: Any) -> None:
         """Take the state numbers from the app's hub and store (never fails the scrape: a

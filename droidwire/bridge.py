@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from droidwire import missing_extra
-from droidwire.client import ControllerOption, JsonOption, TokenOption, call, show
+from droidwire.client import ControllerOption, JsonOption, TokenOption, list_command
 from protocol import redact
 from protocol.settings import DEFAULTS as _D
 
@@ -302,20 +302,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=False)
 app.callback(invoke_without_command=True)(bridge)
 
 
-@app.command("list")
-def list_(
-    json_out: JsonOption = False,
-    controller: ControllerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """The bridges you own (all of them for an admin): state, devices, version."""
+def _print_bridges(bridges: list[dict[str, Any]]) -> None:
     from droidwire.output import print_id_table
 
-    bridges: list[dict[str, Any]] = call(controller, token, "GET", "/v1/bridges")
-    show(bridges, json_out, lambda _: print_id_table(
+    print_id_table(
         ("name", "owner", "state", "devices", "shared", "software"),
         ((b["id"], b["name"], b.get("owner") or "-", b["state"], str(b.get("devices", "-")),
-          "yes" if b.get("shared") else "-", b.get("software") or "-") for b in bridges)))
+          "yes" if b.get("shared") else "-", b.get("software") or "-") for b in bridges))
+
+
+list_command(app, "/v1/bridges", _print_bridges,
+             "The bridges you own (all of them for an admin): state, devices, version.")
 
 
 @app.command()

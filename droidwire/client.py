@@ -47,6 +47,7 @@ __all__ = [
     "call",
     "cli_errors",
     "fail",
+    "list_command",
     "print_json",
     "show",
 ]
@@ -332,4 +333,20 @@ def show(value: Any, json_out: bool, human: Callable[[Any], object]) -> None:
         print_json(value)
     else:
         human(value)
+
+
+def list_command(
+    app: typer.Typer, path: str, human: Callable[[list[dict[str, Any]]], object], help: str
+) -> None:
+    """Give ``app`` its ``list`` command: ``GET path``, shown as JSON (``--json``) or by
+    ``human``, with the usual ``--controller`` and ``--token``."""
+
+    def list_(
+        json_out: JsonOption = False,
+        controller: ControllerOption = None,
+        token: TokenOption = None,
+    ) -> None:
+        show(call(controller, token, "GET", path), json_out, human)
+
+    app.command("list", help=help)(list_)
 

@@ -31,6 +31,7 @@ from droidwire.client import (
     TokenOption,
     call,
     cli_errors,
+    list_command,
     print_json,
     show,
 )
@@ -48,17 +49,6 @@ app.command("tunnel")(_tunnel)  # remote adb: droidwire/tunnel.py, docs/tunnel.m
 
 def _path(device: str, *rest: str) -> str:
     return "/".join(["/v1/devices", quote(device, safe="~:"), *rest])
-
-
-@app.command("list")
-def list_(
-    json_out: JsonOption = False,
-    controller: ControllerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """List the devices you can use, on every bridge."""
-    devices: list[dict[str, Any]] = call(controller, token, "GET", "/v1/devices")
-    show(devices, json_out, _print_devices)
 
 
 def _print_devices(devices: list[dict[str, Any]]) -> None:
@@ -82,6 +72,9 @@ def _row(d: dict[str, Any]) -> tuple[object, ...]:
         "-" if d.get("battery") is None else f"{d['battery']}%",
         d.get("profile") or "standard",
     )
+
+
+list_command(app, "/v1/devices", _print_devices, "List the devices you can use, on every bridge.")
 
 
 @app.command()

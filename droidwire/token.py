@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from droidwire.client import ControllerOption, JsonOption, TokenOption, call, show
+from droidwire.client import ControllerOption, JsonOption, TokenOption, call, list_command, show
 from droidwire.output import print_id_table, print_revoked
 
 __all__ = ["app"]
@@ -86,15 +86,8 @@ def _print_secret(created: dict[str, Any], verb: str) -> None:
     typer.echo(created["token"])
 
 
-@app.command("list")
-def list_(
-    json_out: JsonOption = False,
-    controller: ControllerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """List tokens (all for an admin, your own otherwise). Secrets are never shown."""
-    tokens: list[dict[str, Any]] = call(controller, token, "GET", "/v1/tokens")
-    show(tokens, json_out, lambda _: print_id_table(
+def _print_tokens(tokens: list[dict[str, Any]]) -> None:
+    print_id_table(
         ("kind", "name", "owner", "scopes", "created", "last used", "status"),
         (
             (
@@ -109,7 +102,11 @@ def list_(
             )
             for t in tokens
         ),
-    ))
+    )
+
+
+list_command(app, "/v1/tokens", _print_tokens,
+             "List tokens (all for an admin, your own otherwise). Secrets are never shown.")
 
 
 @app.command()

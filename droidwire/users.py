@@ -16,6 +16,7 @@ from droidwire.client import (
     TokenOption,
     call,
     cli_errors,
+    list_command,
     show,
 )
 from droidwire.output import print_id_table
@@ -33,17 +34,16 @@ def _when(value: str | None) -> str:
     return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@app.command("list")
-def list_(json_out: JsonOption = False, controller: ControllerOption = None,
-          token: TokenOption = None) -> None:
-    """Every user: admin or not, disabled or not, live tokens."""
-    users: list[dict[str, Any]] = call(controller, token, "GET", "/v1/users")
-    show(users, json_out, lambda _: print_id_table(
+def _print_users(users: list[dict[str, Any]]) -> None:
+    print_id_table(
         ("name", "admin", "status", "tokens", "since"),
         ((u["id"], u["name"], "yes" if u["is_admin"] else "-",
           f"disabled {_when(u['disabled_at'])}" if u["disabled"] else "active",
           str(u["tokens"]), _when(u["created_at"])) for u in users),
-    ))
+    )
+
+
+list_command(app, "/v1/users", _print_users, "Every user: admin or not, disabled or not, live tokens.")
 
 
 def _set(name: str, verb: str, json_out: bool, controller: str | None, token: str | None) -> None:

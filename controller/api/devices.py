@@ -23,13 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
-from controller.access import until_lapsed
+from controller.access import AccessWatch, until_lapsed
 from controller.api.refusals import audited_refusal
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.auth.http import UserPrincipal
 from controller.hub import Hub, list_devices, resolve_device
 from controller.hub.retire import forget_device
 from controller.hub.streams import LogChunk
+from controller.services import services_of
 from controller.store import Device
 from protocol.envelope import MAX_LABELS, Label
 from protocol.errors import ErrorCode, RpcError
@@ -119,21 +120,14 @@ class LogcatOut(BaseModel):
     lines: list[str]
 
 
-def _hub(app_state: Any) -> Hub:
-    hub: Hub | None = getattr(app_state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
-
-
 @router.get("", response_model=list[DeviceOut])
 async def get_devices(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
     """Every device the caller may see, from connected bridges and from the store."""
-    health = getattr(request.app.state, "health", None)
+    services = services_of(request)
     out = []
-    for r in await list_devices(_hub(request.app.state), principal):
+    for r in await list_devices(services.hub, principal):
         item = r.to_json()
-        reading = health.latest(r.ref) if health is not None else None
+        reading = services.health.latest(r.ref)
         item["health"] = reading.to_json() if reading is not None else None
         out.append(item)
     return out
@@ -146,7 +140,7 @@ async def put_labels(
     """Set the labels and pool an admin gives a device (admins only): selectors ``label=``
     and ``pool=`` see them with those from the bridge owner's config."""
     state = request.app.state
-    hub = _hub(state)
+    hub = services_of(request).hub
     if not principal.is_admin:
         await state.audit.record(principal, "device.labels", device=device[:200],
                                  outcome="refused", detail={"code": "forbidden"})
@@ -175,7 +169,7 @@ async def delete_device(device: str, principal: UserPrincipal, request: Request)
     state = request.app.state
     named = device[:200] if device.isprintable() else ascii(device[:200])
     async with audited_refusal(state.audit, principal, "device.forget", device=named):
-        forgotten = await forget_device(_hub(state), principal, device)
+        forgotten = await forget_device(services_of(request).hub, principal, device)
     await state.audit.record(principal, "device.forget", device=forgotten)
     return Response(status_code=204)
 
@@ -183,7 +177,7 @@ async def delete_device(device: str, principal: UserPrincipal, request: Request)
 @router.post("/{device}/shell", response_model=ShellOut)
 async def shell(device: str, body: ShellIn, principal: UserPrincipal, request: Request) -> ShellOut:
     """Run a command under the device's profile (allow-list); 403 with the rule if refused."""
-    hub = _hub(request.app.state)
+    hub = services_of(request).hub
     record = await resolve_device(hub, principal, device)
     out = await hub.device_call(
         principal,
@@ -203,7 +197,7 @@ async def logcat(
     lines: Annotated[int | None, Query(ge=1, le=MAX_DUMP_LINES)] = None,
 ) -> LogcatOut:
     """The device's log (``logcat -d``), the last ``lines`` lines if given."""
-    hub = _hub(request.app.state)
+    hub = services_of(request).hub
     record = await resolve_device(hub, principal, device)
     params: dict[str, Any] = {} if lines is None else {"lines": lines}
     out = await hub.device_call(principal, record.ref, LOGCAT_DUMP, params)
@@ -233,7 +227,7 @@ async def logcat_stream(
 
     In cluster mode any replica serves it: one that does not hold the device's bridge relays
     the stream from the one that does (docs/cluster.md, "Logcat streams")."""
-    hub = _hub(websocket.app.state)
+    hub = services_of(websocket).hub
     record = await resolve_device(hub, principal, device)
     params: dict[str, Any] = {} if tail is None else {"tail": tail}
     stream = await hub.device_stream(principal, record.ref, params)
@@ -242,7 +236,7 @@ async def logcat_stream(
         # The client sends nothing; its close (or vanishing) ends the stream.
         closed = asyncio.create_task(_until_closed(websocket))
         revoked = asyncio.create_task(
-            _until_unauthorized(websocket.app.state, hub, principal, record.ref)
+            _until_unauthorized(services_of(websocket).access, hub, principal, record.ref)
         )
         try:
             while True:
@@ -293,7 +287,7 @@ async def screen_stream(
     stream per device and codec, shared by every viewer."""
     from controller.api.screen import serve_screen
 
-    await serve_screen(websocket, _hub(websocket.app.state), principal, device, codec)
+    await serve_screen(websocket, services_of(websocket).hub, principal, device, codec)
 
 
 @router.websocket("/{device}/tunnel")
@@ -302,14 +296,14 @@ async def tunnel(websocket: WebSocket, device: str, principal: UserPrincipal) ->
     the device's bridge, each checked by its policy. Binary msgpack frames, ``hello`` first."""
     from controller.api.tunnel import serve_tunnel
 
-    await serve_tunnel(websocket, _hub(websocket.app.state), principal, device)
+    await serve_tunnel(websocket, services_of(websocket).hub, principal, device)
 
 
 @router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
 async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
     """The newest frame of the device's live screen as a picture, without a new ``screencap``
     (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
-    hub = _hub(request.app.state)
+    hub = services_of(request).hub
     record = await resolve_device(hub, principal, device)
     action = "device.screen.latest"
     try:
@@ -328,10 +322,10 @@ async def screen_latest(device: str, principal: UserPrincipal, request: Request)
 
 
 async def _until_unauthorized(
-    state: Any, hub: Hub, principal: Principal, device: DeviceRef
+    access: AccessWatch, hub: Hub, principal: Principal, device: DeviceRef
 ) -> str:
     """The refusal that ends ``principal``'s stream of ``device`` (:func:`until_lapsed`)."""
-    return await until_lapsed(getattr(state, "access", None), hub.store,
+    return await until_lapsed(access, hub.store,
                               hub.settings.stream_reauth_s, principal, device)
 
 

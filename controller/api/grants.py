@@ -49,6 +49,7 @@ from controller.auth.authorization import (
 )
 from controller.auth.http import DeviceReader, UserPrincipal
 from controller.auth.tokens import NAME_PATTERN, is_row_id
+from controller.services import services_of
 from controller.store import Bridge, Device, Grant, Reservation, Store, User
 from protocol.errors import ErrorCode, RpcError
 
@@ -443,9 +444,8 @@ async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request
         detail={"grant_id": grant.id, "user": grant.user, "owner": grant.owner},
     )
     await _loan_ended(request, grant)
-    loans = getattr(state, "loans", None)
-    if loans is not None:  # the borrower's apps and files go with the loan (controller.loans)
-        await loans.sweep()
+    # The borrower's apps and files go with the loan (controller.loans).
+    await services_of(request).loans.sweep()
     return Response(status_code=204)
 
 
@@ -460,9 +460,7 @@ async def _loan_ended(request: Request, grant: GrantOut) -> None:
         ).scalar_one_or_none()
     if user_id is None:
         return
-    access = getattr(state, "access", None)
-    if access is not None:
-        access.user_changed(user_id)
-    cluster = getattr(getattr(state, "hub", None), "cluster", None)
-    if cluster is not None:
-        await cluster.grant_revoked(user_id)
+    services = services_of(request)
+    services.access.user_changed(user_id)
+    if services.cluster is not None:
+        await services.cluster.grant_revoked(user_id)

@@ -35,11 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.api.errors import error_body
 from controller.auth.authorization import Action, authorize
 from controller.auth.http import UserPrincipal
-from controller.health import HealthMonitor, Thresholds
+from controller.health import Thresholds
 from controller.hub import resolve_device
-from controller.services import manage
+from controller.services import manage, services_of
 from controller.services.manage import CHUNK, AppAction, AppOut, AppsOut, Installed, Pushed
-from protocol.errors import ErrorCode, RpcError
+from protocol.errors import RpcError
 
 __all__ = ["CHUNK", "TRANSFER_ROUTES", "AppAction", "Installed", "router"]
 
@@ -162,13 +162,6 @@ class ThresholdsIn(BaseModel):
     min_battery: int | None = Field(default=None, ge=0, le=100)
 
 
-def _health(request: Request) -> HealthMonitor:
-    health: HealthMonitor | None = getattr(request.app.state, "health", None)
-    if health is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "health is not tracked yet")
-    return health
-
-
 @router.get("/{device}/health")
 async def get_health(
     device: str,
@@ -178,7 +171,8 @@ async def get_health(
 ) -> dict[str, Any]:
     """The latest reading (``fresh=1``: ask the device now): battery level and temperature,
     charging, free/total storage, CPU load, memory use, ``serving`` and its ``reason``."""
-    hub, health = manage.hub_of(request.app.state), _health(request)
+    services = services_of(request)
+    hub, health = services.hub, services.health
     record = await resolve_device(hub, principal, device)
     await authorize(principal, record.ref, Action.VIEW, store=hub.store)
     reading = None if fresh else health.latest(record.ref)
@@ -189,7 +183,8 @@ async def get_health(
 
 @router.get("/{device}/thresholds", response_model=ThresholdsIn)
 async def get_thresholds(device: str, principal: UserPrincipal, request: Request) -> ThresholdsIn:
-    hub, health = manage.hub_of(request.app.state), _health(request)
+    services = services_of(request)
+    hub, health = services.hub, services.health
     record = await resolve_device(hub, principal, device)
     limits = await health.thresholds(record.ref)
     return ThresholdsIn(max_temperature_c=limits.max_temperature_c, min_battery=limits.min_battery)
@@ -201,7 +196,8 @@ async def put_thresholds(
 ) -> ThresholdsIn:
     """The owner's (or an admin's) limits: above ``max_temperature_c`` or below
     ``min_battery`` percent the device stops serving (null: no limit)."""
-    hub, health = manage.hub_of(request.app.state), _health(request)
+    services = services_of(request)
+    hub, health = services.hub, services.health
     audit = manage.Audit(hub, principal, "device.thresholds")
     audit.detail.update(body.model_dump())
     audit.device = device[:255]

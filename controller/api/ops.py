@@ -15,6 +15,7 @@ from controller.auth.http import current_principal, current_user
 from controller.health import render_gauges
 from controller.hub import list_devices
 from controller.metrics import CONTENT_TYPE
+from controller.services import services_of
 
 __all__ = ["router"]
 
@@ -42,13 +43,11 @@ async def metrics(request: Request) -> Response:
     body = request.app.state.metrics.render()
     if request.headers.get("authorization") is not None:
         principal = await current_user(await current_principal(request))
-        health = getattr(request.app.state, "health", None)
-        hub = getattr(request.app.state, "hub", None)
-        if health is not None and hub is not None:
-            readings = [
-                reading
-                for record in await list_devices(hub, principal)
-                if (reading := health.latest(record.ref)) is not None
-            ]
-            body += render_gauges(readings)
+        services = services_of(request)
+        readings = [
+            reading
+            for record in await list_devices(services.hub, principal)
+            if (reading := services.health.latest(record.ref)) is not None
+        ]
+        body += render_gauges(readings)
     return Response(body, media_type=CONTENT_TYPE)

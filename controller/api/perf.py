@@ -23,6 +23,7 @@ from starlette.websockets import WebSocketDisconnect
 from controller.auth import DeviceRef, Principal, UserPrincipal
 from controller.hub import Hub, resolve_device
 from controller.perf import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S, PerfSampler
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Method
 
@@ -38,9 +39,7 @@ async def perf_stream(
     principal: UserPrincipal,
     interval_s: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S)] = DEFAULT_INTERVAL_S,
 ) -> None:
-    hub: Hub | None = getattr(websocket.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
+    hub = services_of(websocket).hub
     record = await resolve_device(hub, principal, device)
     # Bounded per user like logcat streams (docs/security.md, "Bounds and secrets").
     state = websocket.app.state

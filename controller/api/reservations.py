@@ -30,6 +30,7 @@ from controller.api.refusals import audited_refusal
 from controller.auth.authorization import Action, Principal, authorize, live_grant_filter, now
 from controller.auth.http import UserPrincipal
 from controller.auth.tokens import NAME_PATTERN
+from controller.services import services_of
 from controller.store import Bridge, Device, Grant, Reservation, Store, User
 from protocol.errors import ErrorCode, RpcError
 
@@ -241,9 +242,8 @@ async def post_reservation(
         "reservation_id": out.id, "user": out.user, "from": out.starts_at.isoformat(),
         "until": out.ends_at.isoformat(),
     })
-    loans = getattr(state, "loans", None)
-    if loans is not None and out.status is Status.ACTIVE:
-        await loans.sweep()  # starts now: make its loan at once
+    if out.status is Status.ACTIVE:
+        await services_of(request).loans.sweep()  # starts now: make its loan at once
         async with state.store.session() as session:
             got = (await session.execute(_query().where(Reservation.id == out.id))).one()
         out = _out(got, now())
@@ -268,7 +268,5 @@ async def delete_reservation(reservation_id: str, principal: UserPrincipal,
         out = await cancel_reservation(state.store, principal, reservation_id)
     await state.audit.record(principal, "reservation.cancel", device=out.device,
                              detail={"reservation_id": out.id, "user": out.user})
-    loans = getattr(state, "loans", None)
-    if loans is not None:
-        await loans.sweep()
+    await services_of(request).loans.sweep()
     return Response(status_code=204)

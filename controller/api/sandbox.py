@@ -45,9 +45,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 
 from controller.auth.http import RunReader, RunWriter, UserPrincipal
-from controller.executor import ExecuteRequest, SandboxExecutor, tool_schema
+from controller.executor import ExecuteRequest, RunResult, SandboxExecutor, tool_schema
 from controller.executor.recovery import Recovered, clean_up, recover_runs
-from controller.services import Services, runs, services_of
+from controller.services import runs, services_of
 from controller.services.runs import MAX_RUNS
 from controller.store import RunStatus, Store, new_id
 from protocol.errors import ErrorCode, RpcError
@@ -65,15 +65,12 @@ CLEANUP_WAIT_S = 120.0  # at least: devices of a recovered run get this long to 
 _FINAL = (RunStatus.FINISHED.value, RunStatus.CANCELLED.value)
 
 
-def instance_of(app: Any) -> str:
+def instance_of(app: Any, cluster: Cluster | None) -> str:
     """This controller process's name in run records: its cluster replica id, else an id
     drawn once per app."""
+    if cluster is not None and cluster.replica_id:
+        return cluster.replica_id
     state = app.state
-    hub = getattr(state, "hub", None)
-    cluster = getattr(hub, "cluster", None) if hub is not None else None
-    replica = getattr(cluster, "replica_id", None)
-    if isinstance(replica, str) and replica:
-        return replica
     instance: str | None = getattr(state, "run_instance", None)
     if instance is None:
         instance = state.run_instance = new_id()
@@ -82,6 +79,8 @@ def instance_of(app: Any) -> str:
 
 async def recover(app: Any) -> list[Recovered]:
     """End the runs a dead controller process left unfinished (see the module docstring)."""
+    # Not services_of(): a replica lost while the lifespan still builds the services (or
+    # already took them down) is recovered all the same, from the store and hub it has.
     store = getattr(app.state, "store", None)
     if store is None:
         return []
@@ -109,7 +108,7 @@ async def recover(app: Any) -> list[Recovered]:
         except Exception:
             log.exception("cannot resume runs: no executor")
     try:
-        return await recover_runs(store, instance=instance_of(app), alive=alive, resume=resume,
+        return await recover_runs(store, instance=instance_of(app, cluster), alive=alive, resume=resume,
                                   restart=restart)
     except Exception:  # recovery must not keep the controller from starting
         log.exception("run recovery failed")
@@ -133,10 +132,10 @@ async def take_over(app: Any) -> None:
 
 async def _clean_up(app: Any, owed: list[Recovered]) -> None:
     try:
-        executor = services_of(app).executor
-        settings = getattr(getattr(app.state, "config", None), "settings", None)
-        wait_s = max(float(getattr(settings, "grace_period_s", 0.0) or 0.0), CLEANUP_WAIT_S)
-        await clean_up(executor.gateway, app.state.store, owed, wait_s=wait_s,
+        services = services_of(app)
+        executor = services.executor
+        wait_s = max(services.config.settings.grace_period_s, CLEANUP_WAIT_S)
+        await clean_up(executor.gateway, services.store, owed, wait_s=wait_s,
                        turn=lambda device, run: executor.scheduler.turn(device, "", run))
     except RpcError as exc:  # no hub: nothing to clean through
         log.warning("cleanup after restart skipped: %s", exc)
@@ -179,7 +178,7 @@ def build_executor(
 
     return SandboxExecutor(
         HubGateway(hub), store, llm=LlmClient.from_env(), observer=_observer(app.state),
-        instance=instance_of(app),
+        instance=instance_of(app, cluster),
         # Cluster mode: a device serves one run at a time across every replica.
         shared_turn=cluster.device_turn if cluster is not None else None,
         # A run ends when its caller's token or loan does (controller.access).
@@ -187,7 +186,7 @@ def build_executor(
     )
 
 
-def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
+def _observer(state: Any) -> Callable[[RunResult], None] | None:
     """Counts finished runs by verdict and reason, and their duration, in the app's registry."""
     metrics = getattr(state, "metrics", None)
     if metrics is None:
@@ -205,12 +204,10 @@ def _observer(state: Any) -> Callable[[dict[str, Any]], None] | None:
         registry=metrics.registry,
     )
 
-    def observe(result: dict[str, Any]) -> None:
-        runs.labels(
-            str(result.get("verification_status", "")), str(result.get("reason_code", ""))
-        ).inc()
-        total_ms = (result.get("timings") or {}).get("total_ms")
-        if isinstance(total_ms, int):
+    def observe(result: RunResult) -> None:
+        runs.labels(result.verification_status, result.reason_code).inc()
+        total_ms = result.timings.get("total_ms")
+        if total_ms is not None:
             seconds.observe(total_ms / 1000)
         metrics.run_finished(result)  # droidwire_device_runs_total
 
@@ -225,27 +222,23 @@ async def close_executor(app: Any) -> None:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    services: Services | None = getattr(app.state, "services", None)
-    if services is not None:
-        await services.executor.aclose()
+    with contextlib.suppress(RpcError):  # never started
+        await services_of(app).executor.aclose()
 
 
-async def _audit(app: Any, principal: Any, results: list[dict[str, Any]]) -> None:
-    audit = getattr(app.state, "audit", None)
-    if audit is None:
-        return
+async def _audit(app: Any, principal: Any, results: list[RunResult]) -> None:
+    audit = services_of(app).audit
     for result in results:
-        device = result.get("device") or {}
         try:
             await audit.record(
                 principal,
                 "sandbox.execute",
-                device=device.get("id"),
-                outcome=str(result.get("verification_status", "")).lower() or "ok",
-                detail={"run_id": result.get("run_id"), "reason_code": result.get("reason_code")},
+                device=result.device_id,
+                outcome=result.verification_status.lower() or "ok",
+                detail={"run_id": result.run_id, "reason_code": result.reason_code},
             )
         except Exception:  # the audit write never hides the verdict
-            log.exception("audit write failed for run %s", result.get("run_id"))
+            log.exception("audit write failed for run %s", result.run_id)
 
 
 @router.post(
@@ -262,7 +255,7 @@ async def execute(
     plan = await executor.plan(body, principal)
     if not wait:
 
-        async def audit(results: list[dict[str, Any]]) -> None:
+        async def audit(results: list[RunResult]) -> None:
             await _audit(request.app, principal, results)
 
         executor.submit(plan, then=audit)
@@ -278,7 +271,9 @@ async def execute(
         )
     results = await executor.run(plan)
     await _audit(request.app, principal, results)
-    return results[0] if len(results) == 1 else {"results": results}
+    if len(results) == 1:
+        return results[0].to_json()
+    return {"results": [r.to_json() for r in results]}
 
 
 @router.get("/runs")
@@ -305,13 +300,12 @@ async def cancel_run(run_id: str, request: Request, principal: RunWriter) -> dic
     if not executor_of(request).cancel(run_id, by=principal.user_name):
         raise RpcError(ErrorCode.CONFLICT, f"run {run_id} is not running on this controller",
                        {"status": run.status})
-    audit = getattr(request.app.state, "audit", None)
-    if audit is not None:
-        try:
-            await audit.record(principal, "run.cancel", device=(run.request or {}).get("device_id"),
-                               outcome="ok", detail={"run_id": run_id})
-        except Exception:
-            log.exception("audit write failed for cancel of run %s", run_id)
+    try:
+        await services_of(request).audit.record(
+            principal, "run.cancel", device=(run.request or {}).get("device_id"), outcome="ok",
+            detail={"run_id": run_id})
+    except Exception:
+        log.exception("audit write failed for cancel of run %s", run_id)
     return {"id": run_id, "status": "cancelling"}
 
 

@@ -40,6 +40,7 @@ from starlette.websockets import WebSocketDisconnect
 from controller.access import until_lapsed
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize, may
 from controller.hub import Hub, resolve_device
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import INPUT, InputParams, ScreenFrame
 
@@ -89,7 +90,7 @@ async def serve_screen(
              "control": control}))
         tasks = [
             asyncio.create_task(_receive(websocket, inputs, control)),
-            asyncio.create_task(until_lapsed(getattr(websocket.app.state, "access", None), hub.store,
+            asyncio.create_task(until_lapsed(services_of(websocket).access, hub.store,
                                              hub.settings.stream_reauth_s, principal, ref)),
             asyncio.create_task(_inputs(websocket, hub, principal, ref, inputs)),
         ]

@@ -24,7 +24,9 @@ from starlette.websockets import WebSocketDisconnect
 from controller.access import until_lapsed
 from controller.auth.authorization import Action, Principal, authorize
 from controller.hub import Hub, resolve_device
+from controller.hub.channels import require_local
 from controller.hub.tunnel import Tunnel
+from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import decode_frame
 
@@ -42,12 +44,7 @@ async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, dev
         await authorize(principal, ref, Action.USE, store=hub.store)
         if hub.gate is not None:
             hub.gate(ref)
-        if hub.cluster is not None:
-            entry = hub.entry(ref.bridge_id)
-            if entry is None or entry.conn is None:
-                raise RpcError(ErrorCode.UNAVAILABLE,
-                               "tunnels are served by the replica that holds the device's bridge",
-                               {"reason": "other_replica"})
+        require_local(hub, ref, "tunnels")
         tunnel = hub.tunnels.open(principal, ref)
         hello = await tunnel.start()
     except RpcError as exc:
@@ -62,7 +59,7 @@ async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, dev
         await websocket.send_bytes(hello)
         reader = asyncio.create_task(_receive(websocket, tunnel))
         lapsed = asyncio.create_task(until_lapsed(
-            getattr(websocket.app.state, "access", None), hub.store,
+            services_of(websocket).access, hub.store,
             hub.settings.stream_reauth_s, principal, ref))
 
         def ended(task: asyncio.Task[str]) -> None:

@@ -28,7 +28,7 @@ from controller.executor.placement import Placement
 from controller.executor.queue import Scheduler, SharedTurn
 from controller.executor.recording import Reauth
 from controller.executor.request import DEFAULT_TIMEOUT_S, ExecuteRequest
-from controller.executor.results import pending_result
+from controller.executor.results import RunResult, pending_result
 from controller.executor.sharding import (
     Units,
 )
@@ -134,7 +134,7 @@ class Plan:
     shards: list[list[str]] | None = None
     lead_id: str | None = None
     units: Units | None = None
-    retried: list[dict[str, Any]] = field(default_factory=list)
+    retried: list[RunResult] = field(default_factory=list)
     start_seq: int = 0  # a run continued after its controller died: its next step number
 
 
@@ -178,7 +178,7 @@ class ExecutorBase:
         settings: ExecutorSettings | None = None,
         llm: ChatCompleter | None = None,
         cache: ApkCache | None = None,
-        observer: Callable[[dict[str, Any]], None] | None = None,
+        observer: Callable[[RunResult], None] | None = None,
         instance: str | None = None,
         shared_turn: SharedTurn | None = None,
         access: AccessWatch | None = None,
@@ -223,7 +223,7 @@ class ExecutorBase:
 
         return reauth
 
-    def _cancelled_result(self, run_id: str, device: DeviceView | None) -> dict[str, Any]:
+    def _cancelled_result(self, run_id: str, device: DeviceView | None) -> RunResult:
         if run_id in self._revoked:
             return pending_result(run_id, device, "access_revoked", self._revoked[run_id])
         by = self._cancelled.get(run_id, "shutdown")
@@ -253,24 +253,24 @@ class ExecutorBase:
                     .values(status=RunStatus.CANCELLED.value, finished_at=utcnow())
                 )
 
-    async def _finish(self, run_ids: Sequence[str], results: Sequence[dict[str, Any]]) -> None:
+    async def _finish(self, run_ids: Sequence[str], results: Sequence[RunResult]) -> None:
         if self.store is None:
             return
         try:
             async with self.store.session() as session, session.begin():
                 for run_id, result in zip(run_ids, results, strict=True):
-                    cancelled = result.get("reason_code") in ("cancelled", "access_revoked")
+                    cancelled = result.reason_code in ("cancelled", "access_revoked")
                     await session.execute(
                         update(Run)
                         .where(Run.id == run_id)
                         .values(
                             status=(RunStatus.CANCELLED if cancelled else RunStatus.FINISHED).value,
-                            verdict=result["verification_status"],
-                            result=result,
+                            verdict=result.verification_status,
+                            result=result.to_json(),
                             finished_at=utcnow(),
                         )
                     )
-                    for test in result.get("tests", []):
+                    for test in result.tests:
                         session.add(
                             TestResult(
                                 run_id=run_id,
@@ -285,6 +285,6 @@ class ExecutorBase:
 
     async def run(
         self, plan: Plan, *, listener: ProgressListener | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunResult]:
         """Run a planned request: :meth:`controller.executor.executor.SandboxExecutor.run`."""
         raise NotImplementedError

@@ -22,7 +22,7 @@ from controller.executor.gateway import (
 from controller.executor.recording import RecordingGateway, ms_since
 from controller.executor.remote_index import RemoteSourceIndex, names_to_look_up
 from controller.executor.request import ExecuteRequest
-from controller.executor.results import pending_result
+from controller.executor.results import RunResult, pending_result
 from controller.executor.steps import StepLog
 from controller.store import (
     Bridge,
@@ -94,18 +94,16 @@ class BuildSteps(ExecutorBase):
 
     def _compile_failed(
         self, run_id: str, device: DeviceView | None, compiled: CompiledTest
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         rounds = len(compiled.compile_rounds)
         if compiled.stop_reason == "compiled":
             detail = "the build succeeded but produced no APKs"
         else:
             detail = compile_failed_detail(max(rounds - 1, 0), compiled.stop_reason)
         result = pending_result(run_id, device, "compile_failed", detail)
-        result.update(
-            toolchain=compiled.toolchain,
-            compile_rounds=compiled.compile_rounds,
-            compile_output=compiled.output[-4000:],
-        )
+        result.toolchain = compiled.toolchain
+        result.compile_rounds = compiled.compile_rounds
+        result.compile_output = compiled.output[-4000:]
         return result
 
     async def _compiled(

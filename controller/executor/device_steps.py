@@ -28,7 +28,7 @@ from controller.executor.recovery import (
     ResumeContext,
     ResumedDevice,
 )
-from controller.executor.results import analysed_result, pending_result
+from controller.executor.results import RunResult, analysed_result, pending_result
 from controller.executor.slices import slice_by_test
 from controller.executor.steps import StepLog
 from protocol.errors import RpcError
@@ -98,7 +98,7 @@ class DeviceSteps(BuildSteps):
         principal: Principal | None = None,
         *,
         classes: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         """One run on one device at a time: two runs installing and clearing the same app
         would spoil each other's evidence. Waiting counts against the run's deadline.
         ``classes``: run only these (``-e class A,B#m``; a shard, or a retry elsewhere)."""
@@ -158,7 +158,7 @@ class DeviceSteps(BuildSteps):
         *,
         as_owner: bool = False,
         classes: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         """One run on one device. ``as_owner``: the run's user owns the device, so its
         installs may grant runtime permissions (``-g``) and the bridge's ``full`` profile
         applies; a borrower's run gets neither (docs/security.md). ``classes``: run only
@@ -301,7 +301,7 @@ class DeviceSteps(BuildSteps):
         toolchain: Any,
         compile_rounds: Any,
         test_class: str | None,
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         """After the instrumentation: logcat, cleanup, analysis — the run's result."""
         target: Target = device.ref
         serial = device.serial
@@ -345,12 +345,10 @@ class DeviceSteps(BuildSteps):
                 run_id, device, analysis, logcat, parsed,
                 (abort.reason_code, abort.detail) if abort is not None else None,
             )
-        result.update(
-            toolchain=toolchain,
-            compile_rounds=compile_rounds,
-            test_class=test_class,
-            package=app_package or None,
-        )
+        result.toolchain = toolchain
+        result.compile_rounds = compile_rounds
+        result.test_class = test_class
+        result.package = app_package or None
         if parsed is not None:
             tests = [
                 {"class": x.class_name, "name": x.name, "status": x.status, "stack": x.stack,
@@ -361,9 +359,9 @@ class DeviceSteps(BuildSteps):
             slices = slice_by_test(logcat.splitlines()) if logcat_ok else {}
             for test in tests:
                 test["logcat"] = slices.get((str(test["class"]), str(test["name"])), "")
-            result["tests"] = tests
-            result["run_status"] = parsed.run_status
-        result["timings"].update(timings)
+            result.tests = tests
+            result.run_status = parsed.run_status
+        result.timings.update(timings)
         return result
 
     async def _retry_failed(

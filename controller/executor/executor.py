@@ -70,7 +70,7 @@ from controller.executor.gateway import (
 from controller.executor.placement import order_by_load, with_store_labels
 from controller.executor.recording import ms_since, small_detail
 from controller.executor.request import ExecuteRequest
-from controller.executor.results import pending_result
+from controller.executor.results import RunResult, pending_result
 from controller.executor.selection import select_devices
 from controller.executor.sharding import (
     Units,
@@ -109,11 +109,11 @@ P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 
 
-async def _value(value: dict[str, Any]) -> dict[str, Any]:
+async def _value(value: RunResult) -> RunResult:
     return value
 
 
-async def _raise_cancelled() -> list[dict[str, Any]]:
+async def _raise_cancelled() -> list[RunResult]:
     raise asyncio.CancelledError
 
 
@@ -129,7 +129,7 @@ class SandboxExecutor(Takeover):
         *,
         principal: Principal | None = None,
         listener: ProgressListener | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunResult]:
         """Plan and run ``request``; one result per device (at least one). Never raises."""
         plan = await self.plan(request, principal)
         return await self.run(plan, listener=listener)
@@ -139,7 +139,7 @@ class SandboxExecutor(Takeover):
         plan: Plan,
         *,
         listener: ProgressListener | None = None,
-        then: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None,
+        then: Callable[[list[RunResult]], Awaitable[None]] | None = None,
     ) -> None:
         """Run ``plan`` in the background (``?wait=false``); its runs tell how it went.
         ``then`` gets the results (e.g. to audit them)."""
@@ -248,7 +248,7 @@ class SandboxExecutor(Takeover):
         run_ids = await self._create_runs(request, principal, devices)
         return Plan(request, principal, run_ids, devices, abort, refusals)
 
-    async def run(self, plan: Plan, *, listener: ProgressListener | None = None) -> list[dict[str, Any]]:
+    async def run(self, plan: Plan, *, listener: ProgressListener | None = None) -> list[RunResult]:
         """Run a plan to its results (one per run, in order). Never raises but cancellation."""
         steps = StepLog(self.store, plan.run_ids, listener=listener, start_seq=plan.start_seq)
         started = time.monotonic()
@@ -322,7 +322,7 @@ class SandboxExecutor(Takeover):
                 self._jobs.pop(run_id, None)
         total = ms_since(started)
         for result in results:
-            result["timings"].setdefault("total_ms", total)
+            result.timings.setdefault("total_ms", total)
         await self._finish(plan.run_ids, results)
         for run_id in plan.run_ids:
             self._cancelled.pop(run_id, None)
@@ -491,7 +491,7 @@ class SandboxExecutor(Takeover):
 
     # -- running -----------------------------------------------------------------------------
 
-    async def _run(self, plan: Plan, steps: StepLog, deadline: float) -> list[dict[str, Any]]:
+    async def _run(self, plan: Plan, steps: StepLog, deadline: float) -> list[RunResult]:
         if plan.abort is not None:
             status = "skipped" if plan.abort.reason_code == "skipped" else "refused"
             await steps.record(plan.abort.reason_code, status, detail=plan.abort.detail)
@@ -523,7 +523,7 @@ class SandboxExecutor(Takeover):
         compile_ms = ms_since(compile_started)
         loop = asyncio.get_running_loop()
         user = plan.principal.user_id if plan.principal is not None else ""
-        jobs: list[asyncio.Future[dict[str, Any]]] = []
+        jobs: list[asyncio.Future[RunResult]] = []
         forks: dict[int, StepLog] = {}  # the runs that went to their device, by index
         for i, (run_id, device) in enumerate(zip(plan.run_ids, plan.devices, strict=True)):
             compiled = builds[i]
@@ -553,7 +553,7 @@ class SandboxExecutor(Takeover):
             self._jobs[run_id] = job
             jobs.append(job)
         outcomes = await asyncio.gather(*jobs, return_exceptions=True)
-        results = []
+        results: list[RunResult] = []
         for i, (run_id, device, done) in enumerate(
             zip(plan.run_ids, plan.devices, outcomes, strict=True)
         ):
@@ -565,9 +565,9 @@ class SandboxExecutor(Takeover):
                 results.append(done)
             build = builds[i]
             if isinstance(build, CompiledTest):
-                results[-1]["builder"] = builder_of(build)
+                results[-1].builder = builder_of(build)
         for result in results:
-            result["timings"]["compile_ms"] = compile_ms
+            result.timings["compile_ms"] = compile_ms
         if plan.shards is not None:
             await self._retry_elsewhere(plan, forks, results, builds, deadline, user)
         return results
@@ -576,7 +576,7 @@ class SandboxExecutor(Takeover):
         self,
         plan: Plan,
         forks: Mapping[int, StepLog],
-        results: list[dict[str, Any]],
+        results: list[RunResult],
         builds: Mapping[int, CompiledTest | Abort],
         deadline: float,
         user: str,
@@ -587,11 +587,11 @@ class SandboxExecutor(Takeover):
         ran = [i for i in sorted(forks) if built(builds.get(i)) is not None]
         if len(ran) < 2:
             return
-        jobs: list[Awaitable[dict[str, Any]]] = []
+        jobs: list[Awaitable[RunResult]] = []
         where: list[tuple[int, DeviceView]] = []
         for index in ran:
             run_id, result = plan.run_ids[index], results[index]
-            failed = [f"{t['class']}#{t['name']}" for t in result.get("tests") or []
+            failed = [f"{t['class']}#{t['name']}" for t in result.tests
                       if t.get("status") in ("failed", "error") and t.get("name") != "null"]
             if not failed or run_id in self._cancelled:
                 continue

@@ -296,7 +296,7 @@ async def _end(store: Store, run: Run, why: str | None = None) -> Recovered:
         if device_id:
             device = {"id": device_id}
         result = pending_result(run.id, None, REASON, f"the controller stopped {where}")
-        result["device"] = device
+        result.device = device
         now = utcnow()
         await session.execute(
             update(RunStep)
@@ -328,8 +328,8 @@ async def _end(store: Store, run: Run, why: str | None = None) -> Recovered:
             )
             .values(
                 status=RunStatus.FINISHED.value,
-                verdict=result["verification_status"],
-                result=result,
+                verdict=result.verification_status,
+                result=result.to_json(),
                 finished_at=now,
             )
         )

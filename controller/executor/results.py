@@ -4,17 +4,27 @@ Base: ``strict_mode_violations``, ``has_violations``, ``blocking_time_ms`` (-1: 
 ``systrace`` (the first 2000 characters of the logcat), ``summary``. Ours:
 ``verification_status``, ``reason_code``, ``violation_kinds``, ``run_id``, ``device``, ``toolchain``,
 ``builder``, ``compile_rounds``, ``tests``, ``anrs``, ``crashes``, ``issues``, ``timings`` (phases in ms),
-and ``violations`` / ``measurements`` (the analysis' details).
+and, once set, ``violations`` / ``measurements`` (the analysis' details), ``compile_output``,
+``test_class``, ``package``, ``run_status``, ``resumed``, ``shards`` and ``unit_ms``: :class:`RunResult`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
 from controller.analysis import AnalysisResult, InstrumentationResult, pending
 from controller.executor.gateway import DeviceView
 
-__all__ = ["REASON_CODES", "SYSTRACE_CHARS", "analysed_result", "base_result", "pending_result"]
+__all__ = [
+    "REASON_CODES",
+    "SYSTRACE_CHARS",
+    "RunResult",
+    "analysed_result",
+    "base_result",
+    "pending_result",
+]
 
 SYSTRACE_CHARS = 2000  # ``systrace``: the first 2000 characters of the logcat
 #: PENDING's reason codes (docs/design.md §5); ``internal`` only for a controller bug.
@@ -24,40 +34,77 @@ REASON_CODES = frozenset(
 )
 
 
-def base_result(run_id: str, device: DeviceView | None) -> dict[str, Any]:
+class RunResult(BaseModel):
+    """One run's result, as the executor returns it, the store keeps it and the REST API and
+    MCP answer it (:meth:`to_json`). The fields come in this order; those after ``timings``
+    are in the JSON only once set (``test_class`` and ``package`` may be set to null)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strict_mode_violations: list[str] = []
+    violation_kinds: list[str] = []
+    has_violations: bool = False
+    blocking_time_ms: int = -1
+    systrace: str = ""
+    summary: str = ""
+    verification_status: str = "PENDING"
+    reason_code: str = ""
+    run_id: str
+    device: dict[str, Any] | None = None  # DeviceView.describe(); {"id"} alone after recovery
+    toolchain: str | None = None
+    builder: dict[str, Any] | None = None  # {"id", "name", "shared"} of the bridge that built
+    compile_rounds: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    anrs: list[dict[str, Any]] = []
+    crashes: list[dict[str, Any]] = []
+    issues: list[dict[str, Any]] = []
+    timings: dict[str, int] = {}
+    # Present once set:
+    violations: list[dict[str, Any]] | None = None  # the analysis' details
+    measurements: list[dict[str, Any]] | None = None
+    compile_output: str | None = None  # a failed compile's last output
+    test_class: str | None = None
+    package: str | None = None  # the app under test
+    run_status: str | None = None  # how the instrumentation ended
+    resumed: bool | None = None  # finished by a controller that took the run over
+    shards: list[dict[str, Any]] | None = None  # a sharded run's merge: each shard's detail
+    unit_ms: dict[str, float] | None = None  # … and each unit's share of its shard's run_ms
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if k not in _WHEN_SET or k in self.model_fields_set}
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON: what the store keeps and the REST API and MCP answer."""
+        return self.model_dump(mode="json")
+
+    @property
+    def device_id(self) -> str | None:
+        """The id of the run's device, if it had one."""
+        device_id = (self.device or {}).get("id")
+        return device_id if isinstance(device_id, str) else None
+
+
+_WHEN_SET = frozenset(
+    ("violations", "measurements", "compile_output", "test_class", "package", "run_status",
+     "resumed", "shards", "unit_ms")
+)
+
+
+def base_result(run_id: str, device: DeviceView | None) -> RunResult:
     """Every field, empty: what a run that collected nothing reports."""
-    return {
-        "strict_mode_violations": [],
-        "violation_kinds": [],
-        "has_violations": False,
-        "blocking_time_ms": -1,
-        "systrace": "",
-        "summary": "",
-        "verification_status": "PENDING",
-        "reason_code": "",
-        "run_id": run_id,
-        "device": device.describe() if device is not None else None,
-        "toolchain": None,
-        "builder": None,  # {"id", "name", "shared"} of the bridge that built the APKs
-        "compile_rounds": [],
-        "tests": [],
-        "anrs": [],
-        "crashes": [],
-        "issues": [],
-        "timings": {},
-    }
+    return RunResult(run_id=run_id, device=device.describe() if device is not None else None)
 
 
 def pending_result(
     run_id: str, device: DeviceView | None, reason_code: str, detail: str
-) -> dict[str, Any]:
+) -> RunResult:
     verdict = pending(reason_code, detail)
     result = base_result(run_id, device)
-    result.update(
-        verification_status=verdict.status.value,
-        reason_code=verdict.reason_code,
-        summary=verdict.summary,
-    )
+    result.verification_status = verdict.status.value
+    result.reason_code = verdict.reason_code
+    result.summary = verdict.summary
     return result
 
 
@@ -68,10 +115,9 @@ def analysed_result(
     logcat: str,
     parsed: InstrumentationResult | None,
     abort: tuple[str, str] | None,
-) -> dict[str, Any]:
+) -> RunResult:
     body = analysis.to_json()
-    result = base_result(run_id, device)
-    result.update(
+    result = RunResult(
         strict_mode_violations=analysis.strict_mode_violations,
         violation_kinds=analysis.violation_kinds,
         has_violations=analysis.has_violations,
@@ -80,20 +126,20 @@ def analysed_result(
         summary=analysis.summary,
         verification_status=analysis.verification_status,
         reason_code=analysis.reason_code,
-        violations=body["violations"],
+        run_id=run_id,
+        device=device.describe(),
         anrs=body["anrs"],
         crashes=body["crashes"],
         issues=body["issues"],
+        violations=body["violations"],
         measurements=body["timings"],
     )
     override = _why_no_verdict(analysis, parsed, abort)
     if override is not None:
         verdict = pending(*override)
-        result.update(
-            verification_status=verdict.status.value,
-            reason_code=verdict.reason_code,
-            summary=f"{verdict.summary} | {analysis.summary}",
-        )
+        result.verification_status = verdict.status.value
+        result.reason_code = verdict.reason_code
+        result.summary = f"{verdict.summary} | {analysis.summary}"
     return result
 
 

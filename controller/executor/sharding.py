@@ -18,6 +18,7 @@ from typing import Any
 
 from controller.analysis.verdict import Status, summary_line
 from controller.executor.request import MAX_SHARDS
+from controller.executor.results import RunResult
 from fixer.prompt import package_of
 
 __all__ = [
@@ -95,12 +96,12 @@ def unit_durations(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-def merge_retry(result: dict[str, Any], retry: Mapping[str, Any], device_id: str) -> None:
+def merge_retry(result: RunResult, retry: RunResult, device_id: str) -> None:
     """Fold a retry on another device into a shard's result: each retried test takes its
     latest status, counts the attempt, names the device (``retried_on``); a test that passed
     there is ``flaky``, its first failure kept as ``first_stack``."""
-    by_key = {(t["class"], t["name"]): t for t in result.get("tests", [])}
-    for record in retry.get("tests", []):
+    by_key = {(t["class"], t["name"]): t for t in result.tests}
+    for record in retry.tests:
         test = by_key.get((record["class"], record["name"]))
         if test is None:
             continue
@@ -113,44 +114,42 @@ def merge_retry(result: dict[str, Any], retry: Mapping[str, Any], device_id: str
 
 
 def merge_results(
-    lead_id: str, shards: Sequence[Sequence[str]], results: Sequence[Mapping[str, Any]],
-    units: Units, retries: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
+    lead_id: str, shards: Sequence[Sequence[str]], results: Sequence[RunResult],
+    units: Units, retries: Sequence[RunResult] = (),
+) -> RunResult:
     """One result for the sharded run ``lead_id`` from its shards' results (in shard order)
     and the retries' (their evidence counts too)."""
     evidence = [*results, *retries]
-    best = min(evidence, key=lambda r: _ORDER.get(str(r.get("verification_status")), 3))
-    status = str(best.get("verification_status"))
+    best = min(evidence, key=lambda r: _ORDER.get(r.verification_status, 3))
+    status = best.verification_status
     if status == Status.REFUTED.value and any(
-        r.get("verification_status") != Status.REFUTED.value for r in results
+        r.verification_status != Status.REFUTED.value for r in results
     ):
         # A shard that could not vouch for its tests: the suite is not refuted as a whole.
-        best = next(r for r in results if r.get("verification_status") != Status.REFUTED.value)
-        status = str(best.get("verification_status"))
-    lines = sorted({k for r in evidence for k in r.get("strict_mode_violations") or []})
-    kinds = list(dict.fromkeys(k for r in evidence for k in r.get("violation_kinds") or []))
-    blocking = max((int(r.get("blocking_time_ms", -1)) for r in evidence), default=-1)
+        best = next(r for r in results if r.verification_status != Status.REFUTED.value)
+        status = best.verification_status
+    lines = sorted({k for r in evidence for k in r.strict_mode_violations})
+    kinds = list(dict.fromkeys(k for r in evidence for k in r.violation_kinds))
+    blocking = max((r.blocking_time_ms for r in evidence), default=-1)
     tests: list[dict[str, Any]] = []
     shard_out: list[dict[str, Any]] = []
     unit_ms: dict[str, float] = {}
     for classes, result in zip(shards, results, strict=True):
-        device = (result.get("device") or {}).get("id")
-        for test in result.get("tests") or []:
-            tests.append({**test, "device": device})
-        run_ms = (result.get("timings") or {}).get("run_ms")
-        if isinstance(run_ms, int) and result.get("tests"):
+        for test in result.tests:
+            tests.append({**test, "device": result.device_id})
+        run_ms = result.timings.get("run_ms")
+        if isinstance(run_ms, int) and result.tests:
             weight = sum(units.tests_in(u) for u in classes) or 1
             for unit in classes:
                 unit_ms[unit] = run_ms * units.tests_in(unit) / weight
         shard_out.append({
-            "run_id": result.get("run_id"), "device": result.get("device"),
-            "classes": list(classes), "verification_status": result.get("verification_status"),
-            "reason_code": result.get("reason_code"), "summary": result.get("summary"),
-            "blocking_time_ms": result.get("blocking_time_ms"),
-            "tests": len(result.get("tests") or []), "timings": result.get("timings") or {},
+            "run_id": result.run_id, "device": result.device,
+            "classes": list(classes), "verification_status": result.verification_status,
+            "reason_code": result.reason_code, "summary": result.summary,
+            "blocking_time_ms": result.blocking_time_ms,
+            "tests": len(result.tests), "timings": result.timings,
         })
-    merged: dict[str, Any] = {
-        **{k: v for k, v in best.items() if k not in ("tests", "run_id", "device", "timings")},
+    merged = best.model_copy(deep=True, update={
         "run_id": lead_id,
         "device": None,
         "strict_mode_violations": lines,
@@ -160,13 +159,12 @@ def merge_results(
         "tests": tests,
         "shards": shard_out,
         "unit_ms": unit_ms,
-        "violations": [v for r in evidence for v in r.get("violations") or []],
-        "anrs": [a for r in evidence for a in r.get("anrs") or []],
-        "crashes": [c for r in evidence for c in r.get("crashes") or []],
-        "timings": {"total_ms": max((int((r.get("timings") or {}).get("total_ms") or 0)
-                                     for r in results), default=0)},
-        "verification_status": status,
-    }
+        "violations": [v for r in evidence for v in r.violations or []],
+        "anrs": [a for r in evidence for a in r.anrs],
+        "crashes": [c for r in evidence for c in r.crashes],
+        "timings": {"total_ms": max((r.timings.get("total_ms") or 0 for r in results),
+                                    default=0)},
+    })
     if status != Status.PENDING.value:
-        merged["summary"] = summary_line(kinds, blocking)
+        merged.summary = summary_line(kinds, blocking)
     return merged

@@ -169,11 +169,11 @@ class Takeover(DeviceSteps):
                 timings=timings, toolchain=ctx.toolchain,
                 compile_rounds=ctx.compile_rounds, test_class=ctx.test_class,
             )
-            result["resumed"] = True
-            result["builder"] = ctx.builder
+            result.resumed = True
+            result.builder = ctx.builder
             await self._finish([item.run_id], [result])
             log.info("run %s resumed after a controller restart: %s", item.run_id,
-                     result["verification_status"])
+                     result.verification_status)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

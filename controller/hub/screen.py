@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.hub.channels import (
+    attach,
+    channel_in,
+    close_later,
+    detach,
+    next_event,
+    require_local,
+)
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import (
@@ -130,14 +137,9 @@ class ScreenFeed:
         return (self.device.bridge_id, self.device.serial, self.codec)
 
     def on_event(self, evt: Evt) -> None:
-        try:
-            frame = parse_screen_frame(evt.data, seq=evt.seq)
-        except RpcError as exc:
-            log.warning("malformed screen frame on %s: %s", evt.channel, exc.message)
+        frame = next_event(self, evt, parse_screen_frame, "screen frame")
+        if frame is None:
             return
-        if evt.seq < self.next_seq:
-            return  # a duplicate
-        self.next_seq = evt.seq + 1
         if frame.eof:
             self.end(frame.reason or "eof")
             return
@@ -205,26 +207,18 @@ class ScreenFeeds:
 
     async def _start(self, device: DeviceRef, codec: str) -> ScreenFeed:
         hub = self.hub
-        if hub.cluster is not None:
-            entry = hub.entry(device.bridge_id)
-            if entry is None or entry.conn is None:
-                raise RpcError(
-                    ErrorCode.UNAVAILABLE,
-                    "live screens are served by the replica that holds the device's bridge",
-                    {"reason": "other_replica"},
-                )
+        require_local(hub, device, "live screens")
         feed = ScreenFeed(self, device, codec)
 
         def register(result: dict[str, Any]) -> None:
             # Before the first frame is read: the bridge sends the result first.
-            channel = result.get("channel")
-            entry = hub.entry(device.bridge_id)
-            if entry is None or not isinstance(channel, str) or channel.startswith("$"):
+            channel = channel_in(result)
+            if channel is None or hub.entry(device.bridge_id) is None:
                 return
             feed.channel = channel
             feed.source = str(result.get("source", "screencap"))
             feed.codec = str(result.get("codec", codec))
-            entry.screens[channel] = feed
+            attach(hub, device.bridge_id, channel, feed)
 
         await hub.call_wire(
             device,
@@ -243,26 +237,15 @@ class ScreenFeeds:
         for key, known in list(self._feeds.items()):
             if known is feed:
                 del self._feeds[key]
-        entry = self.hub.entry(feed.device.bridge_id)
-        if entry is not None and feed.channel is not None:
-            entry.screens.pop(feed.channel, None)
+        detach(self.hub, feed.device.bridge_id, feed.channel)
 
     async def stop(self, feed: ScreenFeed) -> None:
         """The last viewer left: stop the bridge's stream now (in the background)."""
         was_live = feed.ended is None
         feed.end("unsubscribed")
-        if not was_live or feed.channel is None:
-            return
-        entry = self.hub.entry(feed.device.bridge_id)
-        if entry is None or not entry.is_open:
-            return
-        self.hub._spawn(self._unsubscribe(feed.device.bridge_id, feed.channel))
-
-    async def _unsubscribe(self, bridge_id: str, channel: str) -> None:
-        with contextlib.suppress(RpcError):
-            await self.hub.call(bridge_id, SCREEN_UNSUBSCRIBE,
-                                ScreenUnsubscribeParams(channel=channel),
-                                timeout_s=self.hub.settings.rpc_timeout_s)
+        if was_live and feed.channel is not None:
+            close_later(self.hub, feed.device.bridge_id, SCREEN_UNSUBSCRIBE,
+                        ScreenUnsubscribeParams(channel=feed.channel))
 
     def feeds(self) -> list[ScreenFeed]:
         """The live feeds (each once, whatever codec it was asked for under)."""

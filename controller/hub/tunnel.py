@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 import uuid
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from controller.hub.channels import attach, channel_in, close_later, detach, next_event
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import (
@@ -96,14 +96,9 @@ class RelayStream:
     # -- the hub's side (ScreenChannel protocol) -------------------------------------------
 
     def on_event(self, evt: Evt) -> None:
-        try:
-            chunk = parse_tunnel_chunk(evt.data, seq=evt.seq)
-        except RpcError as exc:
-            log.warning("malformed tunnel chunk on %s: %s", evt.channel, exc.message)
+        chunk = next_event(self, evt, parse_tunnel_chunk, "tunnel chunk")
+        if chunk is None:
             return
-        if evt.seq < self.next_seq:
-            return  # a duplicate
-        self.next_seq = evt.seq + 1
         if chunk.refused is not None:
             self.tunnel.sync_refused(self, chunk.refused)
             return
@@ -257,14 +252,13 @@ class Tunnel:
                     hub.gate(device)
 
                 def register(result: dict[str, Any]) -> None:
-                    channel = result.get("channel")
-                    entry = hub.entry(device.bridge_id)
-                    if entry is None or not isinstance(channel, str) or channel.startswith("$"):
+                    channel = channel_in(result)
+                    if channel is None or hub.entry(device.bridge_id) is None:
                         return
                     stream.channel = channel
                     if stream.closed:
                         return  # closed meanwhile: _open closes it on the bridge
-                    entry.screens[channel] = stream  # its evt frames come to this stream
+                    attach(hub, device.bridge_id, channel, stream)
                     # Before any of them: the hub reads them right after this result.
                     self.push(encode_frame("opened", s=stream.s))
 
@@ -405,9 +399,7 @@ class Tunnel:
         stream.wake.set()
         self.streams.pop(stream.s, None)
         self._sync_refusals_over(stream)
-        entry = self.hub.entry(self.device.bridge_id)
-        if entry is not None and stream.channel is not None:
-            entry.screens.pop(stream.channel, None)
+        detach(self.hub, self.device.bridge_id, stream.channel)
         if stream.writer is not None and stream.writer is not asyncio.current_task():
             stream.writer.cancel()
         if tell:
@@ -416,20 +408,9 @@ class Tunnel:
             self._close_on_bridge(stream)
 
     def _close_on_bridge(self, stream: RelayStream) -> None:
-        if stream.channel is None:
-            return
-        entry = self.hub.entry(self.device.bridge_id)
-        if entry is None or not entry.is_open:
-            return
-        channel = stream.channel
-
-        async def close() -> None:
-            with contextlib.suppress(RpcError):
-                await self.hub.call(self.device.bridge_id, TUNNEL_CLOSE,
-                                    TunnelCloseParams(channel=channel),
-                                    timeout_s=self.hub.settings.rpc_timeout_s)
-
-        self.hub._spawn(close())
+        if stream.channel is not None:
+            close_later(self.hub, self.device.bridge_id, TUNNEL_CLOSE,
+                        TunnelCloseParams(channel=stream.channel))
 
     def end(self, reason: str) -> None:
         """The whole tunnel ends: every stream closed on the bridge, the client told."""

@@ -276,10 +276,9 @@ class McpService:
             entries.append((None, detail))
         elif outcome is not None and outcome.runs:
             for run in outcome.runs:
-                device = (run.get("device") or {}).get("id")
-                entries.append((device, {"run_id": run.get("run_id"),
-                                         "verdict": run.get("verification_status"),
-                                         "reason_code": run.get("reason_code")}))
+                entries.append((run.device_id, {"run_id": run.run_id,
+                                                "verdict": run.verification_status,
+                                                "reason_code": run.reason_code}))
         else:
             devices = outcome.devices if outcome is not None else []
             entries.append((devices[0] if devices else None, {}))

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from controller.auth.authorization import Principal, Scope
+from controller.executor.results import RunResult
 from controller.executor.steps import ProgressListener
 from controller.hub import Hub
 from protocol.errors import ErrorCode, RpcError
@@ -107,7 +108,7 @@ class Outcome:
     image_type: str = "image/png"  # image_png's media type (a live frame may be a JPEG)
     devices: list[str] = field(default_factory=list)
     # Extra audit entries' details (the sandbox: one per run).
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[RunResult] = field(default_factory=list)
 
 
 ToolFn = Callable[[Caller, dict[str, Any]], Awaitable[Outcome]]

@@ -79,8 +79,9 @@ async def sandbox_executor(caller: Caller, args: dict[str, Any]) -> Outcome:
     executor = services_of(caller.request).executor  # the app's one executor
     plan = await executor.plan(body, caller.principal)
     results = await executor.run(plan, listener=caller.progress)
-    data = results[0] if len(results) == 1 else {"results": results}
-    devices = [str((r.get("device") or {}).get("id")) for r in results if r.get("device")]
+    answers = [r.to_json() for r in results]
+    data = answers[0] if len(answers) == 1 else {"results": answers}
+    devices = [str(r.device_id) for r in results if r.device]
     return Outcome(data=data, devices=devices, runs=results)
 
 

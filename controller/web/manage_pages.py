@@ -19,6 +19,7 @@ Times in the forms are UTC (``datetime-local`` inputs carry no zone; the page sa
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -34,8 +35,9 @@ from controller.api import reservations as reservations_api
 from controller.api.errors import error_body
 from controller.auth.authorization import Action, Principal, may
 from controller.hub import list_devices, resolve_device
+from controller.services import services_of
+from controller.web.common import html_response, hub_of, message, read_form, signed_in, to_login
 from controller.web.html import Markup, esc, link, page, path_segment, table
-from controller.web.pages import _html, _hub, _message, _read_form, _signed_in, _to_login
 from controller.web.sessions import same_origin
 from protocol.errors import RpcError
 
@@ -67,7 +69,7 @@ def _button(action: str, label: str, cls: str, extra: str = "") -> Markup:
 
 async def _loans_page(request: Request, principal: Principal, error: str | None = None,
                       status: int = 200) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     store = request.app.state.store
     grants = await grants_api.list_grants(store, principal)
     records = await list_devices(hub, principal)
@@ -133,50 +135,70 @@ async def _loans_page(request: Request, principal: Principal, error: str | None 
           g.status] for g in held],
         cls="grid held", empty="Nobody lends you a device right now.",
     ))
-    return _html(page("Loans", Markup("".join(parts)), principal=principal, active="/loans"),
+    return html_response(page("Loans", Markup("".join(parts)), principal=principal, active="/loans"),
                  status)
 
 
 @router.get("/loans")
 async def loans_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     return await _loans_page(request, principal)
 
 
-async def _form(request: Request) -> tuple[Principal | None, dict[str, str] | None, Response | None]:
-    principal = await _signed_in(request)
+async def _poster(request: Request, title: str) -> Principal | Response:
+    """Who posted a dashboard form, or the answer that refuses it: not signed in (to the
+    login), or not from this site's own pages."""
+    principal = await signed_in(request)
     if principal is None:
-        return None, None, _to_login()
+        return to_login()
     if not same_origin(request):
-        return principal, None, _message("Loans", "cross-site form refused", 403, principal)
-    form = await _read_form(request)
+        return message(title, "cross-site form refused", 403, principal)
+    return principal
+
+
+def _why(exc: ValueError | RpcError) -> str:
+    """What a page says of a refused form: the first thing wrong with it, or the refusal."""
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"])
+    return exc.message if isinstance(exc, RpcError) else str(exc)
+
+
+#: What a form does once it is known who posted it and what: None when done, or the answer.
+_LoansAct = Callable[[Principal, dict[str, str]], Awaitable[Response | None]]
+_DeviceAct = Callable[[Principal], Awaitable[Response | None]]
+
+
+async def _loans_form(request: Request, failed: str, act: _LoansAct) -> Response:
+    """A loans form: ``act`` on it, then back to the loans page — or that page saying why not
+    (``failed: …``), or the answer that refuses the form."""
+    principal = await _poster(request, "Loans")
+    if isinstance(principal, Response):
+        return principal
+    form = await read_form(request)
     if form is None:
-        return principal, None, _message("Loans", "a malformed form", 400, principal)
-    return principal, form, None
+        return message("Loans", "a malformed form", 400, principal)
+    try:
+        answer = await act(principal, form)
+    except (ValueError, RpcError) as exc:  # a ValidationError is a ValueError
+        return await _loans_page(request, principal, f"{failed}: {_why(exc)}", 400)
+    return answer or RedirectResponse("/loans", status_code=303)
 
 
 async def _lend(request: Request, principal: Principal, device: str, user: str,
-                until_text: str) -> Response:
-    try:
-        body = grants_api.GrantCreate(device=device, user=user, until=_parse_until(until_text))
-        await grants_api.post_grant(body, principal, request)
-    except (ValueError, ValidationError) as exc:
-        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        return await _loans_page(request, principal, f"Not lent: {message}", 400)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not lent: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+                until_text: str) -> None:
+    body = grants_api.GrantCreate(device=device, user=user, until=_parse_until(until_text))
+    await grants_api.post_grant(body, principal, request)
 
 
 @router.post("/loans/lend")
 async def lend(request: Request) -> Response:
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
-    return await _lend(request, principal, form.get("device", ""), form.get("user", ""),
-                       form.get("until", ""))
+    async def act(principal: Principal, form: dict[str, str]) -> None:
+        await _lend(request, principal, form.get("device", ""), form.get("user", ""),
+                    form.get("until", ""))
+
+    return await _loans_form(request, "Not lent", act)
 
 
 async def _grant(request: Request, principal: Principal, grant_id: str) -> Any:
@@ -189,32 +211,29 @@ async def _grant(request: Request, principal: Principal, grant_id: str) -> Any:
 @router.post("/loans/{grant_id}/extend")
 async def extend(grant_id: str, request: Request) -> Response:
     """A new end time: a new grant to the same user, replacing this one."""
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
-    grant = await _grant(request, principal, grant_id)
-    if grant is None:
-        return await _loans_page(request, principal, "No such loan.", 404)
-    return await _lend(request, principal, grant.device, grant.user, form.get("until", ""))
+    async def act(principal: Principal, form: dict[str, str]) -> Response | None:
+        grant = await _grant(request, principal, grant_id)
+        if grant is None:
+            return await _loans_page(request, principal, "No such loan.", 404)
+        await _lend(request, principal, grant.device, grant.user, form.get("until", ""))
+        return None
+
+    return await _loans_form(request, "Not lent", act)
 
 
 @router.post("/loans/{grant_id}/revoke")
 async def revoke(grant_id: str, request: Request) -> Response:
-    principal, _form_data, refusal = await _form(request)
-    if refusal is not None or principal is None:
-        return refusal or _to_login()
-    try:
+    async def act(principal: Principal, _form: dict[str, str]) -> None:
         await grants_api.delete_grant(grant_id, principal, request)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not revoked: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not revoked", act)
 
 
 @router.get("/audit")
 async def audit_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     q = request.query_params
     filters = {k: q.get(k) or None for k in ("user", "device", "action")}
     try:
@@ -222,7 +241,7 @@ async def audit_page(request: Request) -> Response:
             principal, request, limit=str(AUDIT_PAGE), before=q.get("before") or None, **filters
         )
     except RpcError as exc:
-        return _message("Audit", exc.message, 400, principal)
+        return message("Audit", exc.message, 400, principal)
     inputs = "".join(
         f'<label for="f-{k}">{k.title()}</label>'
         f'<input id="f-{k}" name="{k}" value="{esc(v or "")}" maxlength="255">'
@@ -243,39 +262,27 @@ async def audit_page(request: Request) -> Response:
         body = Markup(body + link("/audit?" + urlencode(params), "Older entries", cls="older"))
     scope = "every entry" if principal.is_admin else "your devices and your own acts"
     body = Markup(f'<p class="hint">Showing {esc(scope)}, newest first.</p>' + body)
-    return _html(page("Audit", body, principal=principal, active="/audit"))
+    return html_response(page("Audit", body, principal=principal, active="/audit"))
 
 
 @router.post("/loans/reserve")
 async def reserve(request: Request) -> Response:
-    principal, form, refusal = await _form(request)
-    if refusal is not None or principal is None or form is None:
-        return refusal or _to_login()
-    try:
+    async def act(principal: Principal, form: dict[str, str]) -> None:
         body = reservations_api.ReservationIn.model_validate({
             "device": form.get("device", ""), "user": form.get("user", ""),
             "from": _parse_until(form.get("from", "")), "until": _parse_until(form.get("until", "")),
         })
         await reservations_api.post_reservation(body, principal, request)
-    except ValidationError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc.errors()[0]['msg']}", 400)
-    except ValueError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc}", 400)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not reserved: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not reserved", act)
 
 
 @router.post("/loans/reservations/{reservation_id}/cancel")
 async def cancel(reservation_id: str, request: Request) -> Response:
-    principal, _form_data, refusal = await _form(request)
-    if refusal is not None or principal is None:
-        return refusal or _to_login()
-    try:
+    async def act(principal: Principal, _form: dict[str, str]) -> None:
         await reservations_api.delete_reservation(reservation_id, principal, request)
-    except RpcError as exc:
-        return await _loans_page(request, principal, f"Not cancelled: {exc.message}", 400)
-    return RedirectResponse("/loans", status_code=303)
+
+    return await _loans_form(request, "Not cancelled", act)
 
 
 # -- a device's apps and health -------------------------------------------------------------
@@ -289,21 +296,21 @@ def _fmt_bytes(n: object) -> str:
 
 @router.get("/manage/{device}")
 async def manage_page(device: str, request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
-    hub = _hub(request)
+        return to_login()
+    hub = hub_of(request)
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError:
-        return _message("Device", "No such device.", 404, principal)
+        return message("Device", "No such device.", 404, principal)
     base = "/manage/" + path_segment(record.id)
     parts: list[str] = []
     notice = request.query_params.get("error")
     if notice:
         parts.append(f'<p class="error" role="alert">{esc(notice[:300])}</p>')
-    health = getattr(request.app.state, "health", None)
-    reading = health.latest(record.ref) if health is not None else None
+    health = services_of(request).health
+    reading = health.latest(record.ref)
     h = reading.to_json() if reading is not None else {}
     parts.append("<h2>Health</h2>")
     parts.append(table(
@@ -321,7 +328,7 @@ async def manage_page(device: str, request: Request) -> Response:
     ))
     parts.append(_button(f"{base}/health", "Read now", "read"))
     store = request.app.state.store
-    if await may(principal, record.ref, Action.LEND, store=store) and health is not None:
+    if await may(principal, record.ref, Action.LEND, store=store):
         limits = await health.thresholds(record.ref)
         parts.append(
             f'<form class="thresholds" method="post" action="{esc(base)}/thresholds">'
@@ -356,28 +363,19 @@ async def manage_page(device: str, request: Request) -> Response:
         '<button type="submit">Install</button>'
         '<progress value="0" max="1"></progress><span class="upload-status"></span></form>'
     )
-    return _html(page(f"{record.id}: apps and health", Markup("".join(parts)),
+    return html_response(page(f"{record.id}: apps and health", Markup("".join(parts)),
                       principal=principal, active="/devices", scripts=("/static/manage.js",)))
 
 
 @router.post("/manage/{device}/apps")
 async def manage_install(device: str, request: Request) -> Response:
     """The upload of the page's install form: the raw APK body, the session cookie."""
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
         return JSONResponse(error_body("unauthorized", "sign in first"), status_code=401)
     if not same_origin(request):
         return JSONResponse(error_body("forbidden", "cross-site upload refused"), status_code=403)
     return await manage_api.install_app(device, principal, request)  # type: ignore[no-any-return]
-
-
-async def _manage_form(request: Request, device: str) -> tuple[Principal | None, Response | None]:
-    principal = await _signed_in(request)
-    if principal is None:
-        return None, _to_login()
-    if not same_origin(request):
-        return principal, _message("Device", "cross-site form refused", 403, principal)
-    return principal, None
 
 
 def _back(device: str, error: str | None = None) -> Response:
@@ -387,12 +385,22 @@ def _back(device: str, error: str | None = None) -> Response:
     return RedirectResponse(url, status_code=303)
 
 
+async def _device_form(request: Request, device: str, what: str, act: _DeviceAct) -> Response:
+    """A form of a device's page: ``act`` on it, then back to that page — saying why not
+    (``what: …``) if it failed — or the answer that refuses the form."""
+    principal = await _poster(request, "Device")
+    if isinstance(principal, Response):
+        return principal
+    try:
+        answer = await act(principal)
+    except (ValueError, RpcError) as exc:  # a ValidationError is a ValueError
+        return _back(device, f"{what}: {_why(exc)}")
+    return answer or _back(device)
+
+
 @router.post("/manage/{device}/apps/{package}/{verb}")
 async def manage_app(device: str, package: str, verb: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or _to_login()
-    try:
+    async def act(principal: Principal) -> Response | None:
         if verb == "uninstall":
             await manage_api.uninstall_app(device, package, principal, request)
         elif verb in ("launch", "stop", "clear"):
@@ -400,36 +408,26 @@ async def manage_app(device: str, package: str, verb: str, request: Request) -> 
                                         principal, request)
         else:
             return _back(device, f"no action {verb!r}")
-    except RpcError as exc:
-        return _back(device, f"{verb} {package}: {exc.message}")
-    return _back(device)
+        return None
+
+    return await _device_form(request, device, f"{verb} {package}", act)
 
 
 @router.post("/manage/{device}/health")
 async def manage_health(device: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or _to_login()
-    try:
+    async def act(principal: Principal) -> None:
         await manage_api.get_health(device, principal, request, fresh=True)
-    except RpcError as exc:
-        return _back(device, f"health: {exc.message}")
-    return _back(device)
+
+    return await _device_form(request, device, "health", act)
 
 
 @router.post("/manage/{device}/thresholds")
 async def manage_thresholds(device: str, request: Request) -> Response:
-    principal, refusal = await _manage_form(request, device)
-    if refusal is not None or principal is None:
-        return refusal or _to_login()
-    form = await _read_form(request) or {}
-    try:
+    async def act(principal: Principal) -> None:
+        form = await read_form(request) or {}
         body = manage_api.ThresholdsIn.model_validate({
             k: (form.get(k) or None) for k in ("max_temperature_c", "min_battery")
         })
         await manage_api.put_thresholds(device, body, principal, request)
-    except ValidationError as exc:
-        return _back(device, f"thresholds: {exc.errors()[0]['msg']}")
-    except RpcError as exc:
-        return _back(device, f"thresholds: {exc.message}")
-    return _back(device)
+
+    return await _device_form(request, device, "thresholds", act)

@@ -18,7 +18,6 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -31,19 +30,28 @@ from controller.auth.authorization import Action, Principal, Scope, may
 from controller.auth.http import QUERY_TOKEN_PARAMS
 from controller.auth.tokens import Unauthenticated, authenticate
 from controller.hub import Hub, list_devices, resolve_device
+from controller.services import services_of
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
+from controller.web.common import (
+    html_response,
+    hub_of,
+    message,
+    read_form,
+    sessions_of,
+    signed_in,
+    to_login,
+)
 from controller.web.health_view import health_summary
-from controller.web.html import CSP, Markup, esc, link, page, path_segment, table
+from controller.web.html import Markup, esc, link, page, path_segment, table
 from controller.web.sessions import (
     COOKIE_NAME,
-    SessionStore,
     same_origin,
     secure_context,
     session_principal,
 )
 from protocol.errors import ErrorCode, RpcError
 
-__all__ = ["router", "sessions_of"]
+__all__ = ["router"]
 
 log = logging.getLogger("droidwire.controller.web")
 
@@ -51,57 +59,11 @@ router = APIRouter(include_in_schema=False)
 
 STATIC_DIR = Path(__file__).with_name("static")
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
-MAX_FORM_BYTES = 4096
 MAX_RUNS = 100
 LIVE_TAIL_LINES = 50
 RUNNING_REFRESH_S = 3  # a run's page reloads itself while the run is going
 # Logcat lines worth a highlight even when the analysis did not name them.
 _HIGHLIGHT_MARKERS = ("StrictMode", "ANR in ", "FATAL EXCEPTION")
-
-
-def sessions_of(app: Any) -> SessionStore:
-    """The app's dashboard sessions (in its store), created on first use."""
-    sessions: SessionStore | None = getattr(app.state, "web_sessions", None)
-    if sessions is None:
-        sessions = app.state.web_sessions = SessionStore(app.state.store)
-    return sessions
-
-
-def _hub(request: Request) -> Hub:
-    hub: Hub | None = getattr(request.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
-
-
-def _html(content: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(
-        content,
-        status_code=status,
-        headers={
-            "Content-Security-Policy": CSP,
-            "X-Content-Type-Options": "nosniff",
-            "X-Frame-Options": "DENY",
-            # Not no-referrer: that makes browsers send "Origin: null" on form posts, which
-            # the CSRF check must refuse.
-            "Referrer-Policy": "same-origin",
-            "Cache-Control": "no-store",
-        },
-    )
-
-
-def _to_login() -> RedirectResponse:
-    return RedirectResponse("/login", status_code=303)
-
-
-def _message(title: str, text: str, status: int, principal: Principal | None = None) -> HTMLResponse:
-    body = Markup(f'<p class="notice">{esc(text)}</p>')
-    return _html(page(title, body, principal=principal), status)
-
-
-async def _signed_in(request: Request) -> Principal | None:
-    sessions_of(request.app)
-    return await session_principal(request)
 
 
 def _when(at: datetime | None) -> str:
@@ -129,23 +91,7 @@ def _login_page(error: str | None = None, status: int = 200) -> HTMLResponse:
         '<p class="hint">Your token is sent once, in this form\'s body; the dashboard then '
         "keeps a session cookie, never the token.</p>"
     )
-    return _html(page("Sign in", body), status)
-
-
-async def _read_form(request: Request) -> dict[str, str] | None:
-    """A small urlencoded form body, or None (too large, wrong type, undecodable)."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/x-www-form-urlencoded":
-        return None
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > MAX_FORM_BYTES:
-            return None
-    try:
-        return dict(parse_qsl(data.decode("ascii"), max_num_fields=8))
-    except (UnicodeDecodeError, ValueError):
-        return None
+    return html_response(page("Sign in", body), status)
 
 
 def _token_in_url(request: Request) -> bool:
@@ -154,7 +100,7 @@ def _token_in_url(request: Request) -> bool:
 
 def _url_token_refusal() -> HTMLResponse:
     # Never echo it: the URL already went to logs; the person should revoke that token.
-    return _message(
+    return message(
         "Sign in",
         "A token was put in the URL. Tokens never go in a URL: revoke that token and sign "
         "in with a new one through the form.",
@@ -166,7 +112,7 @@ def _url_token_refusal() -> HTMLResponse:
 async def login_form(request: Request) -> Response:
     if _token_in_url(request):
         return _url_token_refusal()
-    if await _signed_in(request) is not None:
+    if await signed_in(request) is not None:
         return RedirectResponse("/", status_code=303)
     return _login_page()
 
@@ -177,8 +123,8 @@ async def login(request: Request) -> Response:
     if _token_in_url(request):
         return _url_token_refusal()
     if not same_origin(request):
-        return _message("Sign in", "cross-site sign-in refused", 403)
-    form = await _read_form(request)
+        return message("Sign in", "cross-site sign-in refused", 403)
+    form = await read_form(request)
     token = (form or {}).get("token", "").strip()
     if not token:
         return _login_page("Paste an API token to sign in.", 400)
@@ -186,10 +132,10 @@ async def login(request: Request) -> Response:
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
-        audit = getattr(request.app.state, "audit", None)
-        if audit is not None:  # a refused sign-in is a decision too (never the token itself)
-            with contextlib.suppress(Exception):
-                await audit.record(None, "web.login", outcome="unauthorized", actor="anonymous")
+        # A refused sign-in is a decision too (never the token itself).
+        with contextlib.suppress(Exception):
+            await services_of(request).audit.record(None, "web.login", outcome="unauthorized",
+                                                    actor="anonymous")
         return _login_page("That token is not valid (unknown, revoked or malformed).", 401)
     if principal.kind is TokenKind.BRIDGE:
         return _login_page("A bridge token only connects a bridge: sign in with a user token.", 403)
@@ -207,21 +153,19 @@ async def login(request: Request) -> Response:
         secure=secure_context(request),
     )
     log.info("dashboard sign-in by %s", principal.actor)
-    audit = getattr(request.app.state, "audit", None)
-    if audit is not None:
-        try:
-            await audit.record(principal, "web.login")
-        except Exception:  # the audit write never blocks a sign-in; the failure is logged
-            log.exception("audit write failed for a dashboard sign-in")
+    try:
+        await services_of(request).audit.record(principal, "web.login")
+    except Exception:  # the audit write never blocks a sign-in; the failure is logged
+        log.exception("audit write failed for a dashboard sign-in")
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     if not same_origin(request):
-        return _message("Sign out", "cross-site sign-out refused", 403)
+        return message("Sign out", "cross-site sign-out refused", 403)
     await sessions_of(request.app).close(request.cookies.get(COOKIE_NAME))
-    response = _to_login()
+    response = to_login()
     response.delete_cookie(
         COOKIE_NAME, path="/", httponly=True, samesite="strict",
         secure=secure_context(request),
@@ -234,8 +178,8 @@ async def logout(request: Request) -> Response:
 
 @router.get("/")
 async def home(request: Request) -> Response:
-    if await _signed_in(request) is None:
-        return _to_login()
+    if await signed_in(request) is None:
+        return to_login()
     return RedirectResponse("/devices", status_code=303)
 
 
@@ -249,15 +193,15 @@ async def _user_names(request: Request, ids: set[str]) -> dict[str, str]:
 
 @router.get("/devices")
 async def devices_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     if not principal.allows(Scope.DEVICES_READ):
-        return _message("Devices", "This token may not read devices.", 403, principal)
-    hub = _hub(request)
+        return message("Devices", "This token may not read devices.", 403, principal)
+    hub = hub_of(request)
     store = request.app.state.store
     records = await list_devices(hub, principal)
-    health = getattr(request.app.state, "health", None)  # controller.health
+    health = services_of(request).health  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -275,7 +219,7 @@ async def devices_page(request: Request) -> Response:
         battery = f"{info['battery']}%" if isinstance(info.get("battery"), int) else ""
         live = await may(principal, r.ref, Action.USE, store=store)
         name = link(f"/devices/{path_segment(r.id)}", r.id) if live else esc(r.id)
-        reading = health.latest(r.ref) if health is not None else None
+        reading = health.latest(r.ref)
         rows.append([
             name,
             Markup(f'<span class="state s-{esc(r.state)}">{esc(r.state)}</span>'),
@@ -292,21 +236,21 @@ async def devices_page(request: Request) -> Response:
         rows,
         empty="No devices you may see.",
     )
-    return _html(page("Devices", body, principal=principal, active="/devices"))
+    return html_response(page("Devices", body, principal=principal, active="/devices"))
 
 
 @router.get("/devices/{device}")
 async def device_page(device: str, request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
-    hub = _hub(request)
+        return to_login()
+    hub = hub_of(request)
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError as exc:
         if exc.code is ErrorCode.CONFLICT:
-            return _message("Device", exc.message, 409, principal)
-        return _message("Device", "No such device.", 404, principal)
+            return message("Device", exc.message, 409, principal)
+        return message("Device", "No such device.", 404, principal)
     info = record.info
     facts = table(
         ["State", "Model", "Android", "SDK", "Battery", "Profile"],
@@ -323,11 +267,11 @@ async def device_page(device: str, request: Request) -> Response:
     holders = Markup(
         f'<p class="holders" id="holders">Owner: {esc(owners.get(record.owner_id, "?"))}'
         f' · Lent to: {esc(", ".join(loans) or "nobody")}</p>'
-    ) + _tunnels(_hub(request), record.ref)
+    ) + _tunnels(hub_of(request), record.ref)
     if await may(principal, record.ref, Action.USE, store=store):
         base = f"/devices/{path_segment(record.id)}"
         stream = f"{base}/logcat/stream?tail={LIVE_TAIL_LINES}"
-        control = await may_control(_hub(request), principal, record.ref)
+        control = await may_control(hub_of(request), principal, record.ref)
         screen = Markup(
             '<section class="screen-pane"><h2>Screen</h2>'
             '<p class="status" id="screen-status">connecting…</p>'
@@ -350,7 +294,7 @@ async def device_page(device: str, request: Request) -> Response:
         body = Markup(facts + holders + Markup(
             '<p class="notice">This token may not read this device\'s log.</p>'))
         scripts = ()
-    return _html(page(record.id, body, principal=principal, active="/devices",
+    return html_response(page(record.id, body, principal=principal, active="/devices",
                       scripts=scripts))
 
 
@@ -403,14 +347,7 @@ async def device_screen_stream(
     principal = await session_principal(websocket)
     if principal is None:
         raise Unauthenticated("sign in to the dashboard first")
-    await serve_screen(websocket, _hub_ws(websocket), principal, device, codec)
-
-
-def _hub_ws(websocket: WebSocket) -> Hub:
-    hub: Hub | None = getattr(websocket.app.state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
+    await serve_screen(websocket, hub_of(websocket), principal, device, codec)
 
 
 @router.websocket("/devices/{device}/logcat/stream")
@@ -455,11 +392,11 @@ def _visible_run_query(principal: Principal) -> Any:
 
 @router.get("/runs")
 async def runs_page(request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     if not principal.allows(Scope.RUNS_READ):
-        return _message("Runs", "This token may not read runs.", 403, principal)
+        return message("Runs", "This token may not read runs.", 403, principal)
     query = _visible_run_query(principal).order_by(Run.created_at.desc()).limit(MAX_RUNS)
     async with request.app.state.store.session() as session:
         runs = (await session.execute(query)).scalars().all()
@@ -482,7 +419,7 @@ async def runs_page(request: Request) -> Response:
         rows,
         empty="No runs yet.",
     )
-    return _html(page("Runs", body, principal=principal, active="/runs"))
+    return html_response(page("Runs", body, principal=principal, active="/runs"))
 
 
 def _step_rows(steps: list[RunStep]) -> tuple[list[list[object]], list[str | None]]:
@@ -588,19 +525,19 @@ def _logcat(result: dict[str, Any]) -> Markup:
 
 @router.get("/runs/{run_id}")
 async def run_page(run_id: str, request: Request) -> Response:
-    principal = await _signed_in(request)
+    principal = await signed_in(request)
     if principal is None:
-        return _to_login()
+        return to_login()
     if not principal.allows(Scope.RUNS_READ):
-        return _message("Run", "This token may not read runs.", 403, principal)
+        return message("Run", "This token may not read runs.", 403, principal)
     if not run_id.isalnum() or len(run_id) > 64:
-        return _message("Run", "No such run.", 404, principal)
+        return message("Run", "No such run.", 404, principal)
     async with request.app.state.store.session() as session:
         run = (
             await session.execute(_visible_run_query(principal).where(Run.id == run_id))
         ).scalar_one_or_none()
         if run is None:  # others' runs are not disclosed
-            return _message("Run", "No such run.", 404, principal)
+            return message("Run", "No such run.", 404, principal)
         steps = list((await session.execute(
             select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)
         )).scalars().all())
@@ -646,7 +583,7 @@ async def run_page(run_id: str, request: Request) -> Response:
         + _logcat(result)
     )
     going = run.status in (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
-    return _html(page(f"Run {run.id[:12]}", body, principal=principal, active="/runs",
+    return html_response(page(f"Run {run.id[:12]}", body, principal=principal, active="/runs",
                       refresh_s=RUNNING_REFRESH_S if going else None))
 
 

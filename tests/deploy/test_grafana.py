@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.api.sandbox import _observer
+from controller.executor import RunResult
 from controller.metrics import Metrics, Snapshot
 from tests.deploy.support import DEPLOY
 
@@ -29,8 +30,8 @@ def exported() -> dict[str, set[str]]:
     )
     observe = _observer(SimpleNamespace(metrics=metrics))
     assert observe is not None
-    observe({"verification_status": "CONFIRMED", "reason_code": "anr",
-             "timings": {"total_ms": 5}})
+    observe(RunResult(run_id="r1", verification_status="CONFIRMED", reason_code="anr",
+                      timings={"total_ms": 5}))
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(metrics.render().decode()):
         for sample in family.samples:

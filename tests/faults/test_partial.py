@@ -101,12 +101,12 @@ async def test_a_device_lost_mid_instrumentation_keeps_the_finished_test(
         finally:
             await adb.aclose()
             await store.close()
-    tests = result["tests"]
+    tests = result.tests
     kept = [t for t in tests if t["status"] == "passed"]
     record(AREA, "device stopped mid-instrumentation: finished tests kept",
            f"{len(kept)} of {len(tests)} reported")
-    record(AREA, f"  run ended {result['verification_status']} ({result['reason_code']})",
-           result["summary"][:60])
+    record(AREA, f"  run ended {result.verification_status} ({result.reason_code})",
+           result.summary[:60])
     record(AREA, "  finished tests lost", 0 if kept else 1, must_be_zero=True)
-    assert kept, {k: result[k] for k in ("tests", "summary", "reason_code", "issues")}
-    assert result["run_id"]
+    assert kept, {k: getattr(result, k) for k in ("tests", "summary", "reason_code", "issues")}
+    assert result.run_id

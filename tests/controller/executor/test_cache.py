@@ -27,16 +27,16 @@ async def test_one_compile_serves_every_device(
         request = ExecuteRequest(test_code=llm_style_test("loadSettingsFromDisk()"), device="all")
 
         results = await executor.execute(request)
-        assert {r["device"]["bridge"] for r in results} == {"desk", "pi"}
-        assert all(r["verification_status"] == "CONFIRMED" for r in results)
-        assert len({r["run_id"] for r in results}) == 2
+        assert {r.device["bridge"] for r in results} == {"desk", "pi"}
+        assert all(r.verification_status == "CONFIRMED" for r in results)
+        assert len({r.run_id for r in results}) == 2
         assert gateway.calls.count(("desk", "workspace.compile")) == 1
         installs = [t for t, m in gateway.calls if m == "device.install"]
         assert len(installs) == 4 and sum("pi~" in t for t in installs) == 2
 
         gateway.calls.clear()
         again = await executor.execute(request)
-        assert all(r["verification_status"] == "CONFIRMED" for r in again)
+        assert all(r.verification_status == "CONFIRMED" for r in again)
         assert "workspace.compile" not in gateway.methods_called()
         assert executor.cache.hits >= 1 and len(executor.cache) == 1
 
@@ -73,7 +73,7 @@ async def test_prebuilt_apks_skip_the_compile(executor: SandboxExecutor, gateway
     [result] = await executor.execute(
         ExecuteRequest.model_validate({"test_code": "prebuilt", "apks": apks})
     )
-    assert result["verification_status"] == "CONFIRMED", result["summary"]
-    assert "DiskWrite" in result["summary"]
+    assert result.verification_status == "CONFIRMED", result.summary
+    assert "DiskWrite" in result.summary
     assert "workspace.compile" not in gateway.methods_called()
-    assert result["compile_rounds"] == [] and result["toolchain"] is None
+    assert result.compile_rounds == [] and result.toolchain is None

@@ -38,8 +38,8 @@ async def test_missing_import_is_fixed_by_the_rules(
 ) -> None:
     draft = llm_style_test("loadSettingsFromDisk()").replace("import android.util.Log\n", "")
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["verification_status"] == "CONFIRMED", result["summary"]
-    rounds = result["compile_rounds"]
+    assert result.verification_status == "CONFIRMED", result.summary
+    rounds = result.compile_rounds
     assert [(r["round"], r["ok"], r["fixer"]) for r in rounds] == [(1, False, None), (2, True, "rules")]
     assert {e["symbol"] for e in rounds[0]["errors"]} == {"Log"}  # both Log calls
     # Paths relative to the project: the bridge host's working copy is not the caller's business.
@@ -58,8 +58,8 @@ async def test_llm_fixes_what_the_rules_cannot(
     llm_server.enqueue(fenced(good))
     executor = SandboxExecutor(gateway, store, settings=SETTINGS, llm=llm_client(llm_server))
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["verification_status"] == "PARTIAL", result["summary"]
-    assert [r["fixer"] for r in result["compile_rounds"]] == [None, "llm"]
+    assert result.verification_status == "PARTIAL", result.summary
+    assert [r["fixer"] for r in result.compile_rounds] == [None, "llm"]
     [request] = llm_server.completions
     prompt = request.json["messages"][-1]["content"]
     assert "Too many arguments" in prompt
@@ -76,12 +76,12 @@ async def test_compile_failed_after_three_fix_rounds(
     llm_server.enqueue(*(fenced(d) for d in drafts[1:]))
     executor = SandboxExecutor(gateway, store, settings=SETTINGS, llm=llm_client(llm_server))
     [result] = await executor.execute(ExecuteRequest(test_code=drafts[0]))
-    assert result["verification_status"] == "PENDING"
-    assert result["reason_code"] == "compile_failed"
-    assert result["summary"].startswith("Sandbox unavailable: compile_failed")
-    assert [r["round"] for r in result["compile_rounds"]] == [1, 2, 3, 4]
-    assert [r["fixer"] for r in result["compile_rounds"]] == [None, "llm", "llm", "llm"]
-    assert not any(r["ok"] for r in result["compile_rounds"])
+    assert result.verification_status == "PENDING"
+    assert result.reason_code == "compile_failed"
+    assert result.summary.startswith("Sandbox unavailable: compile_failed")
+    assert [r["round"] for r in result.compile_rounds] == [1, 2, 3, 4]
+    assert [r["fixer"] for r in result.compile_rounds] == [None, "llm", "llm", "llm"]
+    assert not any(r["ok"] for r in result.compile_rounds)
     methods = gateway.methods_called()
     assert methods.count("workspace.compile") == 4
     assert not any(m.startswith("device.") for m in methods)  # nothing ran on the device
@@ -96,13 +96,13 @@ async def test_no_fix_without_an_llm_stops_early(
 
     draft = llm_style_test("decodeThumbnail(true)")  # wrong arguments: no rule fixes that
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["reason_code"] == "compile_failed"
-    assert "no fix found" in result["summary"]
-    assert len(result["compile_rounds"]) == 1
+    assert result.reason_code == "compile_failed"
+    assert "no fix found" in result.summary
+    assert len(result.compile_rounds) == 1
     assert gateway.methods_called().count("workspace.compile") == 1
     async with store.session() as session:
         steps = (await session.execute(
-            select(RunStep).where(RunStep.run_id == result["run_id"]).order_by(RunStep.seq)
+            select(RunStep).where(RunStep.run_id == result.run_id).order_by(RunStep.seq)
         )).scalars().all()
     [fix] = [s for s in steps if s.kind == "fix"]
     assert fix.status == "failed" and "no LLM" in fix.detail["note"]

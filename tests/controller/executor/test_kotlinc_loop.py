@@ -56,9 +56,9 @@ async def test_a_type_error_is_fixed_in_a_round_driven_by_kotlinc(
     llm_server.enqueue(fenced(good))
     executor = SandboxExecutor(gateway, store, settings=SETTINGS, llm=llm_client(llm_server))
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["verification_status"] == "CONFIRMED", result["summary"]
-    assert result["toolchain"] == "kotlinc"
-    first, second = result["compile_rounds"]
+    assert result.verification_status == "CONFIRMED", result.summary
+    assert result.toolchain == "kotlinc"
+    first, second = result.compile_rounds
     assert not first["ok"] and second["ok"] and second["fixer"] == "llm"
     # K2 reports the initializer and the inferred type, both at the call
     assert [e["kind"] for e in first["errors"]] == ["type_mismatch", "type_mismatch"]
@@ -76,10 +76,10 @@ async def test_code_kotlinc_rejects_never_runs(gateway: LocalGateway, store: Sto
     )
     executor = SandboxExecutor(gateway, store, settings=SETTINGS)  # no LLM: no fix for it
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["verification_status"] == "PENDING"
-    assert result["reason_code"] == "compile_failed"
-    assert result["toolchain"] == "kotlinc"
-    assert "Initializer type mismatch" in result["compile_output"]
+    assert result.verification_status == "PENDING"
+    assert result.reason_code == "compile_failed"
+    assert result.toolchain == "kotlinc"
+    assert "Initializer type mismatch" in result.compile_output
     assert not any(m.startswith("device.") for m in gateway.methods_called())
     # the simulated toolchain alone would have run it: it does not infer types
     sim = SimulatedToolchain().compile(ProjectRegistry.from_config().get(None).path, draft)
@@ -92,8 +92,8 @@ async def test_a_missing_import_is_fixed_by_the_rules_from_kotlincs_message(
     draft = llm_style_test("loadSettingsFromDisk()").replace("import android.util.Log\n", "")
     executor = SandboxExecutor(gateway, store, settings=SETTINGS)
     [result] = await executor.execute(ExecuteRequest(test_code=draft))
-    assert result["verification_status"] == "CONFIRMED", result["summary"]
-    rounds = result["compile_rounds"]
+    assert result.verification_status == "CONFIRMED", result.summary
+    rounds = result.compile_rounds
     assert [(r["ok"], r["fixer"]) for r in rounds] == [(False, None), (True, "rules")]
     assert {e["symbol"] for e in rounds[0]["errors"]} == {"Log"}
     assert all(e["message"] == "Unresolved reference 'Log'." for e in rounds[0]["errors"])

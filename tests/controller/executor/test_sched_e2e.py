@@ -15,7 +15,7 @@ import pytest
 
 from controller.app import create_app
 from controller.config import ControllerConfig
-from controller.executor import ExecuteRequest, Progress, SandboxExecutor
+from controller.executor import ExecuteRequest, Progress, RunResult, SandboxExecutor
 from controller.executor.gateway import Target
 from controller.store import Run, RunStep, Store
 from tests.controller.conftest import ADMIN_TOKEN, Api, _api, bearer
@@ -74,11 +74,11 @@ async def test_only_the_failed_tests_run_again_and_each_keeps_its_logcat(
     executor = SandboxExecutor(gw, store, settings=SETTINGS)
     [result] = await executor.execute(ExecuteRequest(test_code=RETRY_TEST, retries=2))
     instruments = [p for m, p in gw.params if m == "device.instrument"]
-    assert len(instruments) == 3, result["summary"]
+    assert len(instruments) == 3, result.summary
     assert instruments[0]["args"] == {"class": "com.droidwire.demo.test.RetryTest"}
     for again in instruments[1:]:
         assert again["args"] == {"class": "com.droidwire.demo.test.RetryTest#breaks"}
-    tests = {t["name"]: t for t in result["tests"]}
+    tests = {t["name"]: t for t in result.tests}
     assert tests["passes"]["status"] == "passed" and tests["passes"]["attempts"] == 1
     assert tests["breaks"]["status"] == "failed" and tests["breaks"]["attempts"] == 3
     assert "boom" in (tests["breaks"]["stack"] or "")
@@ -89,7 +89,7 @@ async def test_only_the_failed_tests_run_again_and_each_keeps_its_logcat(
     gw.params.clear()
     [again] = await executor.execute(ExecuteRequest(test_code=RETRY_TEST))
     assert [m for m, _ in gw.params].count("device.instrument") == 1
-    assert {t["name"]: t["attempts"] for t in again["tests"]} == {"passes": 1, "breaks": 1}
+    assert {t["name"]: t["attempts"] for t in again.tests} == {"passes": 1, "breaks": 1}
 
 
 class Stages:
@@ -111,11 +111,11 @@ class Stages:
 
 
 async def _submit(executor: SandboxExecutor, request: ExecuteRequest, stages: Stages
-                  ) -> tuple[str, asyncio.Future[list[dict[str, Any]]]]:
+                  ) -> tuple[str, asyncio.Future[list[RunResult]]]:
     plan = await executor.plan(request, None)
-    done: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[list[RunResult]] = asyncio.get_running_loop().create_future()
 
-    async def then(results: list[dict[str, Any]]) -> None:
+    async def then(results: list[RunResult]) -> None:
         done.set_result(results)
 
     executor.submit(plan, listener=stages, then=then)
@@ -149,15 +149,15 @@ async def test_cancel_a_running_run_and_a_queued_one(
     assert executor.cancel(second, by="alice")
     async with asyncio.timeout(WAIT_S):
         [queued] = await second_done
-    assert queued["verification_status"] == "PENDING" and queued["reason_code"] == "cancelled"
-    assert "cancelled by alice" in queued["summary"]
+    assert queued.verification_status == "PENDING" and queued.reason_code == "cancelled"
+    assert "cancelled by alice" in queued.summary
     assert gateway.methods_called().count("device.install") == installs_before  # never started
     assert executor.scheduler.depth() == 0 and executor.active(first)
 
     assert executor.cancel(first, by="alice")
     async with asyncio.timeout(WAIT_S):
         [running] = await first_done
-    assert running["reason_code"] == "cancelled"
+    assert running.reason_code == "cancelled"
     called = gateway.methods_called()
     # Cleaned up after the cancel: the app's data cleared and both packages uninstalled.
     assert called[called.index("device.instrument"):].count("device.uninstall") == 2
@@ -183,7 +183,7 @@ async def test_cancel_during_the_compile_ends_every_run_of_the_plan(
     assert executor.cancel(run_id)
     async with asyncio.timeout(WAIT_S):
         [result] = await done
-    assert result["reason_code"] == "cancelled"
+    assert result.reason_code == "cancelled"
     assert "device.install" not in gateway.methods_called()
     row, _ = await _run_row(store, run_id)
     assert row.status == "cancelled"

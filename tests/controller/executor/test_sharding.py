@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.executor import ExecuteRequest, SandboxExecutor
+from controller.executor import ExecuteRequest, RunResult, SandboxExecutor
 from controller.executor.sharding import (
     Units,
     discover_units,
@@ -100,36 +100,36 @@ async def test_a_four_class_suite_over_two_devices_runs_each_class_once(
     gamma_device = next(t for t, c in shard_runs if f"{PKG}.GammaTest" in c)
     assert retry[1] == f"{PKG}.GammaTest#breaks" and retry[0] != gamma_device
 
-    assert merged["run_id"] == plan.lead_id
+    assert merged.run_id == plan.lead_id
     # BetaTest blocks the main thread reading from disk: the suite's verdict, whichever
     # shard found it.
-    assert merged["verification_status"] == "CONFIRMED"
-    assert merged["blocking_time_ms"] == max(s["blocking_time_ms"] for s in merged["shards"])
-    assert merged["blocking_time_ms"] > 300
-    assert merged["summary"] == (
-        f"StrictMode violations: none | Blocking time: {merged['blocking_time_ms']}ms")
-    assert sorted(s["device"]["id"] for s in merged["shards"]) == ["desk~" + gateway.serials[
+    assert merged.verification_status == "CONFIRMED"
+    assert merged.blocking_time_ms == max(s["blocking_time_ms"] for s in merged.shards)
+    assert merged.blocking_time_ms > 300
+    assert merged.summary == (
+        f"StrictMode violations: none | Blocking time: {merged.blocking_time_ms}ms")
+    assert sorted(s["device"]["id"] for s in merged.shards) == ["desk~" + gateway.serials[
         "desk"][0], "pi~" + second.address]
-    assert sorted(c for s in merged["shards"] for c in s["classes"]) == sorted(CLASSES)
-    tests = {(t["class"], t["name"]): t for t in merged["tests"]}
-    assert len(merged["tests"]) == 5 and len(tests) == 5
+    assert sorted(c for s in merged.shards for c in s["classes"]) == sorted(CLASSES)
+    tests = {(t["class"], t["name"]): t for t in merged.tests}
+    assert len(merged.tests) == 5 and len(tests) == 5
     breaks = tests[(f"{PKG}.GammaTest", "breaks")]
     assert breaks["status"] == "failed" and breaks["attempts"] == 2
     assert breaks["retried_on"] != breaks["device"]
     assert all(t["status"] == "passed" for k, t in tests.items() if k[1] == "measured")
-    assert set(merged["unit_ms"]) == set(CLASSES)
+    assert set(merged.unit_ms) == set(CLASSES)
 
     # The lead run carries the merge; each shard run its own result.
     async with store.session() as session:
         lead = await session.get(Run, plan.lead_id)
         shards = [await session.get(Run, r) for r in plan.run_ids]
     assert lead is not None and lead.status == RunStatus.FINISHED.value
-    assert lead.result is not None and lead.result["shards"] == merged["shards"]
+    assert lead.result is not None and lead.result["shards"] == merged.shards
     assert all(s is not None and s.status == "finished" for s in shards)
 
     # One JUnit file: a suite per device, every class's tests once.
     report = tmp_path / "junit.xml"
-    write_junit(report, [merged])
+    write_junit(report, [merged.to_json()])  # as the CLI gets it
     suites = ET.parse(report).getroot().findall("testsuite")
     assert len(suites) == 2
     cases = [(c.get("classname"), c.get("name")) for s in suites for c in s.findall("testcase")]
@@ -158,11 +158,11 @@ def test_units_split_by_duration_when_known_else_by_test_count() -> None:
 
 
 def test_a_retry_elsewhere_is_folded_into_its_shard() -> None:
-    result = {"tests": [{"class": "C", "name": "m", "status": "failed", "stack": "s1",
-                         "attempts": 1}]}
-    merge_retry(result, {"tests": [{"class": "C", "name": "m", "status": "passed",
-                                    "stack": None}]}, "pi~x")
-    (test,) = result["tests"]
+    result = RunResult(run_id="shard", tests=[
+        {"class": "C", "name": "m", "status": "failed", "stack": "s1", "attempts": 1}])
+    merge_retry(result, RunResult(run_id="retry", tests=[
+        {"class": "C", "name": "m", "status": "passed", "stack": None}]), "pi~x")
+    (test,) = result.tests
     assert (test["status"], test["attempts"], test["flaky"], test["first_stack"],
             test["retried_on"]) == ("passed", 2, True, "s1", "pi~x")
 
@@ -173,16 +173,16 @@ def test_the_merged_result_names_violation_kinds_not_lines() -> None:
     line_a = "04-01 10:00:00.000 1 1 D StrictMode: StrictMode policy violation; ~duration=5 ms"
     line_b = "04-01 10:00:01.000 1 1 D StrictMode: StrictMode policy violation: network"
     results = [
-        {"verification_status": "CONFIRMED", "strict_mode_violations": [line_a],
-         "violation_kinds": ["DiskRead"], "blocking_time_ms": 40, "tests": []},
-        {"verification_status": "CONFIRMED", "strict_mode_violations": [line_b],
-         "violation_kinds": ["Network", "DiskRead"], "blocking_time_ms": 90, "tests": []},
+        RunResult(run_id="a", verification_status="CONFIRMED", strict_mode_violations=[line_a],
+                  violation_kinds=["DiskRead"], blocking_time_ms=40),
+        RunResult(run_id="b", verification_status="CONFIRMED", strict_mode_violations=[line_b],
+                  violation_kinds=["Network", "DiskRead"], blocking_time_ms=90),
     ]
     merged = merge_results("lead", [["A"], ["B"]], results, Units({"A": ["x"], "B": ["y"]}))
-    assert merged["violation_kinds"] == ["DiskRead", "Network"]
-    assert merged["strict_mode_violations"] == [line_a, line_b]
-    assert merged["has_violations"] is True
-    assert merged["summary"] == (
+    assert merged.violation_kinds == ["DiskRead", "Network"]
+    assert merged.strict_mode_violations == [line_a, line_b]
+    assert merged.has_violations is True
+    assert merged.summary == (
         "StrictMode violations: DiskRead, Network | Blocking time: 90ms")
 
 

@@ -133,7 +133,7 @@ def test_no_evidence_is_refuted_only_when_the_tests_ran_to_completion() -> None:
         parsed = parse_instrumentation(output) if output else None
         analysis = analyze(log, package="com.droidwire.demo", instrumentation=parsed)
         r = analysed_result("r", device, analysis, log, parsed, abort)
-        return r["verification_status"], r["reason_code"]
+        return r.verification_status, r.reason_code
 
     assert verdict(quiet, done) == ("REFUTED", "no_evidence")
     assert verdict(quiet, nothing) == ("PENDING", "test_crashed")
@@ -142,3 +142,23 @@ def test_no_evidence_is_refuted_only_when_the_tests_ran_to_completion() -> None:
     assert verdict(quiet, done, ("timeout", "x")) == ("PENDING", "timeout")
     blocked = "11-30 05:00:00.000  100  100 I DroidUnblocker: elapsed=900ms\n"
     assert verdict(blocked, None, ("timeout", "x"))[0] == "CONFIRMED"  # evidence stands
+
+
+def test_a_run_result_answers_its_fields_in_order_and_the_optional_ones_once_set() -> None:
+    from controller.executor.results import RunResult, pending_result
+
+    device = dev("a", "s1")
+    base = ["strict_mode_violations", "violation_kinds", "has_violations", "blocking_time_ms",
+            "systrace", "summary", "verification_status", "reason_code", "run_id", "device",
+            "toolchain", "builder", "compile_rounds", "tests", "anrs", "crashes", "issues",
+            "timings"]
+    result = pending_result("r", device, "timeout", "x")
+    assert list(result.to_json()) == base
+    # Set to null is still said; never set is left out.
+    result.test_class, result.package, result.run_status = None, None, "ok"
+    assert list(result.to_json()) == [*base, "test_class", "package", "run_status"]
+    assert result.to_json()["test_class"] is None
+    assert result.device_id == "a~s1"
+    assert RunResult(run_id="r").device_id is None
+    # What the store keeps reads back as the same result.
+    assert RunResult.model_validate(result.to_json()).to_json() == result.to_json()
