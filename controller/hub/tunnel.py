@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from protocol.envelope import Evt
@@ -51,6 +51,7 @@ from protocol.tunnel_methods import (
     TUNNEL_WRITE,
     TunnelAckParams,
     TunnelCloseParams,
+    decode_frame,
     encode_frame,
     parse_tunnel_chunk,
 )
@@ -58,7 +59,7 @@ from protocol.tunnel_methods import (
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
 
-__all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "Tunnels"]
+__all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "TunnelSession", "Tunnels"]
 
 log = logging.getLogger("droidwire.controller.tunnel")
 
@@ -70,6 +71,37 @@ _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
 STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
 SYNC_REFUSALS_RECORDED = 8  # refused sync requests audited one by one per stream and rule
 _SYNC_RULES_COUNTED = 16  # distinct rules counted per stream (more: counted as "other")
+
+
+class TunnelSession(Protocol):
+    """What the tunnel's WebSocket handler drives: a :class:`Tunnel` here, or (cluster mode)
+    one running on the replica that holds the device's bridge, relayed
+    (:class:`controller.cluster.tunnels.RemoteTunnel`)."""
+
+    id: str
+    opened: int
+    refused: int
+    ended: str | None
+
+    async def start(self) -> bytes:
+        """Start the tunnel on the bridge; the client's ``hello`` frame."""
+        ...
+
+    async def receive(self, data: bytes) -> None:
+        """One client frame; :class:`RpcError` ``bad_request`` when it does not parse."""
+        ...
+
+    async def next_frame(self) -> bytes | None:
+        """The next frame for the client; None after the ``end`` frame went out."""
+        ...
+
+    def end(self, reason: str) -> None:
+        """End the whole tunnel (idempotent)."""
+        ...
+
+    async def finished(self) -> None:
+        """Wait until the counts (``opened``, ``refused``) are final, bounded."""
+        ...
 
 
 @dataclass(eq=False)
@@ -171,6 +203,12 @@ class Tunnel:
                 "ro.product.device": model}
 
     # -- client frames (from the WebSocket's reader; never blocks) ---------------------------
+
+    async def receive(self, data: bytes) -> None:
+        self.handle(decode_frame(data))
+
+    async def finished(self) -> None:
+        return None
 
     def handle(self, frame: dict[str, Any]) -> None:
         op = frame["op"]
