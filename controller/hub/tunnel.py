@@ -12,6 +12,9 @@ the hub's reader). Rules:
   path, never file contents) is audited (``device.tunnel.sync``) and in the step log, at most
   :data:`SYNC_REFUSALS_RECORDED` per stream and rule; the rest are counted and recorded as one
   entry (``more``) when the stream ends, so a client cannot flood the audit log;
+* what an install stream installed (an ``installed`` evt after it ended, learned from the
+  device by the bridge) goes to :attr:`Tunnels.on_installed`: a borrower's is removed when
+  their loan ends, as a REST install is; the stream's evts stay routed here until it comes;
 * client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
   up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
   (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
@@ -34,7 +37,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -124,6 +127,8 @@ class RelayStream:
     sent_down: int = 0
     sent_up: int = 0
     refusals: dict[str, int] = field(default_factory=dict)  # rule → refused sync requests
+    installs: bool = False  # an install stream: the bridge says what it installed once ended
+    learned: bool = False  # … and it did (its ``installed`` evt came)
 
     # -- the hub's side (ScreenChannel protocol) -------------------------------------------
 
@@ -136,6 +141,16 @@ class RelayStream:
         if evt.seq < self.next_seq:
             return  # a duplicate
         self.next_seq = evt.seq + 1
+        if chunk.installed is not None:
+            self.learned = True
+            self.tunnel.installed(self, chunk.installed)
+            if self.closed:
+                self.tunnel.unroute(self)
+            return
+        if self.closed:
+            if chunk.eof:
+                self.tunnel.unroute(self)
+            return  # an install stream's, kept routed for its ``installed`` evt
         if chunk.refused is not None:
             self.tunnel.sync_refused(self, chunk.refused)
             return
@@ -300,6 +315,7 @@ class Tunnel:
                     if entry is None or not isinstance(channel, str) or channel.startswith("$"):
                         return
                     stream.channel = channel
+                    stream.installs = result.get("installs") is True
                     if stream.closed:
                         return  # closed meanwhile: _open closes it on the bridge
                     entry.screens[channel] = stream  # its evt frames come to this stream
@@ -443,15 +459,49 @@ class Tunnel:
         stream.wake.set()
         self.streams.pop(stream.s, None)
         self._sync_refusals_over(stream)
-        entry = self.hub.entry(self.device.bridge_id)
-        if entry is not None and stream.channel is not None:
-            entry.screens.pop(stream.channel, None)
+        if stream.installs and not stream.learned and stream.channel is not None:
+            # What it installed comes after its end: keep its evts routed here until then
+            # (bounded: a bridge that never says is forgotten after a call's timeout).
+            asyncio.get_running_loop().call_later(self.hub.settings.rpc_timeout_s,
+                                                  self.unroute, stream)
+        else:
+            self.unroute(stream)
         if stream.writer is not None and stream.writer is not asyncio.current_task():
             stream.writer.cancel()
         if tell:
             self.push(encode_frame("close", s=stream.s, reason=reason[:200]))
         if on_bridge:
             self._close_on_bridge(stream)
+
+    def unroute(self, stream: RelayStream) -> None:
+        """``stream``'s evts are no longer this tunnel's."""
+        entry = self.hub.entry(self.device.bridge_id)
+        if entry is not None and stream.channel is not None \
+                and entry.screens.get(stream.channel) is stream:
+            entry.screens.pop(stream.channel, None)
+
+    def installed(self, stream: RelayStream, packages: list[str]) -> None:
+        """An install stream ended, and the bridge learned from the device what it installed:
+        in the step log, and (:attr:`Tunnels.on_installed`) remembered as the caller's install
+        — a borrower's goes when their loan ends, as a REST install does."""
+        if not packages:
+            return
+        self.steps.append({"at": time.time(), "service": _service_label(stream.service),
+                           "outcome": "ok", "installed": packages})
+        remember = self.tunnels.on_installed
+        if remember is None:
+            log.warning("tunnel %s: installed %s, but installs are not tracked", self.id,
+                        packages)
+            return
+        for package in packages:
+            self.hub._spawn(self._remember(remember, package))
+
+    async def _remember(self, remember: Callable[[Principal, DeviceRef, str], Awaitable[None]],
+                        package: str) -> None:
+        try:
+            await remember(self.principal, self.device, package)
+        except Exception:
+            log.exception("tunnel %s: could not note the install of %s", self.id, package)
 
     def _close_on_bridge(self, stream: RelayStream) -> None:
         if stream.channel is None:
@@ -518,6 +568,9 @@ class Tunnels:
         self.per_user = per_user
         self._live: dict[str, Tunnel] = {}
         self.on_change: Callable[[], None] | None = None
+        # What a tunnel's install stream installed, for the caller (the app sets it:
+        # controller.loans.Loans.installed_through_tunnel).
+        self.on_installed: Callable[[Principal, DeviceRef, str], Awaitable[None]] | None = None
 
     def open(self, principal: Principal, device: DeviceRef) -> Tunnel:
         """A new tunnel (the caller is authorized already); ``busy`` past the user's quota."""
