@@ -77,7 +77,8 @@ class RemoteTunnel:
         self.replica = replica
         self.principal = principal
         self.device = device
-        self.id = uuid.uuid4().hex[:12]  # the relay's id; the holder's tunnel has its own
+        self.relay = uuid.uuid4().hex  # the pipe's id on Redis
+        self.id = self.relay[:12]  # the holder's tunnel's id once it answered (the audit's)
         self.opened = 0
         self.refused = 0
         self.ended: str | None = None
@@ -107,7 +108,7 @@ class RemoteTunnel:
         seq, self._seq_out = self._seq_out, self._seq_out + 1
         try:
             reached = await self.relays.redis.publish(self.relays.channel(self.replica), pack(
-                {"k": "tin", "id": self.id, "from": self.relays.replica_id, "seq": seq,
+                {"k": "tin", "id": self.relay, "from": self.relays.replica_id, "seq": seq,
                  "f": data}))
         except (RedisError, OSError) as exc:
             log.warning("cluster: tunnel %s: %s", self.id, exc)
@@ -135,12 +136,14 @@ class RemoteTunnel:
         if self.ended is not None:
             return
         self.ended = reason
+        log.info("cluster: tunnel %s relayed from replica %s ends: %s", self.id, self.replica,
+                 reason)
         self._final = encode_frame("end", reason=reason[:200])
         self._wake.set()
-        self.relays._tunnels.pop(self.id, None)
+        self.relays._tunnels.pop(self.relay, None)
         if self._watch is not None and self._watch is not asyncio.current_task():
             self._watch.cancel()
-        self.relays._tell(self.replica, {"k": "tend", "id": self.id,
+        self.relays._tell(self.replica, {"k": "tend", "id": self.relay,
                                          "from": self.relays.replica_id, "reason": reason[:200]})
         if not self._finished.is_set():
             # The holder's counts come with its tfin, shortly; never wait past a TTL.
@@ -169,7 +172,7 @@ class RemoteTunnel:
             if self.ended is None:
                 # The holder's tunnel ended: its ``end`` frame is queued already.
                 self.ended = str(body.get("reason") or "closed")[:200]
-                self.relays._tunnels.pop(self.id, None)
+                self.relays._tunnels.pop(self.relay, None)
                 if self._watch is not None:
                     self._watch.cancel()
                 self._wake.set()
@@ -207,13 +210,13 @@ class TunnelRelays(ClusterCore):
 
     async def _open_tunnel(self, tunnel: RemoteTunnel) -> bytes:
         device = tunnel.device
-        message: dict[str, Any] = {"k": "topen", "id": tunnel.id, "from": self.replica_id,
+        message: dict[str, Any] = {"k": "topen", "id": tunnel.relay, "from": self.replica_id,
                                    "principal": principal_wire(tunnel.principal),
                                    "bridge": device.bridge_id, "serial": device.serial,
                                    "owner_id": device.owner_id, "name": device.bridge_name}
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[tunnel.id] = future
-        self._tunnels[tunnel.id] = tunnel  # before the topen: its frames follow the answer
+        self._waiting[tunnel.relay] = future
+        self._tunnels[tunnel.relay] = tunnel  # before the topen: its frames follow the answer
         gone = RpcError(ErrorCode.UNAVAILABLE, f"the replica holding the bridge of {device} "
                         "is unreachable", {"reason": "replica_unreachable"})
         deadline = timeout_for(TUNNEL_START.name, self.settings) + self.settings.cluster_ttl_s
@@ -224,6 +227,9 @@ class TunnelRelays(ClusterCore):
             hello = answer.get("hello")
             if not isinstance(hello, bytes):
                 raise RpcError(ErrorCode.INTERNAL, "the holder answered without a hello")
+            holder_id = answer.get("tunnel")
+            if isinstance(holder_id, str) and holder_id:
+                tunnel.id = holder_id[:64]
             watch = tunnel._watch = asyncio.get_running_loop().create_task(
                 self._watch_tunnel(tunnel), name=f"cluster-tunnel-{tunnel.id[:8]}")
             self._tasks.add(watch)
@@ -233,7 +239,7 @@ class TunnelRelays(ClusterCore):
                      tunnel.replica, tunnel.id)
             return hello
         finally:
-            self._waiting.pop(tunnel.id, None)
+            self._waiting.pop(tunnel.relay, None)
             if not opened:  # failed or cancelled: the holder may have started it already
                 tunnel._finished.set()
                 tunnel.end("refused")
