@@ -71,6 +71,7 @@ WRITES_IN_FLIGHT = 8  # device.tunnel.write calls at once per stream
 DEFAULT_MAX_STREAMS = 16
 DEFAULT_PER_USER = 4
 _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
+_AUDITS_WAITING = 64  # audit entries of OPENs being written at once per tunnel
 STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
 SYNC_REFUSALS_RECORDED = 8  # refused sync requests audited one by one per stream and rule
 _SYNC_RULES_COUNTED = 16  # distinct rules counted per stream (more: counted as "other")
@@ -187,6 +188,7 @@ class Tunnel:
         self._final: bytes | None = None  # the ``end`` frame, after what is queued
         self._out_wake = asyncio.Event()
         self._opening = 0
+        self._audits = asyncio.Semaphore(_AUDITS_WAITING)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def info(self) -> dict[str, Any]:
@@ -300,55 +302,76 @@ class Tunnel:
     # -- streams ---------------------------------------------------------------------------
 
     async def _open(self, stream: RelayStream) -> None:
+        """Open ``stream`` on the bridge, answer the client, audit it. It counts among the
+        OPENs being answered (:data:`_OPENS_WAITING`) until the bridge answered, not until its
+        audit entry is written: a slow audit log must not refuse a client's next streams. The
+        audit entries a tunnel has in flight are bounded (:data:`_AUDITS_WAITING`): past it, new
+        OPENs wait for room before they reach the bridge."""
         hub, principal, device = self.hub, self.principal, self.device
         action = "device.tunnel.open"
         detail = {"service": _service_label(stream.service), "tunnel": self.id}
+        answered = False
+
+        def answer() -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                self._opening -= 1
+
         try:
-            try:
-                await authorize(principal, device, Action.USE, store=hub.store)
-                if hub.gate is not None:
-                    hub.gate(device)
+            async with self._audits:
+                try:
+                    await authorize(principal, device, Action.USE, store=hub.store)
+                    if hub.gate is not None:
+                        hub.gate(device)
 
-                def register(result: dict[str, Any]) -> None:
-                    channel = result.get("channel")
-                    entry = hub.entry(device.bridge_id)
-                    if entry is None or not isinstance(channel, str) or channel.startswith("$"):
-                        return
-                    stream.channel = channel
-                    stream.installs = result.get("installs") is True
-                    if stream.closed:
-                        return  # closed meanwhile: _open closes it on the bridge
-                    entry.screens[channel] = stream  # its evt frames come to this stream
-                    # Before any of them: the hub reads them right after this result.
-                    self.push(encode_frame("opened", s=stream.s))
+                    def register(result: dict[str, Any]) -> None:
+                        channel = result.get("channel")
+                        entry = hub.entry(device.bridge_id)
+                        if entry is None or not isinstance(channel, str) \
+                                or channel.startswith("$"):
+                            return
+                        stream.channel = channel
+                        stream.installs = result.get("installs") is True
+                        if stream.closed:
+                            return  # closed meanwhile: _open closes it on the bridge
+                        entry.screens[channel] = stream  # its evt frames come to this stream
+                        # Before any of them: the hub reads them right after this result.
+                        self.push(encode_frame("opened", s=stream.s))
 
-                params = _vouch(principal, device,
-                                {"service": stream.service, "window": self.window})
-                await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
-                if stream.channel is None:
-                    raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a channel")
-            except RpcError as exc:
-                self.refused += 1
-                rule = str((exc.data or {}).get("rule") or exc.code.value)
+                    params = _vouch(principal, device,
+                                    {"service": stream.service, "window": self.window})
+                    await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
+                    if stream.channel is None:
+                        raise RpcError(ErrorCode.INTERNAL,
+                                       "the bridge answered without a channel")
+                except RpcError as exc:
+                    answer()
+                    self.refused += 1
+                    rule = str((exc.data or {}).get("rule") or exc.code.value)
+                    self.steps.append({"at": time.time(), "service": detail["service"],
+                                       "outcome": exc.code.value, "rule": rule[:128],
+                                       "message": exc.message[:300]})
+                    self.streams.pop(stream.s, None)
+                    stream.closed = True
+                    # Audited before the client hears of it.
+                    await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
+                    message = exc.message if exc.code is ErrorCode.FORBIDDEN else \
+                        f"{exc.code.value}: {exc.message}"
+                    self.push(encode_frame("refused", s=stream.s, message=message[:1000],
+                                           rule=rule))
+                    return
+                answer()
+                self.opened += 1
                 self.steps.append({"at": time.time(), "service": detail["service"],
-                                   "outcome": exc.code.value, "rule": rule[:128],
-                                   "message": exc.message[:300]})
-                await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
-                self.streams.pop(stream.s, None)
-                stream.closed = True
-                message = exc.message if exc.code is ErrorCode.FORBIDDEN else \
-                    f"{exc.code.value}: {exc.message}"
-                self.push(encode_frame("refused", s=stream.s, message=message[:1000], rule=rule))
-                return
-            await self._audit(action, "ok", detail)
-            self.opened += 1
-            self.steps.append({"at": time.time(), "service": detail["service"], "outcome": "ok"})
-            if self.ended is not None or stream.closed:
-                self._close_on_bridge(stream)
-                return
-            stream.writer = self._spawn(self._write(stream))
+                                   "outcome": "ok"})
+                if self.ended is not None or stream.closed:
+                    self._close_on_bridge(stream)
+                else:
+                    stream.writer = self._spawn(self._write(stream))
+                await self._audit(action, "ok", detail)
         finally:
-            self._opening -= 1
+            answer()
 
     def sync_refused(self, stream: RelayStream, refused: dict[str, str]) -> None:
         """The bridge refused a request inside ``stream`` (a ``sync:`` one): recorded in the

@@ -263,3 +263,15 @@ async def test_owner_interactive_shell_on_the_full_profile(stack: Stack) -> None
                 timeout=WAIT_S)
             assert b"interactive shell is not available on profile standard" in refused.stderr
             assert refused.returncode != 0 and b"not for you" not in refused.stdout
+
+
+async def test_many_short_streams_in_a_row_are_all_answered(stack: Stack) -> None:
+    """Round after round of parallel `adb shell`s: a stream counts among the OPENs being
+    answered until the bridge answered it, not until its audit entry is written, so a busy
+    audit log never refuses the next ones (`busy`)."""
+    async with stack.tunnel("olivia") as t:
+        for round_ in range(12):
+            results = await asyncio.gather(*(t.adb("shell", "echo", f"r{round_}n{i}")
+                                             for i in range(6)))
+            got = [(r.returncode, r.stdout + r.stderr) for r in results]
+            assert got == [(0, f"r{round_}n{i}\n") for i in range(6)], got
