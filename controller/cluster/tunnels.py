@@ -140,15 +140,25 @@ class RemoteTunnel:
                  reason)
         self._final = encode_frame("end", reason=reason[:200])
         self._wake.set()
-        self.relays._tunnels.pop(self.relay, None)
         if self._watch is not None and self._watch is not asyncio.current_task():
             self._watch.cancel()
         self.relays._tell(self.replica, {"k": "tend", "id": self.relay,
                                          "from": self.relays.replica_id, "reason": reason[:200]})
-        if not self._finished.is_set():
-            # The holder's counts come with its tfin, shortly; never wait past a TTL.
-            loop = asyncio.get_running_loop()
-            loop.call_later(self.relays.settings.cluster_ttl_s, self._finished.set)
+        if self._finished.is_set():
+            self._forget()
+        else:
+            # The holder's counts come with its tfin, shortly (we listen for it till then);
+            # never wait past a TTL.
+            asyncio.get_running_loop().call_later(self.relays.settings.cluster_ttl_s,
+                                                  self._finish)
+
+    def _finish(self) -> None:
+        self._finished.set()
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.relays._tunnels.get(self.relay) is self:
+            del self.relays._tunnels[self.relay]
 
     async def finished(self) -> None:
         """Wait until the holder said how its tunnel ended (its counts), at most a TTL."""
@@ -157,6 +167,24 @@ class RemoteTunnel:
     # -- the holder's messages (from the listener; never blocks)
 
     def take(self, body: dict[str, Any]) -> None:
+        """A ``tout`` (a frame for the client) or the ``tfin`` from the holder."""
+        if body.get("k") == "tfin":
+            opened, refused = body.get("opened"), body.get("refused")
+            self.opened = opened if type(opened) is int else self.opened
+            self.refused = refused if type(refused) is int else self.refused
+            if self.ended is None:
+                if body.get("seq") != self._seq_in:
+                    self.end("unavailable: relay_lost")  # its end frame is what was lost
+                else:
+                    # The holder's tunnel ended: its ``end`` frame is queued already.
+                    self.ended = str(body.get("reason") or "closed")[:200]
+                    if self._watch is not None:
+                        self._watch.cancel()
+                    self._wake.set()
+            self._finish()
+            return
+        if self.ended is not None:
+            return  # frames after our end: nobody reads them
         seq = body.get("seq")
         if seq != self._seq_in or type(seq) is not int:
             log.warning("cluster: tunnel %s: relayed frame %s lost (expected %d)", self.id,
@@ -164,21 +192,8 @@ class RemoteTunnel:
             self.end("unavailable: relay_lost")
             return
         self._seq_in += 1
-        if body.get("k") == "tfin":
-            opened, refused = body.get("opened"), body.get("refused")
-            self.opened = opened if type(opened) is int else self.opened
-            self.refused = refused if type(refused) is int else self.refused
-            self._finished.set()
-            if self.ended is None:
-                # The holder's tunnel ended: its ``end`` frame is queued already.
-                self.ended = str(body.get("reason") or "closed")[:200]
-                self.relays._tunnels.pop(self.relay, None)
-                if self._watch is not None:
-                    self._watch.cancel()
-                self._wake.set()
-            return
         frame = body.get("f")
-        if self.ended is not None or not isinstance(frame, bytes):
+        if not isinstance(frame, bytes):
             return
         if self._out_bytes + len(frame) > self._limit:
             self.end("the bridge overran the tunnel's windows")
@@ -241,8 +256,8 @@ class TunnelRelays(ClusterCore):
         finally:
             self._waiting.pop(tunnel.relay, None)
             if not opened:  # failed or cancelled: the holder may have started it already
-                tunnel._finished.set()
                 tunnel.end("refused")
+                tunnel._finish()
 
     async def _watch_tunnel(self, tunnel: RemoteTunnel) -> None:
         """Every heartbeat: is the holder alive, and does it still hold the bridge? (Pub/sub
@@ -264,8 +279,8 @@ class TunnelRelays(ClusterCore):
                 continue
             unreachable = None
             if not alive:
-                tunnel._finished.set()
                 tunnel.end("unavailable: replica_lost")
+                tunnel._finish()  # no tfin will come
             elif holder is not None and as_text(holder) != tunnel.replica:
                 tunnel.end("unavailable: bridge_moved")
 
@@ -381,8 +396,8 @@ class TunnelRelays(ClusterCore):
         """Leaving: end the tunnels relayed to us, and those we serve (their clients told
         ``reason``); the relays of the latter, which publish the ends, then finish."""
         for relayed in list(self._tunnels.values()):
-            relayed._finished.set()
             relayed.end("shutdown")
+            relayed._finish()
         relays = []
         for key, served in list(self._served_tunnels.items()):
             served.end(reason)

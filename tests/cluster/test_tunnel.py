@@ -124,3 +124,53 @@ async def test_the_holder_dying_ends_the_tunnel_with_replica_lost(
         reason = await asyncio.wait_for(client.wait(), WAIT_S)
         assert "replica_lost" in reason
     await until(tunnels_are(api_b, NONE), "B forgot the tunnel", cluster)
+
+
+async def test_a_borrowers_tunnel_through_b_ends_with_the_loan_revoked_on_a(
+    cluster: Cluster, laptop: AdbServer, tmp_path: Path,  # noqa: F811 - fixture
+) -> None:
+    """The loan revoked on A: the borrower's tunnel on B ends (``forbidden``), and the app they
+    installed through it — noted on A, where the tunnel ran — is uninstalled."""
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    _a, api_a, b, _api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    made = await api_a.post("/v1/tokens", json={"kind": "user", "name": "bob"})
+    assert made.status_code == 201, made.text
+    bob = made.json()
+    lent = await api_a.post("/v1/grants", json={"device": device_id, "user": "bob"})
+    assert lent.status_code == 201, lent.text
+    package = "com.example.relayedloan"
+    apk = tmp_path / "loan.apk"
+    apk.write_bytes(build_apk(SimPackage(package=package, kind="app")))
+    client = TunnelClient(b.url, bob["token"], device_id)
+    await client.start()
+    address = f"127.0.0.1:{client.port}"
+    try:
+        code, out = await adb(laptop, "connect", address)
+        assert code == 0 and "connected" in out, out
+        await asyncio.to_thread(wait_for_state, laptop.client(), address, "device", WAIT_S)
+        code, out = await adb(laptop, "-s", address, "install", str(apk))
+        assert code == 0 and "Success" in out, out
+        code, out = await adb(laptop, "-s", address, "shell", "reboot")
+        assert code != 0 and "not allowed" in out, out  # the policy holds through B too
+        async with httpx.AsyncClient(base_url=b.url, timeout=WAIT_S,
+                                     headers={"Authorization": f"Bearer {bob['token']}"}) as api:
+
+            async def noted() -> bool:
+                apps = (await api.get(f"/v1/devices/{device_id}/apps")).json()["apps"]
+                return any(a["package"] == package and a["yours"] for a in apps)
+
+            await until(noted, "the tunnel's install noted as bob's", cluster)
+        revoked = await api_a.delete(f"/v1/grants/{lent.json()['id']}")
+        assert revoked.status_code == 204, revoked.text
+        reason = await asyncio.wait_for(client.wait(), WAIT_S)
+        assert reason.startswith("forbidden"), reason
+    finally:
+        await client.aclose()
+        await adb(laptop, "disconnect", address)
+
+    async def uninstalled() -> bool:
+        listed = await asyncio.to_thread(cluster.sim.adb.shell, "pm list packages")
+        return f"package:{package}" not in listed.split()
+
+    await until(uninstalled, "the borrower's app uninstalled at the loan's end", cluster)

@@ -69,6 +69,21 @@ async def test_a_lost_frame_ends_the_tunnel_and_tells_the_holder() -> None:
         "op": "end", "reason": "unavailable: relay_lost"}
     assert await tunnel.next_frame() is None
     assert [b["k"] for b in told] == ["tend"] and told[0]["id"] == tunnel.relay
+    # Still listening for the holder's tfin (its counts), frames after the end ignored.
+    _out(tunnel, 3, encode_frame("data", s=1, data=b"late"))
+    assert tunnel.relays._tunnels[tunnel.relay] is tunnel and not tunnel._finished.is_set()
+    tunnel.take({"k": "tfin", "id": tunnel.relay, "seq": 4, "reason": "client gone",
+                 "opened": 1, "refused": 0})
+    await asyncio.wait_for(tunnel.finished(), 1)
+    assert tunnel.relay not in tunnel.relays._tunnels and tunnel.opened == 1
+    assert tunnel.ended == "unavailable: relay_lost" and len(told) == 1
+
+
+async def test_without_the_holders_tfin_the_counts_are_final_after_a_ttl() -> None:
+    tunnel, told = _relayed()
+    tunnel.end("client gone")
+    assert [b["k"] for b in told] == ["tend"]
+    await asyncio.wait_for(tunnel.finished(), 10)  # the TTL is 1 s here
     assert tunnel.relay not in tunnel.relays._tunnels
 
 
