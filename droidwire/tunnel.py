@@ -234,6 +234,7 @@ class TunnelClient:
         """End everything local at once: the adb server sees the device go offline."""
         if self._ended.is_set():
             return
+        log.info("tunnel to %s ends: %s", self.serial or self.url, reason)
         self.reason = reason
         self._ended.set()
         if self._server is not None:
