@@ -250,6 +250,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.loans = await stack.enter_async_context(
             Loans(store, hub, app.state.audit, sweep_s=config.loan_sweep_s).running()
         )
+        hub.tunnels.on_installed = app.state.loans.installed_through_tunnel
+        stack.callback(setattr, hub.tunnels, "on_installed", None)
         # Device health: read every health_poll_s; the owner's thresholds gate device calls.
         app.state.health = await stack.enter_async_context(
             HealthMonitor(hub, poll_s=config.health_poll_s).running()

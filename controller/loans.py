@@ -99,6 +99,23 @@ class Loans:
         with contextlib.suppress(IntegrityError):  # already noted
             await retrying(add, what="loan item")
 
+    async def installed_through_tunnel(self, principal: Principal, device: DeviceRef,
+                                       package: str) -> None:
+        """``package`` is new on ``device`` after an install through ``principal``'s tunnel
+        (docs/tunnel.md): a borrower's is theirs, removed when the loan ends, as a REST
+        install is; audited (``apps.install``, ``via: tunnel``)."""
+        if not is_borrower(principal, device):
+            return
+        outcome = "ok"
+        try:
+            await self.remember(principal, device, APP, package)
+        except RpcError as exc:
+            outcome = exc.code.value
+            log.warning("tunnel install of %s on %s not noted: %s", package, device, exc.message)
+        with contextlib.suppress(Exception):
+            await self.audit.record(principal, "apps.install", device=str(device),
+                                    outcome=outcome, detail={"package": package, "via": "tunnel"})
+
     async def items(self, user_id: str, device: DeviceRef, kind: str = APP) -> set[str]:
         async with self.store.session() as session:
             rows = await session.execute(

@@ -30,6 +30,9 @@ Owned by each replica:
 - ``droidwire_logcat_streams{kind}``: live logcat streams: ``local`` on this controller's
   bridges (whoever reads them), ``served`` of those relayed to another replica, ``relayed``
   read here from a bridge another replica holds (cluster mode, docs/cluster.md);
+- ``droidwire_tunnels{kind}``: live remote adb tunnels (docs/tunnel.md), counted the same
+  way: ``local`` running on this controller's bridges, ``served`` of those for a client of
+  another replica, ``relayed`` whose client is here and whose bridge another replica holds;
 - ``droidwire_device_busy_seconds_total{device}``: seconds this replica's runs held the
   device (its turn), since the replica started;
 - ``droidwire_device_runs_total{device,verdict}``: runs this replica finished on the device.
@@ -95,6 +98,7 @@ class Snapshot:
     reconnects: int = 0
     rpc_pending: int = 0
     logcat_streams: Mapping[str, int] = field(default_factory=dict)
+    tunnels: Mapping[str, int] = field(default_factory=dict)
     runs: Mapping[str, int] = field(default_factory=dict)
     run_queue: int = 0
     device_busy_s: Mapping[str, float] = field(default_factory=dict)  # by device uid
@@ -156,6 +160,15 @@ class StateCollector(Collector):
         for kind in STREAM_KINDS:
             streams.add_metric([kind], snap.logcat_streams.get(kind, 0))
         yield streams
+        tunnels = GaugeMetricFamily(
+            "droidwire_tunnels",
+            "Live remote adb tunnels: on this controller's bridges (local), of those for a "
+            "client of another replica (served), relayed here from another replica (relayed)",
+            labels=["kind"],
+        )
+        for kind in STREAM_KINDS:
+            tunnels.add_metric([kind], snap.tunnels.get(kind, 0))
+        yield tunnels
         busy = CounterMetricFamily(
             "droidwire_device_busy_seconds",
             "Seconds this replica's runs held the device, by device uid", labels=["device"],
@@ -270,6 +283,11 @@ async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) 
             "local": sum(len(e.subscriptions) for e in entries),
             "served": getattr(cluster, "streams_served", 0),
             "relayed": getattr(cluster, "streams_relayed", 0),
+        }
+        snap.tunnels = {
+            "local": len(tunnels.live()) if (tunnels := getattr(hub, "tunnels", None)) else 0,
+            "served": getattr(cluster, "tunnels_served", 0),
+            "relayed": getattr(cluster, "tunnels_relayed", 0),
         }
         remote = getattr(cluster, "remote_bridges", None)
         if snap.reporter and callable(remote):

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Method, validate_params
 from protocol.tunnel_methods import (
+    MAX_INSTALLED,
     TUNNEL_ACK,
     TUNNEL_CLOSE,
     TUNNEL_FEATURES,
@@ -301,7 +302,7 @@ class TunnelService:
         self.opened += 1
         # The result goes out before the first evt: the reader starts after this returns.
         stream.reader = asyncio.get_running_loop().create_task(self._read_later(stream))
-        return {"channel": stream.channel, "kind": opening.kind}
+        return {"channel": stream.channel, "kind": opening.kind, "installs": opening.installs}
 
     async def _write(self, params: dict[str, Any]) -> dict[str, Any]:
         p = validate_params("device.tunnel.write", params)
@@ -430,20 +431,28 @@ class TunnelService:
         if stream.reader is not None and not from_reader:
             stream.reader.cancel()
         if stream.installs_before is not None:
-            self._later(self._learn_install(stream.serial, stream.installs_before))
+            # What it installed, learned from the device now that it ended, goes to the
+            # controller before the stream's end (however it ended, while the link is up): a
+            # borrower's installs are removed when their loan ends, as REST installs are.
+            installed = await self._learn_install(stream.serial, stream.installs_before)
+            if reason != "link":
+                with contextlib.suppress(Exception):
+                    await self._emit(stream, TunnelChunk(installed=installed[:MAX_INSTALLED]))
         if emit and reason != "link":
             with contextlib.suppress(Exception):
                 await self._emit(stream, TunnelChunk(eof=True, reason=reason))
 
-    async def _learn_install(self, serial: str, before: dict[str, str]) -> None:
+    async def _learn_install(self, serial: str, before: dict[str, str]) -> list[str]:
         """What an install through a tunnel installed, learned from the device (never from the
         APK): it counts as installed through droidwire, as ``device.install``'s do — the
-        borrower may start, stop and clear it, the owner's apps that were there stay theirs."""
+        borrower may start, stop and clear it, the owner's apps that were there stay theirs.
+        Returns the packages new on the device (not the ones it updated)."""
         try:
             after = await self.rpc.adb().package_paths(serial)
         except RpcError as exc:
             log.info("tunnel install on %s: cannot read the package list: %s", serial, exc.message)
-            return
+            return []
+        new: list[str] = []
         for name, path in after.items():
             if before.get(name) == path:
                 continue
@@ -451,6 +460,8 @@ class TunnelService:
                 self.rpc.updated.setdefault(serial, set()).add(name)
             else:
                 self.rpc.installed.setdefault(serial, set()).add(name)
+                new.append(name)
+        return sorted(new)
 
     def _later(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

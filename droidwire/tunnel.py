@@ -52,7 +52,7 @@ from protocol.tunnel_methods import (
     refusal_reply,
 )
 
-__all__ = ["TunnelClient", "TunnelEnded", "tunnel"]
+__all__ = ["TunnelClient", "TunnelEnded", "open_tunnel", "tunnel"]
 
 log = logging.getLogger("droidwire.cli.tunnel")
 
@@ -66,6 +66,14 @@ class TunnelEnded(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Unreachable(TunnelEnded):
+    """Nothing answered at the controller's URL (refused, unreachable, timed out, not a
+    WebSocket server): another URL may serve the tunnel."""
+
+    def __init__(self, url: str, exc: BaseException) -> None:
+        super().__init__(f"unavailable: cannot reach {url}: {exc or type(exc).__name__}")
 
 
 @dataclass(eq=False)
@@ -173,14 +181,18 @@ class TunnelClient:
 
     async def start(self) -> None:
         from websockets.asyncio.client import connect
-        from websockets.exceptions import InvalidStatus
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
         try:
             self._ws = await connect(
                 self.url, additional_headers={"Authorization": f"Bearer {self._token}"},
                 compression=None, max_size=MAX_CLIENT_FRAME, open_timeout=30.0,
                 ping_interval=10.0, ping_timeout=20.0)
-        except InvalidStatus as exc:
+        except (OSError, TimeoutError, InvalidURI) as exc:
+            raise Unreachable(self.url, exc) from None
+        except InvalidHandshake as exc:
+            if not isinstance(exc, InvalidStatus):  # not a WebSocket server, or a broken one
+                raise Unreachable(self.url, exc) from None
             body = bytes(exc.response.body or b"")
             try:
                 error = json.loads(body or b"{}")["error"]
@@ -222,6 +234,7 @@ class TunnelClient:
         """End everything local at once: the adb server sees the device go offline."""
         if self._ended.is_set():
             return
+        log.info("tunnel to %s ends: %s", self.serial or self.url, reason)
         self.reason = reason
         self._ended.set()
         if self._server is not None:
@@ -387,9 +400,9 @@ def tunnel(
     --json prints {"address", "port", "serial"} once listening."""
     with cli_errors():
         with Client(controller, token) as client:
-            base = client.base_url
+            urls = list(client.urls)
         try:
-            reason = asyncio.run(_serve(base, token or "", device, port, json_out))
+            reason = asyncio.run(_serve(urls, token or "", device, port, json_out))
         except KeyboardInterrupt:
             return
         except TunnelEnded as exc:
@@ -397,8 +410,26 @@ def tunnel(
         raise _ended(reason)
 
 
-async def _serve(base: str, token: str, device: str, port: int, json_out: bool) -> str:
-    async with TunnelClient(base, token, device, port=port) as t:
+async def open_tunnel(urls: list[str], token: str, device: str, *, port: int = 0) -> TunnelClient:
+    """A started tunnel through the first of ``urls`` that answers: any replica of a cluster
+    serves one (docs/tunnel.md). A URL nothing answers at (refused, unreachable, timed out, not
+    a WebSocket server) is skipped; a controller's answer — a refusal too — stands
+    (:class:`TunnelEnded`)."""
+    failures: list[str] = []
+    for url in urls:
+        t = TunnelClient(url, token, device, port=port)
+        try:
+            await t.start()
+            return t
+        except Unreachable as exc:
+            failures.append(exc.reason.removeprefix("unavailable: cannot reach "))
+            log.info("tunnel: %s", exc.reason)
+    raise TunnelEnded("unavailable: cannot reach " + "; ".join(failures)[:1000])
+
+
+async def _serve(urls: list[str], token: str, device: str, port: int, json_out: bool) -> str:
+    t = await open_tunnel(urls, token, device, port=port)
+    try:
         address = f"{LOOPBACK}:{t.port}"
         if json_out:
             typer.echo(json.dumps({"address": address, "port": t.port, "serial": t.serial}))
@@ -406,6 +437,8 @@ async def _serve(base: str, token: str, device: str, port: int, json_out: bool) 
             typer.echo(f"tunnel to {t.serial} open: adb connect {address}")
         sys.stdout.flush()
         return await t.wait()
+    finally:
+        await t.aclose()
 
 
 def _ended(reason: str) -> ApiError:

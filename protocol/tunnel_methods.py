@@ -33,6 +33,7 @@ Also here, sans I/O: what a refused ``OPEN`` looks like to the adb client that a
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Annotated, Any
 
@@ -44,6 +45,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Empty, Method, Params, Result, register
 
 __all__ = [
+    "MAX_INSTALLED",
     "MAX_SERVICE",
     "MAX_WINDOW",
     "MAX_WRITE",
@@ -116,6 +118,7 @@ class TunnelOpenParams(Params):
 class TunnelOpenResult(Result):
     channel: ChannelId
     kind: Annotated[str, StringConstraints(max_length=32)] = "raw"
+    installs: bool = False  # an install stream: an ``installed`` evt follows its end
 
 
 class TunnelWriteParams(Params):
@@ -138,17 +141,21 @@ class TunnelCloseParams(Params):
 
 
 class TunnelChunk:
-    """One ``evt`` of a tunnel stream: device bytes, the end, or a request the bridge refused
-    inside the stream (``refused``: a ``sync:`` request's kind, rule and path, never data)."""
+    """One ``evt`` of a tunnel stream: device bytes, the end, a request the bridge refused
+    inside the stream (``refused``: a ``sync:`` request's kind, rule and path, never data), or
+    what an install stream installed (``installed``: the packages new on the device once it
+    ended, learned from the device; sent after the stream ended, however it ended)."""
 
-    __slots__ = ("data", "eof", "reason", "refused", "seq")
+    __slots__ = ("data", "eof", "installed", "reason", "refused", "seq")
 
     def __init__(self, data: bytes = b"", *, eof: bool = False, reason: str | None = None,
-                 refused: dict[str, str] | None = None, seq: int = 0) -> None:
+                 refused: dict[str, str] | None = None, installed: list[str] | None = None,
+                 seq: int = 0) -> None:
         self.data = data
         self.eof = eof
         self.reason = reason
         self.refused = refused
+        self.installed = installed
         self.seq = seq
 
     def to_wire(self) -> dict[str, Any]:
@@ -156,7 +163,13 @@ class TunnelChunk:
             return {"eof": True, "reason": self.reason or "closed"}
         if self.refused is not None:
             return {"refused": self.refused}
+        if self.installed is not None:
+            return {"installed": self.installed}
         return {"data": self.data}
+
+
+MAX_INSTALLED = 64  # packages one ``installed`` chunk names (an install-multiple is one)
+_PACKAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+")
 
 
 # What a ``refused`` chunk carries, each bounded (characters).
@@ -179,6 +192,14 @@ def parse_tunnel_chunk(d: Any, *, seq: int = 0) -> TunnelChunk:
                            "a tunnel refusal names its request, rule and path")
         return TunnelChunk(refused={k: refused[k][:n] for k, n in REFUSAL_FIELDS.items()},
                            seq=seq)
+    installed = d.get("installed")
+    if installed is not None:
+        if not isinstance(installed, list) or len(installed) > MAX_INSTALLED or not all(
+                isinstance(p, str) and len(p) <= 255 and _PACKAGE_NAME.fullmatch(p)
+                for p in installed):
+            raise RpcError(ErrorCode.BAD_REQUEST,
+                           f"a tunnel's installed packages are at most {MAX_INSTALLED} names")
+        return TunnelChunk(installed=list(installed), seq=seq)
     data = d.get("data")
     if not isinstance(data, bytes) or not 0 < len(data) <= MAX_WRITE:
         raise RpcError(ErrorCode.BAD_REQUEST, f"tunnel chunk data must be 1..{MAX_WRITE} bytes")

@@ -10,6 +10,10 @@ revoked or the loan revoked or expired (:func:`controller.access.until_lapsed`),
 ends (``end {reason: "forbidden: …"}``, close code 1008) and the adb client sees the device go
 offline. The tunnel, every stream it opens (refused or not), the sync requests refused inside
 its streams (bounded) and its end are in the audit log.
+
+Cluster mode: when another replica holds the device's bridge, the tunnel runs there and its
+frames are relayed (:mod:`controller.cluster.tunnels`); the handshake, the watch on the
+caller's access and the tunnel's own audit entries stay here.
 """
 
 from __future__ import annotations
@@ -22,13 +26,11 @@ from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from controller.access import until_lapsed
-from controller.auth.authorization import Action, Principal, authorize
+from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub import Hub, resolve_device
-from controller.hub.channels import require_local
-from controller.hub.tunnel import Tunnel
+from controller.hub.tunnel import TunnelSession
 from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
-from protocol.tunnel_methods import decode_frame
 
 __all__ = ["serve_tunnel"]
 
@@ -39,13 +41,12 @@ async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, dev
     record = await resolve_device(hub, principal, device)
     ref = record.ref
     action = "device.tunnel"
-    tunnel: Tunnel | None = None
+    tunnel: TunnelSession | None = None
     try:
         await authorize(principal, ref, Action.USE, store=hub.store)
         if hub.gate is not None:
             hub.gate(ref)
-        require_local(hub, ref, "tunnels")
-        tunnel = hub.tunnels.open(principal, ref)
+        tunnel = await _session(hub, principal, ref)
         hello = await tunnel.start()
     except RpcError as exc:
         if tunnel is not None:
@@ -85,12 +86,25 @@ async def serve_tunnel(websocket: WebSocket, hub: Hub, principal: Principal, dev
     finally:
         tunnel.end(reason if tunnel.ended is None else tunnel.ended)
         with contextlib.suppress(Exception):
+            await tunnel.finished()
             await hub.audit.record(principal, "device.tunnel.end", device=str(ref),
                                    detail={"tunnel": tunnel.id, "reason": tunnel.ended or reason,
                                            "opened": tunnel.opened, "refused": tunnel.refused})
 
 
-async def _receive(websocket: WebSocket, tunnel: Tunnel) -> str:
+async def _session(hub: Hub, principal: Principal, ref: DeviceRef) -> TunnelSession:
+    """The tunnel: here when this replica holds the device's bridge (or none does: the bridge
+    may come back here), else run by the replica that holds it, its frames relayed (cluster
+    mode, docs/tunnel.md)."""
+    entry = hub.entry(ref.bridge_id)
+    if entry is None or entry.conn is None:
+        replica = await hub.hooks.owner_elsewhere(ref.bridge_id)
+        if replica is not None:
+            return hub.hooks.tunnel(replica, principal, ref)
+    return hub.tunnels.open(principal, ref)
+
+
+async def _receive(websocket: WebSocket, tunnel: TunnelSession) -> str:
     """Read the client's frames until it goes; the reason the tunnel ends."""
     while True:
         message = await websocket.receive()
@@ -100,7 +114,7 @@ async def _receive(websocket: WebSocket, tunnel: Tunnel) -> str:
         try:
             if data is None:
                 raise RpcError(ErrorCode.BAD_REQUEST, "tunnel frames are binary")
-            tunnel.handle(decode_frame(data))
+            await tunnel.receive(data)
         except RpcError as exc:
             log.info("tunnel %s: %s", tunnel.id, exc.message)
             return f"bad_request: {exc.message}"

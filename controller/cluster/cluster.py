@@ -7,7 +7,8 @@ dispatches other replicas' messages to its parts: the key layout and messages
 (:mod:`~controller.cluster.wire`), the ownership scripts (:mod:`~controller.cluster.scripts`),
 bridge ownership (:mod:`~controller.cluster.ownership`), held results
 (:mod:`~controller.cluster.waits`), forwarded calls (:mod:`~controller.cluster.forwarding`),
-relayed logcat streams (:mod:`~controller.cluster.streams`) and device turns
+relayed logcat streams (:mod:`~controller.cluster.streams`), relayed tunnels
+(:mod:`~controller.cluster.tunnels`) and device turns
 (:mod:`~controller.cluster.turns`).
 """
 
@@ -25,6 +26,7 @@ from redis.exceptions import RedisError
 from controller.cluster.forwarding import Forwarding
 from controller.cluster.ownership import Ownership
 from controller.cluster.streams import Served, StreamRelays
+from controller.cluster.tunnels import TunnelRelays
 from controller.cluster.turns import DeviceTurns
 from controller.cluster.waits import HeldResults
 from controller.cluster.wire import as_text, pack, unpack, wire_error
@@ -36,7 +38,7 @@ __all__ = ["Cluster"]
 log = logging.getLogger("droidwire.controller.cluster")
 
 
-class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, DeviceTurns):
+class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, DeviceTurns):
     """One replica's membership: heartbeat, bridge ownership, forwarding. An async context."""
 
     # -- lifecycle
@@ -66,6 +68,7 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, DeviceTurns):
             if served.stream is not None and (relay := self._serving.get(key)) is not None:
                 served.stream.end("replica_shutdown")
                 relays.append(relay)
+        relays += self._end_tunnels("replica_shutdown")
         if relays:  # each relay publishes its eof, then ends; bounded, as the whole shutdown
             await asyncio.wait(relays, timeout=self.settings.cluster_heartbeat_s)
         tasks = [t for t in (self._listener, self._heartbeat, *self._tasks,
@@ -280,6 +283,20 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, DeviceTurns):
             task.add_done_callback(done)
         elif kind == "unsub":
             self._stop_serving(body)
+        elif kind in ("tout", "tfin"):
+            self._tunnel_frame(body)
+        elif kind == "tin":
+            self._tunnel_in(body)
+        elif kind == "tend":
+            self._tunnel_end(body)
+        elif kind == "topen":
+            sender, relay_id = body.get("from"), body.get("id")
+            if not isinstance(sender, str) or not isinstance(relay_id, str):
+                return
+            key = (sender, relay_id)
+            task = asyncio.get_running_loop().create_task(self._serve_tunnel(body))
+            self._serving[key] = task
+            task.add_done_callback(lambda _t: self._serving.pop(key, None))
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":

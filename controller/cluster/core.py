@@ -4,7 +4,7 @@ replica (:meth:`ClusterCore._ask` waits for an answer, :meth:`ClusterCore._tell`
 
 The parts (:mod:`~controller.cluster.ownership`, :mod:`~controller.cluster.waits`,
 :mod:`~controller.cluster.forwarding`, :mod:`~controller.cluster.streams`,
-:mod:`~controller.cluster.turns`) each add their methods on top of this core;
+:mod:`~controller.cluster.tunnels`, :mod:`~controller.cluster.turns`) each add their methods on top of this core;
 :mod:`controller.cluster.cluster` joins them with the lifecycle, the heartbeat and the
 listener that dispatches messages to them.
 """
@@ -37,6 +37,8 @@ from protocol.errors import ErrorCode, RpcError
 if TYPE_CHECKING:
     from controller.cluster.ownership import Claiming
     from controller.cluster.streams import RemoteLogStream, Served
+    from controller.cluster.tunnels import RemoteTunnel
+    from controller.hub.tunnel import Tunnel
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -76,6 +78,9 @@ class ClusterCore:
         self._serving: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._streams: dict[str, RemoteLogStream] = {}  # stream id → relayed to us
         self._served: dict[tuple[str, str], Served] = {}  # (requester, stream id) → ours
+        self._tunnels: dict[str, RemoteTunnel] = {}  # relay id → a tunnel relayed to us
+        self._served_tunnels: dict[tuple[str, str], Tunnel] = {}  # (requester, relay id)
+        self._tunnel_seq: dict[tuple[str, str], int] = {}  # the next tin's number, served
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None

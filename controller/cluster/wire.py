@@ -32,6 +32,10 @@ once the ``PUBLISH`` reached the waiter (else the bridge keeps it, and it is tri
 A logcat stream on a bridge held elsewhere: ``sub`` (subscribe, answered by a ``res``), then
 the holder's ``chunk`` messages (numbered: a gap becomes ``lost_batches``), ``unsub`` when the
 consumer leaves (:mod:`controller.cluster.streams`).
+A remote adb tunnel whose client reached a replica other than the bridge's holder: ``topen``
+(answered by a ``res`` with the tunnel's ``hello``), then the client's frames as ``tin`` and
+the tunnel's as ``tout`` (each pipe numbered: a gap ends the tunnel), ``tend`` when the
+client's side ends it, ``tfin`` when the holder's tunnel ended (:mod:`controller.cluster.tunnels`).
 Why pub/sub and not streams: docs/cluster.md.
 """
 

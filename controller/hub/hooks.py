@@ -16,10 +16,11 @@ from protocol.envelope import Hello, Res
 from protocol.errors import ErrorCode, RpcError
 
 if TYPE_CHECKING:
-    from controller.auth.authorization import DeviceRef
+    from controller.auth.authorization import DeviceRef, Principal
     from controller.hub.devices import DeviceRecord
     from controller.hub.entry import BridgeEntry
     from controller.hub.streams import LogStream
+    from controller.hub.tunnel import TunnelSession
 
 __all__ = ["ClusterHooks", "LocalHooks", "RemoteBridge"]
 
@@ -44,7 +45,8 @@ class ClusterHooks(Protocol):
     ``owner_elsewhere`` and ``forward`` route a call to the replica holding the bridge;
     ``awaiting``/``settled``/``adopt``/``foreign``/``relay`` share the waits for held results
     (a run resumed on another replica, a bridge that moved); ``stream``/``stop_stream`` relay
-    a logcat stream from the replica holding the bridge; ``remote_devices``/``remote_bridges``
+    a logcat stream from the replica holding the bridge, ``tunnel`` a remote adb tunnel's
+frames; ``remote_devices``/``remote_bridges``
     list what other replicas hold, and ``forgotten`` tells them a bridge or device was
     forgotten here: docs/cluster.md.
     """
@@ -71,6 +73,9 @@ class ClusterHooks(Protocol):
         self, replica: str, device: DeviceRef, params: dict[str, Any]
     ) -> LogStream: ...
     def stop_stream(self, stream: LogStream) -> bool: ...
+    def tunnel(
+        self, replica: str, principal: Principal, device: DeviceRef
+    ) -> TunnelSession: ...
     async def remote_devices(self) -> list[DeviceRecord]: ...
     async def remote_bridges(self) -> dict[str, RemoteBridge]: ...
     async def forgotten(self, bridge_id: str, serial: str | None) -> None: ...
@@ -128,6 +133,11 @@ class LocalHooks:
 
     def stop_stream(self, stream: LogStream) -> bool:
         return False
+
+    def tunnel(
+        self, replica: str, principal: Principal, device: DeviceRef
+    ) -> TunnelSession:
+        raise _elsewhere(f"tunnel to {device}")  # never asked: owner_elsewhere is None
 
     async def remote_devices(self) -> list[DeviceRecord]:
         return []

@@ -12,6 +12,9 @@ the hub's reader). Rules:
   path, never file contents) is audited (``device.tunnel.sync``) and in the step log, at most
   :data:`SYNC_REFUSALS_RECORDED` per stream and rule; the rest are counted and recorded as one
   entry (``more``) when the stream ends, so a client cannot flood the audit log;
+* what an install stream installed (an ``installed`` evt after it ended, learned from the
+  device by the bridge) goes to :attr:`Tunnels.on_installed`: a borrower's is removed when
+  their loan ends, as a REST install is; the stream's evts stay routed here until it comes;
 * client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
   up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
   (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
@@ -33,12 +36,12 @@ import collections
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
-from controller.hub.channels import attach, channel_in, close_later, detach, next_event
+from controller.hub.channels import attach, channel_in, close_later, next_event
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import (
@@ -51,6 +54,7 @@ from protocol.tunnel_methods import (
     TUNNEL_WRITE,
     TunnelAckParams,
     TunnelCloseParams,
+    decode_frame,
     encode_frame,
     parse_tunnel_chunk,
 )
@@ -58,7 +62,7 @@ from protocol.tunnel_methods import (
 if TYPE_CHECKING:
     from controller.hub.hub import Hub
 
-__all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "Tunnels"]
+__all__ = ["DEFAULT_WINDOW", "RelayStream", "Tunnel", "TunnelSession", "Tunnels"]
 
 log = logging.getLogger("droidwire.controller.tunnel")
 
@@ -67,9 +71,41 @@ WRITES_IN_FLIGHT = 8  # device.tunnel.write calls at once per stream
 DEFAULT_MAX_STREAMS = 16
 DEFAULT_PER_USER = 4
 _OPENS_WAITING = 16  # OPENs being answered at once per tunnel
+_AUDITS_WAITING = 64  # audit entries of OPENs being written at once per tunnel
 STEPS_KEPT = 200  # OPENs a tunnel remembers for its page and API
 SYNC_REFUSALS_RECORDED = 8  # refused sync requests audited one by one per stream and rule
 _SYNC_RULES_COUNTED = 16  # distinct rules counted per stream (more: counted as "other")
+
+
+class TunnelSession(Protocol):
+    """What the tunnel's WebSocket handler drives: a :class:`Tunnel` here, or (cluster mode)
+    one running on the replica that holds the device's bridge, relayed
+    (:class:`controller.cluster.tunnels.RemoteTunnel`)."""
+
+    id: str
+    opened: int
+    refused: int
+    ended: str | None
+
+    async def start(self) -> bytes:
+        """Start the tunnel on the bridge; the client's ``hello`` frame."""
+        ...
+
+    async def receive(self, data: bytes) -> None:
+        """One client frame; :class:`RpcError` ``bad_request`` when it does not parse."""
+        ...
+
+    async def next_frame(self) -> bytes | None:
+        """The next frame for the client; None after the ``end`` frame went out."""
+        ...
+
+    def end(self, reason: str) -> None:
+        """End the whole tunnel (idempotent)."""
+        ...
+
+    async def finished(self) -> None:
+        """Wait until the counts (``opened``, ``refused``) are final, bounded."""
+        ...
 
 
 @dataclass(eq=False)
@@ -92,6 +128,8 @@ class RelayStream:
     sent_down: int = 0
     sent_up: int = 0
     refusals: dict[str, int] = field(default_factory=dict)  # rule → refused sync requests
+    installs: bool = False  # an install stream: the bridge says what it installed once ended
+    learned: bool = False  # … and it did (its ``installed`` evt came)
 
     # -- the hub's side (ScreenChannel protocol) -------------------------------------------
 
@@ -99,6 +137,16 @@ class RelayStream:
         chunk = next_event(self, evt, parse_tunnel_chunk, "tunnel chunk")
         if chunk is None:
             return
+        if chunk.installed is not None:
+            self.learned = True
+            self.tunnel.installed(self, chunk.installed)
+            if self.closed:
+                self.tunnel.unroute(self)
+            return
+        if self.closed:
+            if chunk.eof:
+                self.tunnel.unroute(self)
+            return  # an install stream's, kept routed for its ``installed`` evt
         if chunk.refused is not None:
             self.tunnel.sync_refused(self, chunk.refused)
             return
@@ -135,6 +183,7 @@ class Tunnel:
         self._final: bytes | None = None  # the ``end`` frame, after what is queued
         self._out_wake = asyncio.Event()
         self._opening = 0
+        self._audits = asyncio.Semaphore(_AUDITS_WAITING)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def info(self) -> dict[str, Any]:
@@ -166,6 +215,12 @@ class Tunnel:
                 "ro.product.device": model}
 
     # -- client frames (from the WebSocket's reader; never blocks) ---------------------------
+
+    async def receive(self, data: bytes) -> None:
+        self.handle(decode_frame(data))
+
+    async def finished(self) -> None:
+        return None
 
     def handle(self, frame: dict[str, Any]) -> None:
         op = frame["op"]
@@ -242,53 +297,74 @@ class Tunnel:
     # -- streams ---------------------------------------------------------------------------
 
     async def _open(self, stream: RelayStream) -> None:
+        """Open ``stream`` on the bridge, answer the client, audit it. It counts among the
+        OPENs being answered (:data:`_OPENS_WAITING`) until the bridge answered, not until its
+        audit entry is written: a slow audit log must not refuse a client's next streams. The
+        audit entries a tunnel has in flight are bounded (:data:`_AUDITS_WAITING`): past it, new
+        OPENs wait for room before they reach the bridge."""
         hub, principal, device = self.hub, self.principal, self.device
         action = "device.tunnel.open"
         detail = {"service": _service_label(stream.service), "tunnel": self.id}
+        answered = False
+
+        def answer() -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                self._opening -= 1
+
         try:
-            try:
-                await authorize(principal, device, Action.USE, store=hub.store)
-                if hub.gate is not None:
-                    hub.gate(device)
+            async with self._audits:
+                try:
+                    await authorize(principal, device, Action.USE, store=hub.store)
+                    if hub.gate is not None:
+                        hub.gate(device)
 
-                def register(result: dict[str, Any]) -> None:
-                    channel = channel_in(result)
-                    if channel is None or hub.entry(device.bridge_id) is None:
-                        return
-                    stream.channel = channel
-                    if stream.closed:
-                        return  # closed meanwhile: _open closes it on the bridge
-                    attach(hub, device.bridge_id, channel, stream)
-                    # Before any of them: the hub reads them right after this result.
-                    self.push(encode_frame("opened", s=stream.s))
+                    def register(result: dict[str, Any]) -> None:
+                        channel = channel_in(result)
+                        if channel is None or hub.entry(device.bridge_id) is None:
+                            return
+                        stream.channel = channel
+                        stream.installs = result.get("installs") is True
+                        if stream.closed:
+                            return  # closed meanwhile: _open closes it on the bridge
+                        attach(hub, device.bridge_id, channel, stream)
+                        # Before any of them: the hub reads them right after this result.
+                        self.push(encode_frame("opened", s=stream.s))
 
-                params = _vouch(principal, device,
-                                {"service": stream.service, "window": self.window})
-                await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
-                if stream.channel is None:
-                    raise RpcError(ErrorCode.INTERNAL, "the bridge answered without a channel")
-            except RpcError as exc:
-                self.refused += 1
-                rule = str((exc.data or {}).get("rule") or exc.code.value)
+                    params = _vouch(principal, device,
+                                    {"service": stream.service, "window": self.window})
+                    await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
+                    if stream.channel is None:
+                        raise RpcError(ErrorCode.INTERNAL,
+                                       "the bridge answered without a channel")
+                except RpcError as exc:
+                    answer()
+                    self.refused += 1
+                    rule = str((exc.data or {}).get("rule") or exc.code.value)
+                    self.steps.append({"at": time.time(), "service": detail["service"],
+                                       "outcome": exc.code.value, "rule": rule[:128],
+                                       "message": exc.message[:300]})
+                    self.streams.pop(stream.s, None)
+                    stream.closed = True
+                    # Audited before the client hears of it.
+                    await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
+                    message = exc.message if exc.code is ErrorCode.FORBIDDEN else \
+                        f"{exc.code.value}: {exc.message}"
+                    self.push(encode_frame("refused", s=stream.s, message=message[:1000],
+                                           rule=rule))
+                    return
+                answer()
+                self.opened += 1
                 self.steps.append({"at": time.time(), "service": detail["service"],
-                                   "outcome": exc.code.value, "rule": rule[:128],
-                                   "message": exc.message[:300]})
-                await self._audit(action, exc.code.value, {**detail, "rule": rule[:128]})
-                self.streams.pop(stream.s, None)
-                stream.closed = True
-                message = exc.message if exc.code is ErrorCode.FORBIDDEN else \
-                    f"{exc.code.value}: {exc.message}"
-                self.push(encode_frame("refused", s=stream.s, message=message[:1000], rule=rule))
-                return
-            await self._audit(action, "ok", detail)
-            self.opened += 1
-            self.steps.append({"at": time.time(), "service": detail["service"], "outcome": "ok"})
-            if self.ended is not None or stream.closed:
-                self._close_on_bridge(stream)
-                return
-            stream.writer = self._spawn(self._write(stream))
+                                   "outcome": "ok"})
+                if self.ended is not None or stream.closed:
+                    self._close_on_bridge(stream)
+                else:
+                    stream.writer = self._spawn(self._write(stream))
+                await self._audit(action, "ok", detail)
         finally:
-            self._opening -= 1
+            answer()
 
     def sync_refused(self, stream: RelayStream, refused: dict[str, str]) -> None:
         """The bridge refused a request inside ``stream`` (a ``sync:`` one): recorded in the
@@ -399,13 +475,49 @@ class Tunnel:
         stream.wake.set()
         self.streams.pop(stream.s, None)
         self._sync_refusals_over(stream)
-        detach(self.hub, self.device.bridge_id, stream.channel)
+        if stream.installs and not stream.learned and stream.channel is not None:
+            # What it installed comes after its end: keep its evts routed here until then
+            # (bounded: a bridge that never says is forgotten after a call's timeout).
+            asyncio.get_running_loop().call_later(self.hub.settings.rpc_timeout_s,
+                                                  self.unroute, stream)
+        else:
+            self.unroute(stream)
         if stream.writer is not None and stream.writer is not asyncio.current_task():
             stream.writer.cancel()
         if tell:
             self.push(encode_frame("close", s=stream.s, reason=reason[:200]))
         if on_bridge:
             self._close_on_bridge(stream)
+
+    def unroute(self, stream: RelayStream) -> None:
+        """``stream``'s evts are no longer this tunnel's."""
+        entry = self.hub.entry(self.device.bridge_id)
+        if entry is not None and stream.channel is not None \
+                and entry.screens.get(stream.channel) is stream:
+            entry.screens.pop(stream.channel, None)
+
+    def installed(self, stream: RelayStream, packages: list[str]) -> None:
+        """An install stream ended, and the bridge learned from the device what it installed:
+        in the step log, and (:attr:`Tunnels.on_installed`) remembered as the caller's install
+        — a borrower's goes when their loan ends, as a REST install does."""
+        if not packages:
+            return
+        self.steps.append({"at": time.time(), "service": _service_label(stream.service),
+                           "outcome": "ok", "installed": packages})
+        remember = self.tunnels.on_installed
+        if remember is None:
+            log.warning("tunnel %s: installed %s, but installs are not tracked", self.id,
+                        packages)
+            return
+        for package in packages:
+            self.hub._spawn(self._remember(remember, package))
+
+    async def _remember(self, remember: Callable[[Principal, DeviceRef, str], Awaitable[None]],
+                        package: str) -> None:
+        try:
+            await remember(self.principal, self.device, package)
+        except Exception:
+            log.exception("tunnel %s: could not note the install of %s", self.id, package)
 
     def _close_on_bridge(self, stream: RelayStream) -> None:
         if stream.channel is not None:
@@ -461,6 +573,9 @@ class Tunnels:
         self.per_user = per_user
         self._live: dict[str, Tunnel] = {}
         self.on_change: Callable[[], None] | None = None
+        # What a tunnel's install stream installed, for the caller (the app sets it:
+        # controller.loans.Loans.installed_through_tunnel).
+        self.on_installed: Callable[[Principal, DeviceRef, str], Awaitable[None]] | None = None
 
     def open(self, principal: Principal, device: DeviceRef) -> Tunnel:
         """A new tunnel (the caller is authorized already); ``busy`` past the user's quota."""

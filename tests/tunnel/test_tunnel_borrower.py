@@ -228,6 +228,43 @@ async def test_what_a_borrower_installs_through_the_tunnel_is_theirs(
         assert after.returncode == 0, after.stderr
 
 
+async def test_what_a_borrower_installed_through_the_tunnel_goes_when_the_loan_ends(
+        stack: Stack, tmp_path: Path) -> None:
+    """As a REST install's: the loan remembers the app, and its end uninstalls it."""
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    package = "com.example.leftbehind"
+    apk = tmp_path / "left.apk"
+    apk.write_bytes(build_apk(SimPackage(package=package, kind="app")))
+    async with stack.tunnel("bob") as t:
+        done = await t.adb("install", str(apk))
+        assert done.returncode == 0 and "Success" in done.stdout, done.stdout + done.stderr
+    assert f"package:{package}" in await _packages(stack)
+    async with stack.api("bob") as bob:
+        async with asyncio.timeout(WAIT_S):  # noted once the bridge learned what it installed
+            while not any(a["package"] == package and a["yours"]  # noqa: ASYNC110
+                          for a in (await bob.get(f"/v1/devices/{stack.device_id}/apps")).json()[
+                              "apps"]):
+                await asyncio.sleep(0.05)
+    async with stack.api("olivia") as olivia:
+        revoked = await olivia.delete(f"/v1/grants/{stack.grant_id}")
+        assert revoked.status_code in (200, 204), revoked.text
+        try:
+            async with asyncio.timeout(WAIT_S):  # the revoking route sweeps at once
+                while f"package:{package}" in await _packages(stack):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        finally:  # lend it again for the other tests
+            again = await olivia.post("/v1/grants",
+                                      json={"device": stack.device_id, "user": "bob"})
+            assert again.status_code == 201, again.text
+            stack.grant_id = str(again.json()["id"])
+
+
+async def _packages(stack: Stack) -> set[str]:
+    listed = await asyncio.to_thread(stack.sim.adb.shell, "pm list packages")
+    return set(listed.split())
+
+
 async def test_the_owners_pause_switch_ends_open_streams(stack: Stack) -> None:
     import socket
 

@@ -70,3 +70,39 @@ async def test_killing_the_cli_ends_the_tunnel_and_its_streams(stack: Stack) -> 
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_the_cli_tries_each_controller_url_in_turn(stack: Stack) -> None:
+    """``DROIDWIRE_CONTROLLER=url1,url2``: a URL nothing answers at is skipped (any replica
+    serves a tunnel, docs/tunnel.md); a controller's refusal is not."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = {**os.environ, "DROIDWIRE_CONTROLLER": f"{dead},{stack.url}",
+           "DROIDWIRE_TOKEN": stack.tokens["olivia"]}
+    proc = await asyncio.create_subprocess_exec(
+        DROIDWIRE, "device", "tunnel", stack.device_id, "--json", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line, (await proc.communicate())[1].decode()
+        address = json.loads(line)["address"]
+        try:
+            assert "connected" in (await stack.adb("connect", address)).stdout
+            await asyncio.to_thread(wait_for_state, stack.laptop.client(), address, "device",
+                                    WAIT_S)
+            echoed = await stack.adb("-s", address, "shell", "echo", "second", "url")
+            assert echoed.stdout == "second url\n", echoed.stderr
+        finally:
+            await stack.adb("disconnect", address)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    # A refusal from the first controller that answers stands: sam may not use the device.
+    env["DROIDWIRE_TOKEN"] = stack.tokens["sam"]
+    refused = await asyncio.create_subprocess_exec(
+        DROIDWIRE, "device", "tunnel", stack.device_id, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _out, err = await asyncio.wait_for(refused.communicate(), WAIT_S)
+    assert refused.returncode == 4, err.decode()  # not_found: the device is not his to see
+    assert b"cannot reach" not in err

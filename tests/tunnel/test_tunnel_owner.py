@@ -8,15 +8,23 @@ push is `make bench`'s (bench/tunnel.py), where its speed is a figure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import io
 import os
+import pty
+import select
 import socket
+import subprocess
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from device_bridge.policy import Profile
 from device_bridge.sim.apk import SimPackage, build_apk
 from tests.adb_support import free_port
 from tests.tunnel.conftest import WAIT_S, Stack
@@ -172,3 +180,98 @@ async def test_many_streams_at_once_and_junk_on_the_local_port(
         back = tmp_path / "many-back.bin"
         assert (await t.adb("pull", f"{DIR}/many.bin", str(back))).returncode == 0
         assert back.read_bytes() == payload
+
+
+@contextlib.contextmanager
+def _profile_full(stack: Stack) -> Iterator[None]:
+    """The device on the owner's ``full`` profile (the bridge's ``[policy.devices]``)."""
+    policy = stack.bridge.policy
+    saved = policy.config
+    policy.config = dataclasses.replace(saved, devices={**saved.devices,
+                                                       stack.serial: Profile.FULL})
+    try:
+        yield
+    finally:
+        policy.config = saved
+
+
+def _shell_on_a_pty(stack: Stack, address: str, model: str) -> tuple[int, str]:
+    """``adb -s ADDRESS shell`` on a terminal, as a person types into it: wait for the prompt,
+    type a command, read its output, type ``exit 3``; adb's exit code and what it showed."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [stack.laptop.adb, "-P", str(stack.laptop.port), "-s", address, "shell"],
+        stdin=slave, stdout=slave, stderr=slave, env=stack.laptop.env, start_new_session=True)
+    os.close(slave)
+    shown = bytearray()
+    deadline = time.monotonic() + WAIT_S
+
+    def read_until(wanted: bytes, start: int = 0) -> None:
+        while wanted not in shown[start:]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"never showed {wanted!r}: {bytes(shown)!r}")
+            if select.select([master], [], [], left)[0]:
+                try:
+                    data = os.read(master, 4096)
+                except OSError:  # EIO: adb exited, the terminal closed
+                    data = b""
+                if not data:
+                    raise AssertionError(f"ended before {wanted!r}: {bytes(shown)!r}")
+                shown.extend(data)
+
+    try:
+        read_until(b"$ ")
+        os.write(master, b"getprop ro.product.model\r")
+        typed = len(shown)
+        read_until(b"getprop ro.product.model", typed)  # the terminal's echo
+        answered = shown.index(b"getprop ro.product.model", typed) + len(b"getprop ro.product.model")
+        read_until(model.encode(), answered)  # the phone's answer, after the echo
+        read_until(b"$ ", answered)  # the next prompt
+        os.write(master, b"exit 3\r")
+        code = proc.wait(WAIT_S)
+        return code, shown.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+async def test_owner_interactive_shell_on_the_full_profile(stack: Stack) -> None:
+    model = (await asyncio.to_thread(stack.sim.adb.shell, "getprop ro.product.model")).strip()
+    assert model
+    with _profile_full(stack):
+        async with stack.tunnel("olivia") as t:
+            # On a terminal: adb asks for a PTY shell, a person types into it.
+            code, shown = await asyncio.to_thread(_shell_on_a_pty, stack, t.address, model)
+            assert code == 3, shown
+            # Typed into a pipe: the same shell without a PTY reads its stdin line by line.
+            piped = await asyncio.to_thread(
+                subprocess.run, [stack.laptop.adb, "-P", str(stack.laptop.port), "-s",
+                                 t.address, "shell"],
+                input=b"echo piped as $USER\nexit 4\n", capture_output=True,
+                env=stack.laptop.env, timeout=WAIT_S)
+            assert piped.stdout == b"piped as shell\n", piped
+            assert piped.returncode == 4, piped
+        # `full` is the owner's alone: her borrower on the same device gets `standard`.
+        async with stack.tunnel("bob") as t:
+            refused = await asyncio.to_thread(
+                subprocess.run, [stack.laptop.adb, "-P", str(stack.laptop.port), "-s",
+                                 t.address, "shell"],
+                input=b"echo not for you\n", capture_output=True, env=stack.laptop.env,
+                timeout=WAIT_S)
+            assert b"interactive shell is not available on profile standard" in refused.stderr
+            assert refused.returncode != 0 and b"not for you" not in refused.stdout
+
+
+async def test_many_short_streams_in_a_row_are_all_answered(stack: Stack) -> None:
+    """Round after round of parallel `adb shell`s: a stream counts among the OPENs being
+    answered until the bridge answered it, not until its audit entry is written, so a busy
+    audit log never refuses the next ones (`busy`)."""
+    async with stack.tunnel("olivia") as t:
+        for round_ in range(12):
+            results = await asyncio.gather(*(t.adb("shell", "echo", f"r{round_}n{i}")
+                                             for i in range(6)))
+            got = [(r.returncode, r.stdout + r.stderr) for r in results]
+            assert got == [(0, f"r{round_}n{i}\n") for i in range(6)], got

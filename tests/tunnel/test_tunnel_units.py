@@ -239,3 +239,14 @@ def test_refusals_as_adb_clients_print_them() -> None:
     assert refusal_reply("reverse:forward:tcp:1;tcp:2", "no") == b"FAIL000edroidwire: no\n"
     for bare in ("sync:", "tcp:80", "jdwp:12", "framebuffer:", "localfilesystem:/x"):
         assert refusal_reply(bare, "no") is None
+
+
+def test_an_installed_chunk_names_packages_only() -> None:
+    chunk = parse_tunnel_chunk(TunnelChunk(installed=["com.example.a", "org.b_c"]).to_wire())
+    assert chunk.installed == ["com.example.a", "org.b_c"] and not chunk.eof
+    for bad in ({"installed": "com.example.a"}, {"installed": ["../etc"]},
+                {"installed": ["com.example.a; rm"]}, {"installed": [1]},
+                {"installed": ["a.b"] * 65}):
+        with pytest.raises(RpcError) as refused:
+            parse_tunnel_chunk(bad)
+        assert refused.value.code is ErrorCode.BAD_REQUEST
