@@ -26,15 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import figure
+from bench.crowd import BareClient, BridgeClient, Tally, close_crowd, open_crowd
 from bench.stack import (
-    BareClient,
-    BridgeClient,
     ServerProcess,
-    Tally,
-    close_crowd,
     free_port,
     noted,
-    open_crowd,
     raise_nofile,
     rss_kb,
     seed_bridge_tokens,

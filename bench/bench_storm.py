@@ -1,7 +1,7 @@
 """``reconnect_storm_s``: N bridges back after a controller restart, against bare websockets
 clients reconnecting to a restarted bare server; and ``loop_delay_p99_ms`` meanwhile.
 
-N = 5,000 (full) or 300 (quick) lightweight bridges (see :mod:`bench.stack`: the real
+N = 5,000 (full) or 300 (quick) lightweight bridges (see :mod:`bench.crowd`: the real
 handshake and hello/welcome, one token each) hold connections to a controller in a process of
 its own. A restart is a rolling one on one port: the next controller process starts and
 listens with ``SO_REUSEPORT`` beside the current one, then (the clock starts) the current
@@ -30,15 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import figure, median
+from bench.crowd import BareClient, BridgeClient, Tally, close_crowd, open_crowd
 from bench.stack import (
-    BareClient,
-    BridgeClient,
     ServerProcess,
-    Tally,
-    close_crowd,
     free_port,
     noted,
-    open_crowd,
     raise_nofile,
     seed_bridge_tokens,
     start_all,

@@ -25,28 +25,37 @@ bridge says so once in its log and builds without the check.
 ``"kotlinc"`` (the check, then the simulated toolchain; refused when the compiler is not set
 up) or ``"gradle"`` (never fall back). Blocking work — copying, tar, reading APKs, the simulated
 compiler — runs in threads; Gradle runs as an asyncio subprocess in its own process group,
-killed as a group on timeout or cancellation.
+killed as a group on timeout or cancellation (:mod:`device_bridge.build_gradle`). What the host
+offers — a JDK, an SDK, the kotlinc check, the simulated toolchain — is found by
+:mod:`device_bridge.build_host`; its names are importable from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import inspect
 import logging
 import os
-import shutil
-import signal
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Apk, CompileResult
 
+from .build_gradle import read_apks, run_gradle
+from .build_host import (
+    Checker,
+    HostToolchain,
+    SimulatedCompiler,
+    detect_host,
+    kotlinc_ready,
+    load_kotlinc,
+    load_simulated,
+)
 from .workspace import (
     DEFAULT_SLOTS_PER_PROJECT,
     Lease,
@@ -56,7 +65,6 @@ from .workspace import (
     default_state_dir,
     source_fingerprint,
 )
-from .workspace.fsutil import is_within
 
 __all__ = [
     "DEFAULT_COMPILE_TIMEOUT_S",
@@ -82,8 +90,6 @@ DEFAULT_COMPILE_TIMEOUT_S = 900.0
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # Gradle's compiler errors come near the end of its output: keep the tail when it is long.
 MAX_OUTPUT_BYTES = 2 * 1024 * 1024
-# After killing Gradle, how long to wait for a grandchild that still holds the pipe open.
-_DRAIN_AFTER_KILL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -117,113 +123,6 @@ class CompileOutcome:
             ok=self.ok, output=self.output, toolchain=self.toolchain, apks=apks,
             checked_by=self.checked_by, check=self.check,
         )
-
-
-@dataclass(frozen=True)
-class HostToolchain:
-    """What this host offers for a real Android build."""
-
-    java: Path | None
-    sdk: Path | None
-    build_tools: tuple[str, ...] = ()
-    gradle: Path | None = None  # ``gradle`` on PATH, used when a project has no wrapper
-
-    @property
-    def can_build(self) -> bool:
-        return self.java is not None and self.sdk is not None and bool(self.build_tools)
-
-    @property
-    def missing(self) -> list[str]:
-        out = []
-        if self.java is None:
-            out.append("a JDK (java)")
-        if self.sdk is None:
-            out.append("the Android SDK (ANDROID_HOME or ANDROID_SDK_ROOT)")
-        elif not self.build_tools:
-            out.append(f"build-tools in {self.sdk}")
-        return out
-
-
-def detect_host(env: Mapping[str, str] | None = None) -> HostToolchain:
-    """Look for a JDK and an Android SDK the way Gradle and AGP do (environment first)."""
-    env = os.environ if env is None else env
-    path = env.get("PATH", "")
-    java: Path | None = None
-    java_home = env.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            java = candidate
-    if java is None:
-        found = shutil.which("java", path=path)
-        java = Path(found) if found else None
-
-    sdk: Path | None = None
-    build_tools: tuple[str, ...] = ()
-    for var in ("ANDROID_HOME", "ANDROID_SDK_ROOT"):
-        value = env.get(var)
-        if value and Path(value).is_dir():
-            sdk = Path(value)
-            bt = sdk / "build-tools"
-            if bt.is_dir():
-                build_tools = tuple(
-                    sorted(d.name for d in bt.iterdir() if d.is_dir() and any(d.iterdir()))
-                )
-            break
-    gradle = shutil.which("gradle", path=path)
-    return HostToolchain(java, sdk, build_tools, Path(gradle) if gradle else None)
-
-
-class SimulatedCompiler(Protocol):
-    """What the build service needs of ``device_bridge.sim.toolchain.SimulatedToolchain``."""
-
-    def compile(self, project_dir: Path, test_code: str, *, test_path: Path | None = None) -> Any:
-        """Build ``test_code`` (written at ``test_path``) against the project in ``project_dir``;
-        returns an object with ``ok``, ``output``, ``app_apk``, ``test_apk``."""
-
-
-class Checker(Protocol):
-    """What the build service needs of ``device_bridge.kotlinc.KotlincChecker``."""
-
-    def check(
-        self, project_dir: Path, test_path: Path, *, module: str = "app",
-        app_dir: Path | None = None, timeout_s: float | None = None,
-    ) -> Any:
-        """Type-check the test at ``test_path``; an object with ``ok``, ``output``,
-        ``summary()``."""
-
-    def close(self) -> None: ...
-
-
-def kotlinc_ready(env: Mapping[str, str] | None = None) -> str | None:
-    """None when the kotlinc check can run here, else what is missing (cheap: no build)."""
-    try:
-        from device_bridge.kotlinc.install import cache_dir, compiler_ok, find_java
-    except ImportError as exc:  # pragma: no cover - part of this package
-        return f"device_bridge.kotlinc is not importable: {exc}"
-    env_d = dict(os.environ if env is None else env)
-    if find_java(env_d) is None:
-        return "no JDK (java and javac; Debian: openjdk-17-jdk-headless)"
-    if not compiler_ok(cache_dir(env_d)):
-        return "the pinned Kotlin compiler is not in the cache (run `make setup`)"
-    return None
-
-
-def _load_kotlinc(env: Mapping[str, str]) -> Checker:
-    """Build (or find) the class path and a checker with its warm compiler. Raises
-    ``device_bridge.kotlinc.SetupError`` with what is missing."""
-    from device_bridge.kotlinc import KotlincChecker, ensure_layout
-
-    return KotlincChecker(ensure_layout(fetch=False, env=dict(env)), env=env)
-
-
-def _load_simulated() -> SimulatedCompiler | None:
-    try:
-        from device_bridge.sim.toolchain import SimulatedToolchain
-    except ImportError as exc:
-        log.warning("simulated toolchain unavailable (pip install 'droidwire[sim]'): %s", exc)
-        return None
-    return SimulatedToolchain()
 
 
 def _sha256(data: bytes) -> str:
@@ -284,7 +183,7 @@ class BuildService:
     @property
     def simulated(self) -> SimulatedCompiler | None:
         if not self._simulated_loaded:
-            self._simulated = _load_simulated()
+            self._simulated = load_simulated()
             self._simulated_loaded = True
         return self._simulated
 
@@ -313,7 +212,7 @@ class BuildService:
         async with self._checker_lock:
             if self._checker is None and self._checker_missing is None:
                 try:
-                    self._checker = await asyncio.to_thread(_load_kotlinc, self._env)
+                    self._checker = await asyncio.to_thread(load_kotlinc, self._env)
                 except Exception as exc:  # SetupError, OSError: say it once, go without
                     self._checker_missing = str(exc)
                     log.warning("the kotlinc check is off: %s", exc)
@@ -584,43 +483,11 @@ class BuildService:
             env["ANDROID_HOME"] = str(self.host.sdk)
         if self.host.java is not None and "JAVA_HOME" not in env:
             env["JAVA_HOME"] = str(self.host.java.parent.parent)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=lease.project_dir,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a timeout kills the whole tree
-            )
-        except OSError as exc:
-            raise RpcError(
-                ErrorCode.UNAVAILABLE,
-                f"cannot start Gradle ({' '.join(argv[:2])}): {exc.strerror or exc}",
-                {"reason": "gradle_start"},
-            ) from exc
-        assert proc.stdout is not None
-        tail = _Tail(self.max_output_bytes)
-        reader = asyncio.ensure_future(tail.read_from(proc.stdout))
-        waiter = asyncio.ensure_future(proc.wait())
-        lease.hold(waiter)  # the slot stays taken until Gradle is really gone
-        try:
-            rc = await asyncio.shield(waiter)
-            # A grandchild that kept the pipe open must not hold the build hostage.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader, _DRAIN_AFTER_KILL_S)
-        except BaseException:
-            _kill_group(proc)
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(waiter), _DRAIN_AFTER_KILL_S)
-            raise
-        output = tail.text()
+        rc, output = await run_gradle(argv, lease, env, max_output_bytes=self.max_output_bytes)
         ok = rc == 0
         app_apk = test_apk = None
         if ok:
-            app_apk, test_apk = await asyncio.to_thread(_read_apks, lease)
+            app_apk, test_apk = await asyncio.to_thread(read_apks, lease)
         log.info("gradle exited %s for %s", rc, lease.test_class)
         return self._outcome(lease, ok, output, "gradle", app_apk, test_apk)
 
@@ -736,61 +603,3 @@ def from_config(
         slots_per_project=slots,
     )
     return BuildService(manager, prefer=prefer, env=env)
-
-
-class _Tail:
-    """The last ``limit`` bytes of a stream, readable even if the reading is cut short."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.buf = bytearray()
-        self.dropped = 0
-
-    async def read_from(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(64 * 1024):
-            self.buf += chunk
-            if len(self.buf) > self.limit:
-                self.dropped += len(self.buf) - self.limit
-                del self.buf[: len(self.buf) - self.limit]
-
-    def text(self) -> str:
-        text = self.buf.decode("utf-8", "replace")
-        if self.dropped:
-            text = f"[droidwire: {self.dropped} earlier bytes of output dropped]\n{text}"
-        return text
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _find_apk(directory: Path, root: Path) -> bytes | None:
-    try:
-        apks = [p for p in directory.glob("*.apk") if p.is_file()]
-    except OSError:
-        return None
-    if not apks:
-        return None
-    newest = max(apks, key=lambda p: p.stat().st_mtime_ns)
-    if not is_within(newest.resolve(), root):
-        raise RpcError(ErrorCode.FORBIDDEN, "refused: an APK path leaves the working copy")
-    return newest.read_bytes()
-
-
-def _read_apks(lease: Lease) -> tuple[bytes, bytes]:
-    root = lease.project_dir.resolve()
-    outputs = lease.project_dir / lease.project.module / "build" / "outputs" / "apk"
-    try:
-        app = _find_apk(outputs / "debug", root)
-        test = _find_apk(outputs / "androidTest" / "debug", root)
-    except OSError as exc:
-        raise RpcError(ErrorCode.UNAVAILABLE, f"cannot read the built APKs: {exc}") from exc
-    if app is None or test is None:
-        raise RpcError(
-            ErrorCode.INTERNAL,
-            f"Gradle succeeded but left no {'app' if app is None else 'test'} APK under {outputs}",
-        )
-    return app, test

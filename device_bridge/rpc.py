@@ -17,32 +17,27 @@ The dispatcher remembers which packages it installed on each device: ``am start|
 instrument`` and ``pm clear`` are allowed for them (the policy's ``CommandContext``), and
 :meth:`Dispatcher.cleanup` uninstalls what is left when the bridge stops (docs/design.md §6).
 
-Logcat subscriptions stream ``evt`` batches on a channel of their own (``d`` =
-:class:`protocol.methods.LogBatch`, ``seq`` in the envelope): at most ``logcat_batch_lines``
-lines per batch, flushed after ``logcat_flush_s``, read from a bounded buffer whose overflow
-becomes a ``dropped`` count, never silent loss. A subscription ends on unsubscribe (a last
-batch with ``eof`` and reason ``unsubscribed``), when the owner pauses sharing (reason
-``paused``), when the device's stream ends, or when the link drops
-(:meth:`Dispatcher.end_streams`).
+Logcat subscriptions stream ``evt`` batches on a channel of their own, at most
+``logcat_batch_lines`` lines per batch, flushed after ``logcat_flush_s``
+(:mod:`device_bridge.logcat_stream`: the bounded buffer, the ``dropped`` count, how a
+subscription ends); the link's drop ends them all (:meth:`Dispatcher.end_streams`).
+``source.lookup`` reads the project's sources through :mod:`device_bridge.source_lookup`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import logging
-import re
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from device_bridge.logcat_stream import EventSink, LogcatStreams, StreamStats, only_pids
 from device_bridge.policy import CommandContext, LogcatScope, Policy, Rule
+from device_bridge.source_lookup import lookup_methods, open_index
 from protocol.envelope import PROTOCOL_VERSION, Capabilities, DeviceInfo
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import (
@@ -70,13 +65,11 @@ from protocol.methods import (
     InstallParams,
     InstallResult,
     InstrumentParams,
-    LogBatch,
     LogcatClearParams,
     LogcatDumpParams,
     LogcatSubscribeParams,
     LogcatUnsubscribeParams,
     Method,
-    MethodRecord,
     PingParams,
     PullParams,
     PushParams,
@@ -89,7 +82,7 @@ from protocol.methods import (
 from protocol.settings import DEFAULTS
 
 if TYPE_CHECKING:
-    from device_bridge.adb import AdbDevices, LineStream
+    from device_bridge.adb import AdbDevices
     from device_bridge.build import BuildService
 
 __all__ = ["DEVICE_METHODS", "Dispatcher", "EventSink", "Immediate", "StreamStats"]
@@ -105,46 +98,11 @@ DEVICE_METHODS = frozenset(
         SCREENSHOT, PUSH, PULL, INSTALL, UNINSTALL, INSTRUMENT,
     )
 )
-MAX_SUBSCRIPTIONS = 32
 # The answer to a device method on a bridge without an adb layer (build only).
 NO_DEVICES = "this bridge serves no devices"
 # Whether the request being served comes from the device's owner (``as_owner``, vouched for by
 # the controller): set per request, in the task that serves it.
 _AS_OWNER: contextvars.ContextVar[bool] = contextvars.ContextVar("as_owner", default=False)
-MAX_LOOKUP_RESULTS = 20
-MAX_SOURCE_TEXT = 8192
-
-_THREADTIME_PID = re.compile(r"^\S+ +\S+ +(\d+) ")
-
-
-class EventSink(Protocol):
-    """Where stream batches go: the link (``emit`` waits for room; False once it is down)."""
-
-    async def emit(self, channel: str, data: Any) -> bool: ...
-
-
-@dataclass(eq=False)
-class StreamStats:
-    """Counters of one subscription (logs, metrics, tests). ``overflowed`` is set the first
-    time the link fell behind and the stream had to wait for it; ``dropped_lines`` counts the
-    lines the device layer dropped because it stayed behind longer than its ``stall_s``."""
-
-    sent_batches: int = 0
-    dropped_lines: int = 0
-    overflowed: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(eq=False)
-class _Subscription:
-    channel: str
-    serial: str
-    stream: LineStream
-    pids: frozenset[int] | None = None  # instrument-only scope: keep only these processes
-    unsubscribed: bool = False
-    stats: StreamStats = field(default_factory=StreamStats)
-    task: asyncio.Task[None] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 #: A handler that never waits: params → result dict, or raise :class:`RpcError`.
@@ -194,7 +152,7 @@ class Dispatcher:
         # the run, never cleared or uninstalled by us (what the device told us, not the APK)
         self.updated: dict[str, set[str]] = {}
         self._screens: dict[str, tuple[int, int] | None] = {}
-        self._subs: dict[str, _Subscription] = {}
+        self.logcat = LogcatStreams(queue_batches=queue_batches, paused=lambda: self.policy.paused)
         self._indexes: dict[str, Any] = {}  # project name -> fixer SourceCodeIndex
         # Other services' streams end with the link too; cached facts go with a device.
         self.stream_enders: list[Callable[[], Awaitable[None]]] = []
@@ -444,15 +402,14 @@ class Dispatcher:
         lines = await self.adb().logcat_dump(
             p.serial, format=p.format, lines=p.lines, buffers=p.buffers, pid=p.pid
         )
-        return {"lines": _only(lines, pids)}
+        return {"lines": only_pids(lines, pids)}
 
     async def _logcat_subscribe(self, p: LogcatSubscribeParams) -> dict[str, Any]:
         pids = await self._scope(p.serial, p.buffers, p.format)
         sink = self.sink
         if sink is None:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
-        if len(self._subs) >= MAX_SUBSCRIPTIONS:
-            raise RpcError(ErrorCode.BUSY, f"at most {MAX_SUBSCRIPTIONS} logcat subscriptions")
+        self.logcat.check_room()
         stream = await self.adb().logcat_follow(
             p.serial,
             format=p.format,
@@ -463,125 +420,25 @@ class Dispatcher:
             flush_s=self.flush_s,
             max_lines=self.stream_max_lines,
         )
-        sub = _Subscription(channel=f"lc-{uuid.uuid4().hex}", serial=p.serial, stream=stream)
-        sub.pids = pids
-        self._subs[sub.channel] = sub
-        # The result (with the channel) is queued before the first batch: the pump starts
-        # on the next loop turn, after the link completed this request.
-        sub.task = asyncio.get_running_loop().create_task(
-            self._pump(sub, sink), name=f"droidwire-logcat-{p.serial}"
-        )
-        log.info("logcat of %s streaming on %s", p.serial, sub.channel)
-        return {"channel": sub.channel}
-
-    async def _pump(self, sub: _Subscription, sink: EventSink) -> None:
-        """Read the device's stream; send batches as the link allows.
-
-        Between the two, at most ``queue_batches`` batches wait. When the link is slower than
-        the device the reader waits for room, so the device layer's buffer fills and then the
-        adb stream itself pushes back (as a phone's logd holds lines for a slow reader). Only
-        a link that stays behind for the device layer's ``stall_s`` costs lines, and those
-        are counted: the next batch carries ``dropped``, so the consumer sees an explicit
-        gap, never silent loss. (Dropping here instead lost lines to any momentary slowness
-        of a loaded host.)
-        """
-        queue: collections.deque[LogBatch] = collections.deque()
-        ready = asyncio.Event()
-        room = asyncio.Event()
-        finished = False
-
-        async def read() -> None:
-            nonlocal finished
-            try:
-                async for batch in sub.stream:
-                    if self.policy.paused:
-                        # The owner's kill switch ends live streams too, not only new calls.
-                        queue.append(LogBatch(lines=[], eof=True, reason="paused"))
-                        ready.set()
-                        break
-                    lines = _only(batch.lines, sub.pids)
-                    reason = "unsubscribed" if batch.eof and sub.unsubscribed else batch.reason
-                    if not lines and not batch.dropped and not batch.eof:
-                        continue
-                    while len(queue) >= self.queue_batches and not batch.eof:
-                        sub.stats.overflowed.set()  # the link is behind: hold the device back
-                        room.clear()
-                        await room.wait()
-                    sub.stats.dropped_lines += batch.dropped
-                    queue.append(
-                        LogBatch(lines=lines, dropped=batch.dropped, eof=batch.eof, reason=reason)
-                    )
-                    ready.set()
-                    if batch.eof:
-                        break
-            finally:
-                finished = True
-                ready.set()
-
-        reader = asyncio.create_task(read(), name=f"droidwire-logcat-read-{sub.serial}")
-        try:
-            await asyncio.sleep(0)  # let the subscribe result go out first
-            while True:
-                while not queue:
-                    if finished:
-                        return
-                    ready.clear()
-                    await ready.wait()
-                out = queue.popleft()
-                room.set()
-                if not await sink.emit(sub.channel, out.to_wire()):
-                    return  # the link is down: the subscription ends with it
-                sub.stats.sent_batches += 1
-                if out.eof:
-                    return
-        except Exception:
-            log.exception("logcat stream %s failed", sub.channel)
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
-            with contextlib.suppress(Exception):
-                await sub.stream.aclose()
-            self._subs.pop(sub.channel, None)
-            sub.done.set()
+        return {"channel": self.logcat.start(p.serial, stream, pids, sink)}
 
     async def _logcat_unsubscribe(self, p: LogcatUnsubscribeParams) -> dict[str, Any]:
-        sub = self._subs.get(p.channel)
-        if sub is None:
-            return {}  # idempotent: already ended
-        sub.unsubscribed = True
-        await sub.stream.aclose()  # the pump forwards what is left, then the eof batch
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5.0):
-                await sub.done.wait()
-        if sub.task is not None and not sub.task.done():
-            sub.task.cancel()
+        await self.logcat.unsubscribe(p.channel)
         return {}
 
     async def end_streams(self) -> None:
         """The link dropped: end every subscription (the controller subscribes again)."""
-        subs = list(self._subs.values())
-        for sub in subs:
-            if sub.task is not None:
-                sub.task.cancel()
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.stream.aclose()
-            if sub.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sub.task
-        self._subs.clear()
+        await self.logcat.end_all()
         for end in self.stream_enders:
             with contextlib.suppress(Exception):
                 await end()
 
     @property
     def subscriptions(self) -> list[str]:
-        return list(self._subs)
+        return self.logcat.channels
 
     def stream_stats(self, channel: str) -> StreamStats | None:
-        sub = self._subs.get(channel)
-        return sub.stats if sub is not None else None
+        return self.logcat.stats(channel)
 
     # -- screen, files -------------------------------------------------------------------------
 
@@ -668,9 +525,9 @@ class Dispatcher:
         project = self.build.workspaces.projects.get(p.project)
         index = self._indexes.get(project.name)
         if index is None:
-            index = await asyncio.to_thread(_open_index, project.path)
+            index = await asyncio.to_thread(open_index, project.path)
             self._indexes[project.name] = index
-        found = await asyncio.to_thread(_lookup, index, list(p.names))
+        found = await asyncio.to_thread(lookup_methods, index, list(p.names))
         return SourceLookupResult(methods=found)
 
 
@@ -694,50 +551,3 @@ def _first_word(command: str | Sequence[str]) -> str:
     if isinstance(command, str):
         return command.strip().split(" ", 1)[0]
     return command[0] if command else ""
-
-
-def _only(lines: list[str], pids: frozenset[int] | None) -> list[str]:
-    """Keep the lines of ``pids``' processes (threadtime format); all when ``pids`` is None."""
-    if pids is None:
-        return lines
-    out = []
-    for line in lines:
-        match = _THREADTIME_PID.match(line)
-        if match is not None and int(match[1]) in pids:
-            out.append(line)
-    return out
-
-
-def _open_index(root: Path) -> Any:
-    # The only fixer import the bridge allows (docs/design.md §2): pure parsing of the sources,
-    # with the tree-sitter parsers of the `sources` extra.
-    try:
-        from fixer.source_index import SourceCodeIndex
-    except ImportError as exc:
-        raise RpcError(
-            ErrorCode.UNAVAILABLE,
-            "this bridge has no source index: pip install 'droidwire[sources]' on it",
-            {"reason": "no_source_index"},
-        ) from exc
-
-    try:
-        return SourceCodeIndex(root, auto_refresh=True)
-    except OSError as exc:
-        raise RpcError(ErrorCode.UNAVAILABLE, f"cannot index the project's sources: {exc}") from exc
-
-
-def _lookup(index: Any, names: list[str]) -> list[MethodRecord]:
-    out: list[MethodRecord] = []
-    for name in names:
-        for record in index.lookup(name)[:MAX_LOOKUP_RESULTS]:
-            out.append(
-                MethodRecord(
-                    name=record.name,
-                    owner=record.qualified_owner,
-                    file=record.file,
-                    line=record.start_line,
-                    signature=record.signature,
-                    text=record.body[:MAX_SOURCE_TEXT],
-                )
-            )
-    return out

@@ -7,7 +7,9 @@ Screen streams (one per subscription; the controller subscribes once per device 
 fans the frames out to every viewer):
 
 * **source** — ``codec: h264``: ``screenrecord --output-format=h264 -`` over ``exec:`` (the
-  phone's own encoder), cut into access units on the bridge (:class:`AnnexB`); when the device
+  phone's own encoder), cut into access units on the bridge
+  (:class:`~device_bridge.screen_media.AnnexB`, read by
+  :class:`~device_bridge.screen_media.H264Reader`); when the device
   gives no H.264 picture within ``probe_s`` (no ``screenrecord``, an old Android, a refusal) the
   stream falls back to ``screencap`` pictures as JPEG, and the subscribe result says so
   (``codec``, ``source``). ``jpeg``/``png``: ``screencap -p`` polled at most ``max_fps`` times a
@@ -23,9 +25,9 @@ fans the frames out to every viewer):
 Remote control: every ``device.input`` passes ``Policy.check_ui`` and then the very argv
 checks an agent's ``ui.*`` action meets (:meth:`AgentToolkit._command`: the ``standard``
 allow-list with the screen's bounds, or the ``full`` profile's own), then goes down **one
-persistent shell per device** (:class:`InputShell`, a ``shell,v2,raw:`` session kept open),
-not one adb connection per event. Coordinates arrive as fractions of the screen as shown and
-are mapped with ``wm size`` and the current rotation (``dumpsys window``). ``power`` is a key
+persistent shell per device** (:class:`~device_bridge.input_shell.InputShell`, a
+``shell,v2,raw:`` session kept open), not one adb connection per event. Coordinates arrive as
+fractions of the screen as shown and are mapped with ``wm size`` and the current rotation (``dumpsys window``). ``power`` is a key
 like the others: the profile's allow-list decides (``standard`` allows ``input keyevent``).
 """
 
@@ -34,11 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
-import itertools
 import logging
 import shlex
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -46,11 +45,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from device_bridge.agent.state import parse_rotation
+from device_bridge.input_shell import InputShell
+from device_bridge.screen_media import AnnexB, H264Reader, to_picture
 from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import (
     INPUT,
     INPUT_KEYS,
-    MAX_FRAME_DATA,
     SCREEN_SUBSCRIBE,
     SCREEN_UNSUBSCRIBE,
     InputParams,
@@ -64,15 +64,14 @@ if TYPE_CHECKING:
     from device_bridge.agent.toolkit import AgentToolkit
     from device_bridge.rpc import Dispatcher
 
+# AnnexB, InputShell and to_picture live in screen_media / input_shell; importable from here too.
 __all__ = ["AnnexB", "InputShell", "ScreenService", "to_picture"]
 
 log = logging.getLogger("droidwire.bridge.screen")
 
 MAX_SCREEN_STREAMS = 8
 LONG_PRESS_MS = 800
-INPUT_TIMEOUT_S = 15.0
 PROBE_S = 5.0
-_MARK = "@dw-input"
 
 
 class IdleSink(Protocol):
@@ -80,198 +79,6 @@ class IdleSink(Protocol):
 
     async def emit(self, channel: str, data: Any) -> bool: ...
     async def idle(self) -> bool: ...
-
-
-# -- pictures and access units ---------------------------------------------------------------
-
-
-def to_picture(png: bytes, codec: str, max_side: int) -> tuple[bytes, int, int]:
-    """``screencap -p`` output → (``codec`` bytes, width, height), scaled to ``max_side``."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(png)) as opened:
-        opened.load()
-        img: Image.Image = opened
-        w, h = img.size
-        scale = min(1.0, max_side / max(w, h))
-        if scale < 1.0 or codec == "jpeg":
-            if scale < 1.0:
-                size = (max(1, round(w * scale)), max(1, round(h * scale)))
-                img = img.resize(size, Image.Resampling.BILINEAR)
-            out = io.BytesIO()
-            if codec == "jpeg":
-                img.convert("RGB").save(out, "JPEG", quality=70)
-            else:
-                img.save(out, "PNG", compress_level=1)
-            return out.getvalue(), img.size[0], img.size[1]
-        return png, w, h
-
-
-class AnnexB:
-    """An H.264 Annex B byte stream → access units (bytes), with a key-frame flag.
-
-    An access unit starts at an access unit delimiter, an SPS/PPS/SEI that follows a picture,
-    or a picture slice whose ``first_mb_in_slice`` is 0 after another picture. Bounded: an
-    access unit longer than :data:`MAX_FRAME_DATA` is dropped (and counted).
-    """
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._unit = bytearray()
-        self._has_picture = False
-        self._key = False
-        self.oversized = 0
-
-    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
-        self._buf += data
-        out: list[tuple[bytes, bool]] = []
-        while True:
-            head = self._buf.find(b"\x00\x00\x01")
-            start = self._buf.find(b"\x00\x00\x01", head + 3) if head >= 0 else -1
-            if start < 0:
-                break
-            # A 4-byte start code belongs to the next NAL unit.
-            cut = start - 1 if self._buf[start - 1] == 0 else start
-            self._nal(bytes(self._buf[:cut]), out)
-            del self._buf[:cut]
-        if len(self._buf) > MAX_FRAME_DATA:
-            self._buf.clear()
-            self._unit.clear()
-            self._has_picture = False
-            self.oversized += 1
-        return out
-
-    def finish(self) -> list[tuple[bytes, bool]]:
-        out: list[tuple[bytes, bool]] = []
-        if self._buf:
-            self._nal(bytes(self._buf), out)
-            self._buf.clear()
-        self._emit(out)
-        return out
-
-    def _emit(self, out: list[tuple[bytes, bool]]) -> None:
-        if self._has_picture and self._unit:
-            if len(self._unit) <= MAX_FRAME_DATA:
-                out.append((bytes(self._unit), self._key))
-            else:
-                self.oversized += 1
-        self._unit.clear()
-        self._has_picture = False
-        self._key = False
-
-    def _nal(self, nal: bytes, out: list[tuple[bytes, bool]]) -> None:
-        head = nal.find(b"\x00\x00\x01")
-        if head < 0 or head + 3 >= len(nal):
-            return
-        kind = nal[head + 3] & 0x1F
-        picture = kind in (1, 5)
-        if self._has_picture:
-            if kind in (6, 7, 8, 9):
-                self._emit(out)
-            elif picture and head + 4 < len(nal) and nal[head + 4] & 0x80:
-                self._emit(out)  # first_mb_in_slice == 0 (ue(v) "1"): a new picture
-        self._unit += nal
-        if picture:
-            self._has_picture = True
-        if kind == 5:
-            self._key = True
-
-
-# -- the persistent input shell --------------------------------------------------------------
-
-
-class InputShell:
-    """One ``shell,v2,raw:`` session on a device, kept open for its input commands.
-
-    Each command is written as one line ending in ``; echo @dw-input N $?``; a reader thread
-    finds that line in the output and completes the caller's future with the exit code. One
-    command runs at a time (the lock), so events arrive in order.
-    """
-
-    def __init__(self, sock: ShellSocket, *, serial: str) -> None:
-        self.serial = serial
-        self._sock = sock
-        self._loop = asyncio.get_running_loop()
-        self._lock = asyncio.Lock()
-        self._count = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[int]] = {}
-        self.closed = False
-        self._thread = threading.Thread(target=self._read, name=f"input {serial}", daemon=True)
-        self._thread.start()
-
-    async def run(self, argv: list[str], *, timeout_s: float = INPUT_TIMEOUT_S) -> int:
-        async with self._lock:
-            if self.closed:
-                raise RpcError(ErrorCode.DEVICE_OFFLINE, f"the input shell of {self.serial} ended")
-            n = next(self._count)
-            future: asyncio.Future[int] = self._loop.create_future()
-            self._waiting[n] = future
-            line = f"{shlex.join(argv)}; echo {_MARK} {n} $?\n".encode()
-            packet = bytes([0]) + len(line).to_bytes(4, "little") + line  # v2 stdin
-            try:
-                await asyncio.to_thread(self._sock.sock.sendall, packet)
-                async with asyncio.timeout(timeout_s):
-                    return await future
-            except TimeoutError as exc:
-                self.close()
-                raise RpcError(ErrorCode.TIMEOUT, f"input on {self.serial} got no answer") from exc
-            except OSError as exc:
-                self.close()
-                raise RpcError(ErrorCode.DEVICE_OFFLINE, f"input shell lost: {exc}") from exc
-            finally:
-                self._waiting.pop(n, None)
-
-    def _read(self) -> None:
-        buf = bytearray()
-        text = bytearray()
-        try:
-            while True:
-                data = self._sock.sock.recv(65536)
-                if not data:
-                    break
-                buf += data
-                while len(buf) >= 5:
-                    length = int.from_bytes(buf[1:5], "little")
-                    if len(buf) < 5 + length:
-                        break
-                    kind, payload = buf[0], bytes(buf[5:5 + length])
-                    del buf[:5 + length]
-                    if kind == 3:
-                        return
-                    if kind == 1:
-                        text += payload
-                        self._lines(text)
-                if len(text) > 65536:  # output nobody asked for: keep memory bounded
-                    del text[:-1024]
-        except OSError:
-            pass
-        finally:
-            self._loop.call_soon_threadsafe(self._ended)
-
-    def _lines(self, text: bytearray) -> None:
-        while (nl := text.find(b"\n")) >= 0:
-            line = text[:nl].decode(errors="replace").strip()
-            del text[:nl + 1]
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == _MARK and parts[1].isdigit():
-                code = int(parts[2]) if parts[2].isdigit() else 255
-                self._loop.call_soon_threadsafe(self._done, int(parts[1]), code)
-
-    def _done(self, n: int, code: int) -> None:
-        future = self._waiting.get(n)
-        if future is not None and not future.done():
-            future.set_result(code)
-
-    def _ended(self) -> None:
-        self.closed = True
-        for future in self._waiting.values():
-            if not future.done():
-                future.set_exception(
-                    RpcError(ErrorCode.DEVICE_OFFLINE, f"the input shell of {self.serial} ended"))
-
-    def close(self) -> None:
-        self.closed = True
-        self._sock.close()
 
 
 # -- screen streams --------------------------------------------------------------------------
@@ -331,7 +138,7 @@ class ScreenService:
             raise RpcError(ErrorCode.BUSY, f"at most {MAX_SCREEN_STREAMS} screen streams")
         stream = _Stream(f"sc-{uuid.uuid4().hex}", p.serial, p.codec, p.max_fps, p.max_side)
         source = "screencap"
-        reader: _H264Reader | None = None
+        reader: H264Reader | None = None
         if p.codec == "h264":
             reader = await self._start_h264(stream)
             if reader is None:
@@ -347,7 +154,7 @@ class ScreenService:
                  stream.codec, source)
         return {"channel": stream.channel, "codec": stream.codec, "source": source}
 
-    async def _start_h264(self, stream: _Stream) -> _H264Reader | None:
+    async def _start_h264(self, stream: _Stream) -> H264Reader | None:
         """Start ``screenrecord``; None when it gives no picture within ``probe_s``."""
         size = await self._oriented_size(stream.serial)
         scale = min(1.0, stream.max_side / max(size))
@@ -360,7 +167,7 @@ class ScreenService:
         except RpcError as exc:
             log.info("screenrecord on %s unavailable: %s", stream.serial, exc)
             return None
-        reader = _H264Reader(sock, asyncio.get_running_loop(), w, h, self._clock)
+        reader = H264Reader(sock, asyncio.get_running_loop(), w, h, self._clock)
         try:
             async with asyncio.timeout(self.probe_s):
                 await reader.first.wait()
@@ -410,7 +217,7 @@ class ScreenService:
         finally:
             await self._finish(stream, sink)
 
-    async def _pump_h264(self, stream: _Stream, sink: Any, reader: _H264Reader) -> None:
+    async def _pump_h264(self, stream: _Stream, sink: Any, reader: H264Reader) -> None:
         need_key = False
         try:
             while True:
@@ -534,78 +341,3 @@ class ScreenService:
                 sock = await self.rpc.adb().open_socket(serial, "shell,v2,raw:", what="input shell")
                 shell = self._shells[serial] = InputShell(sock, serial=serial)
             return shell
-
-
-class _H264Reader:
-    """A thread reading ``screenrecord`` output into access units; the loop takes the newest.
-
-    Holds at most ``keep`` units: when the consumer is slower than the device, older units
-    are dropped here (counted as ``backlog`` for the consumer, which then waits for a key
-    frame) — the device is never held back and nothing stale piles up.
-    """
-
-    def __init__(self, sock: ShellSocket, loop: asyncio.AbstractEventLoop, w: int, h: int,
-                 clock: Callable[[], float], keep: int = 8) -> None:
-        self.sock = sock
-        self.w, self.h = w, h
-        self._loop = loop
-        self._clock = clock
-        self._keep = keep
-        self.units: list[tuple[bytes, bool, int, float]] = []
-        self.sent = 0  # units taken by the consumer
-        self._lost = 0
-        self.first = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._ended = False
-        self.reason: str | None = None
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="screenrecord", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        parser = AnnexB()
-        n = 0
-        try:
-            while True:
-                data = self.sock.sock.recv(65536)
-                if not data:
-                    break
-                units = parser.feed(data)
-                if units:
-                    with self._lock:
-                        for unit, key in units:
-                            n += 1
-                            self.units.append((unit, key, n, self._clock() * 1000))
-                        while len(self.units) > self._keep:
-                            self.units.pop(0)
-                            self._lost += 1
-                    self._loop.call_soon_threadsafe(self._ready)
-            self.reason = "closed"
-        except OSError as exc:
-            self.reason = f"connection lost: {exc}"
-        finally:
-            self._ended = True
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._ready)
-
-    def _ready(self) -> None:
-        self.first.set()
-        self._wake.set()
-
-    def backlog(self) -> int:
-        with self._lock:
-            lost, self._lost = self._lost, 0
-            return lost + len(self.units)
-
-    async def next(self) -> tuple[bytes, bool, int, float] | None:
-        while True:
-            with self._lock:
-                if self.units:
-                    return self.units.pop(0)
-            if self._ended:
-                return None
-            self._wake.clear()
-            await self._wake.wait()
-
-    def close(self) -> None:
-        self.sock.close()

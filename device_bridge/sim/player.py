@@ -24,6 +24,9 @@ What a run looks like (AOSP ``StrictMode``, AndroidJUnitRunner):
 * an exception escaping on the main thread or a background thread crashes the process
   (``FATAL EXCEPTION: main``), the test is reported as ``Process crashed while executing …``
   and the remaining tests do not run; one on the test thread is an ordinary JUnit failure.
+
+The text shapes — ``am instrument -r`` status records and result, the stack frames above a
+test's code on each thread — are :mod:`device_bridge.sim.instrument_output`'s.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ from device_bridge.sim.behaviour import (
     demo_app,
     strictmode_lines,
 )
+from device_bridge.sim.instrument_output import (
+    caller_frames,
+    failed_to_start,
+    failure_stream,
+    run_result,
+    select_tests,
+    status_bundle,
+)
 
 __all__ = ["SimInstrumentationPlayer", "default_player"]
 
@@ -62,62 +73,6 @@ _MAIN_DEFAULT_POLICY: dict[str, Any] = {
     "detect": ["Network"], "penalty_log": False, "death_on_network": True,
 }
 
-_MAIN_LOOP_FRAMES = (
-    "android.os.Handler.handleCallback(Handler.java:958)",
-    "android.os.Handler.dispatchMessage(Handler.java:99)",
-    "android.os.Looper.loopOnce(Looper.java:205)",
-    "android.os.Looper.loop(Looper.java:294)",
-    "android.app.ActivityThread.main(ActivityThread.java:8177)",
-    "java.lang.reflect.Method.invoke(Native Method)",
-    "com.android.internal.os.RuntimeInit$MethodAndArgsCaller.run(RuntimeInit.java:552)",
-    "com.android.internal.os.ZygoteInit.main(ZygoteInit.java:971)",
-)
-_VIA_FRAMES: dict[str, tuple[str, ...]] = {
-    "onActivity": (
-        "androidx.test.core.app.ActivityScenario.lambda$onActivity$2$androidx-test-core-app-ActivityScenario(ActivityScenario.java:792)",
-        "androidx.test.core.app.ActivityScenario$$ExternalSyntheticLambda2.run(D8$$SyntheticClass:0)",
-        "android.app.Instrumentation$SyncRunnable.run(Instrumentation.java:2583)",
-    ),
-    "runOnMainSync": ("android.app.Instrumentation$SyncRunnable.run(Instrumentation.java:2583)",),
-    "UiThreadTest": (
-        "androidx.test.internal.runner.junit4.statement.UiThreadStatement$1.run(UiThreadStatement.java:44)",
-        "android.app.Instrumentation$SyncRunnable.run(Instrumentation.java:2583)",
-    ),
-    "coroutine": (
-        "kotlin.coroutines.jvm.internal.BaseContinuationImpl.resumeWith(ContinuationImpl.kt:33)",
-        "kotlinx.coroutines.DispatchedTask.run(DispatchedTask.kt:108)",
-    ),
-}
-_TEST_THREAD_FRAMES = (
-    "java.lang.reflect.Method.invoke(Native Method)",
-    "org.junit.runners.model.FrameworkMethod$1.runReflectiveCall(FrameworkMethod.java:59)",
-    "org.junit.internal.runners.model.ReflectiveCallable.run(ReflectiveCallable.java:12)",
-    "org.junit.runners.model.FrameworkMethod.invokeExplosively(FrameworkMethod.java:56)",
-    "org.junit.internal.runners.statements.InvokeMethod.evaluate(InvokeMethod.java:17)",
-    "org.junit.runners.ParentRunner$3.evaluate(ParentRunner.java:306)",
-    "org.junit.runners.BlockJUnit4ClassRunner$1.evaluate(BlockJUnit4ClassRunner.java:100)",
-    "org.junit.runners.ParentRunner.runLeaf(ParentRunner.java:366)",
-    "org.junit.runners.BlockJUnit4ClassRunner.runChild(BlockJUnit4ClassRunner.java:103)",
-    "org.junit.runners.ParentRunner.run(ParentRunner.java:413)",
-    "androidx.test.ext.junit.runners.AndroidJUnit4.run(AndroidJUnit4.java:162)",
-    "org.junit.runner.JUnitCore.run(JUnitCore.java:115)",
-    "androidx.test.internal.runner.TestExecutor.execute(TestExecutor.java:68)",
-    "androidx.test.runner.AndroidJUnitRunner.onStart(AndroidJUnitRunner.java:463)",
-    "android.app.Instrumentation$InstrumentationThread.run(Instrumentation.java:2402)",
-)
-_BACKGROUND_FRAMES = {
-    "pool": (
-        "java.util.concurrent.ThreadPoolExecutor.runWorker(ThreadPoolExecutor.java:1145)",
-        "java.util.concurrent.ThreadPoolExecutor$Worker.run(ThreadPoolExecutor.java:644)",
-        "java.lang.Thread.run(Thread.java:1012)",
-    ),
-    "DefaultDispatcher": (
-        "kotlin.coroutines.jvm.internal.BaseContinuationImpl.resumeWith(ContinuationImpl.kt:33)",
-        "kotlinx.coroutines.DispatchedTask.run(DispatchedTask.kt:108)",
-        "kotlinx.coroutines.scheduling.CoroutineScheduler$Worker.run(CoroutineScheduler.kt:793)",
-    ),
-    "Thread": ("java.lang.Thread.run(Thread.java:1012)",),
-}
 
 
 class _Crash(Exception):
@@ -192,23 +147,6 @@ class _Run:
     def system_log(self, priority: str, tag: str, message: str) -> None:
         self.device.log(priority, tag, message, pid=self.system_pid, tid=self.system_pid + 33)
 
-    # --- frames
-    def caller_frames(self, test: SimTest, step: dict[str, Any]) -> list[str]:
-        cls = test.class_name
-        file = test.source_file or f"{cls.rsplit('.', 1)[-1]}.kt"
-        line = step.get("line", 0)
-        frame = str(step.get("frame") or test.method)
-        own = f"{cls}.{frame}({file}:{line})"
-        thread = step.get("thread", "test")
-        if thread == "main":
-            return [own, *_VIA_FRAMES.get(str(step.get("via")), _VIA_FRAMES["runOnMainSync"]),
-                    *_MAIN_LOOP_FRAMES]
-        if thread == "background":
-            name = str(step.get("thread_name") or "Thread")
-            kind = next((k for k in _BACKGROUND_FRAMES if name.startswith(k)), "Thread")
-            return [own, *_BACKGROUND_FRAMES[kind]]
-        return [own, *_TEST_THREAD_FRAMES]
-
 
 class SimInstrumentationPlayer:
     """The default :class:`~device_bridge.sim.apk.InstrumentationPlayer` of the simulated device."""
@@ -243,9 +181,9 @@ class SimInstrumentationPlayer:
         target = test_pkg.target_package
         if test_pkg.kind != "test" or target is None or app_pkg is None \
                 or app_pkg.package != target:
-            yield from _failed_to_start(instrumentation, target)
+            yield from failed_to_start(instrumentation, target)
             return
-        tests = _select(test_pkg.tests, class_filter)
+        tests = select_tests(test_pkg.tests, class_filter)
         run = _Run(test_pkg, device, self.app)
         run.pid = device.start_process(target)
         run.policies = {"main": dict(_MAIN_DEFAULT_POLICY)}
@@ -261,12 +199,12 @@ class SimInstrumentationPlayer:
                 "class": test.class_name, "current": str(index), "id": "AndroidJUnitRunner",
                 "numtests": str(len(tests)), "test": test.method,
             }
-            yield from _bundle({**base, "stream": stream}, 1)
+            yield from status_bundle({**base, "stream": stream}, 1)
             run.runner_log("I", f"started: {test.method}({test.class_name})")
             if test.ignored:
                 ignored += 1
                 run.runner_log("I", f"ignored: {test.method}({test.class_name})")
-                yield from _bundle({**base, "stream": ""}, -3)
+                yield from status_bundle({**base, "stream": ""}, -3)
                 continue
             run.advance(3.0)
             try:
@@ -278,24 +216,24 @@ class SimInstrumentationPlayer:
                 run.runner_log("E", failure.stack)
                 run.runner_log("E", "----- end exception -----")
                 run.runner_log("I", f"finished: {test.method}({test.class_name})")
-                stream = _failure_stream(test, failure.stack)
-                yield from _bundle({**base, "stack": failure.stack, "stream": stream}, -2)
+                stream = failure_stream(test, failure.stack)
+                yield from status_bundle({**base, "stack": failure.stack, "stream": stream}, -2)
                 continue
             except _Crash as crash:
                 if not crash.anr:
                     stream = (f"\nProcess crashed while executing {test.method}"
                               f"({test.class_name}):\n{crash.stack}")
-                    yield from _bundle({**base, "stack": crash.stack, "stream": stream}, -2)
+                    yield from status_bundle({**base, "stack": crash.stack, "stream": stream}, -2)
                 run.device.kill_process(target, reason="anr" if crash.anr else "crash")
                 yield "INSTRUMENTATION_RESULT: shortMsg=Process crashed."
                 yield "INSTRUMENTATION_CODE: 0"
                 return
             run.runner_log("I", f"finished: {test.method}({test.class_name})")
-            yield from _bundle({**base, "stream": "."}, 0)
+            yield from status_bundle({**base, "stream": "."}, 0)
         ran = len(tests) - ignored
         run.runner_log("I", f"run finished: {ran} tests, {len(failures)} failed, {ignored} ignored")
         elapsed_s = (run.now - started_at) / 1000.0
-        yield from _result(elapsed_s, ran, failures)
+        yield from run_result(elapsed_s, ran, failures)
         device.kill_process(target, reason="finished inst")
 
 
@@ -419,7 +357,7 @@ def _call(run: _Run, test: SimTest, state: _TestState, step: dict[str, Any]) -> 
         for kind_name in effect.violations:
             kind = VIOLATIONS[kind_name]
             frames = [_app_frame(method, step)] if method else []
-            frames += run.caller_frames(test, step)
+            frames += caller_frames(test, step)
             if policy and kind.death_exception and policy.get("death_on_network") \
                     and kind_name == "Network":
                 stack = "\n".join([kind.death_exception,
@@ -499,7 +437,7 @@ def _anr(run: _Run, state: _TestState) -> None:
 def _throw(run: _Run, test: SimTest, state: _TestState, step: dict[str, Any], exception: str,
            message: str | None, *, junit_frames: tuple[str, ...]) -> None:
     head = exception if not message else f"{exception}: {message}"
-    frames = [*junit_frames, *run.caller_frames(test, step)]
+    frames = [*junit_frames, *caller_frames(test, step)]
     stack = "\n".join([head, *(f"\tat {f}" for f in frames)])
     _raise(run, state, step, exception, message, stack)
 
@@ -590,64 +528,3 @@ def _holds(cond: dict[str, Any], state: _TestState) -> bool:
     op = cond.get("op")
     return {"<": value < limit, "<=": value <= limit, ">": value > limit,
             ">=": value >= limit}.get(str(op), True)
-
-
-# --------------------------------------------------------------------------------------
-# output records
-
-
-def _bundle(values: dict[str, str], code: int) -> Iterator[str]:
-    # AndroidJUnitRunner on current releases prints the keys sorted
-    for key in sorted(values):
-        yield from f"INSTRUMENTATION_STATUS: {key}={values[key]}".split("\n")
-    yield f"INSTRUMENTATION_STATUS_CODE: {code}"
-
-
-def _failure_stream(test: SimTest, stack: str) -> str:
-    return f"\nError in {test.method}({test.class_name}):\n{stack}\n"
-
-
-def _result(elapsed_s: float, ran: int, failures: list[tuple[SimTest, str]]) -> Iterator[str]:
-    lines = ["", f"Time: {elapsed_s:.3f}"]
-    if failures:
-        lines.append(f"There {'was' if len(failures) == 1 else 'were'} {len(failures)} "
-                     f"failure{'s' if len(failures) != 1 else ''}:")
-        for i, (test, stack) in enumerate(failures, start=1):
-            lines.append(f"{i}) {test.method}({test.class_name})")
-            lines.extend(stack.split("\n"))
-        lines += ["", "FAILURES!!!", f"Tests run: {ran},  Failures: {len(failures)}", "", ""]
-    else:
-        lines += ["", f"OK ({ran} test{'s' if ran != 1 else ''})", "", ""]
-    yield "INSTRUMENTATION_RESULT: stream="
-    yield from lines
-    yield "INSTRUMENTATION_CODE: -1"
-
-
-def _failed_to_start(instrumentation: str, target: str | None) -> Iterator[str]:
-    yield (f"INSTRUMENTATION_STATUS: Error=Unable to find instrumentation target package: "
-           f"{target}")
-    yield "INSTRUMENTATION_STATUS: id=ActivityManagerService"
-    yield "INSTRUMENTATION_STATUS_CODE: -1"
-    yield f"android.util.AndroidException: INSTRUMENTATION_FAILED: {instrumentation}"
-    yield "\tat com.android.commands.am.Instrument.run(Instrument.java:579)"
-    yield "\tat com.android.commands.am.Am.runInstrument(Am.java:201)"
-    yield "\tat com.android.commands.am.Am.onRun(Am.java:80)"
-    yield "\tat com.android.internal.os.BaseCommand.run(BaseCommand.java:60)"
-    yield "\tat com.android.commands.am.Am.main(Am.java:50)"
-
-
-def _select(tests: list[SimTest], class_filter: str | None) -> list[SimTest]:
-    """``-e class a.B`` / ``a.B#m`` / a comma-separated list of either."""
-    if not class_filter:
-        return list(tests)
-    wanted = [w.strip() for w in class_filter.split(",") if w.strip()]
-    out = []
-    for test in tests:
-        for w in wanted:
-            cls, _, method = w.partition("#")
-            if test.class_name == cls and (not method or method == test.method):
-                out.append(test)
-                break
-    return out
-
-

@@ -368,7 +368,7 @@ async def _burst_at_a_stalled_link(
         async with asyncio.timeout(WAIT):
             await stats.overflowed.wait()  # the device ran ahead of the stalled link: held back
             if stall_s is not None:
-                stream = d._subs[ch].stream
+                stream = d.logcat.subs[ch].stream
                 while stream.dropped == 0:  # noqa: ASYNC110 - the reader thread's counter
                     await asyncio.sleep(0.01)
         sink.release.set()

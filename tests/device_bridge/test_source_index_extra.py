@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from device_bridge.rpc import _open_index
+from device_bridge.source_lookup import open_index
 from protocol.errors import ErrorCode, RpcError
 
 
@@ -18,7 +18,7 @@ def test_without_tree_sitter_the_index_is_unavailable(
     for name in ("tree_sitter", "tree_sitter_kotlin", "tree_sitter_java", "fixer.source_index"):
         monkeypatch.setitem(sys.modules, name, None)  # "not installed"
     with pytest.raises(RpcError) as caught:
-        _open_index(tmp_path)
+        open_index(tmp_path)
     assert caught.value.code == ErrorCode.UNAVAILABLE
     assert "pip install 'droidwire[sources]'" in str(caught.value)
     assert caught.value.data == {"reason": "no_source_index"}
@@ -26,5 +26,5 @@ def test_without_tree_sitter_the_index_is_unavailable(
 
 def test_with_tree_sitter_the_index_opens(tmp_path: Path) -> None:
     (tmp_path / "A.kt").write_text("class A { fun f() = 1 }\n", encoding="utf-8")
-    index = _open_index(tmp_path)
+    index = open_index(tmp_path)
     assert index.lookup("f")
