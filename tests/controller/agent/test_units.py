@@ -136,6 +136,9 @@ class FakeRpc:
     def __init__(self) -> None:
         self.devices: Any = FlickeringDevices()
 
+    def adb(self) -> Any:  # the dispatcher's device layer (Dispatcher.adb)
+        return self.devices
+
 
 async def test_the_settled_wait_stops_at_its_cap() -> None:
     slept: list[float] = []

@@ -113,7 +113,9 @@ async def test_device_less_runs_use_every_idle_device(
     used = Counter(run["result"]["device"]["serial"] for run in runs)
     assert sorted(used) == sorted(s.address for s in sims), used
     assert sorted(used.values()) == [2, 2, 2, 2], used
-    assert all(run["verdict"] == "CONFIRMED" for run in runs), [r["result"] for r in runs]
+    assert all(run["verdict"] == "CONFIRMED" for run in runs), [
+        (r["verdict"], r.get("summary"), (r["result"] or {}).get("failures"), r["steps"][-2:])
+        for r in runs if r["verdict"] != "CONFIRMED"]
 
 
 async def test_labels_from_the_bridge_config_and_from_an_admin(
@@ -163,7 +165,9 @@ async def test_labels_from_the_bridge_config_and_from_an_admin(
     serials = [run["result"]["device"]["serial"] for run in runs]
     assert sorted(serials[:3]) == sorted([addresses[0], addresses[2], addresses[3]])
     assert serials[3] == addresses[3]
-    assert all(run["verdict"] == "CONFIRMED" for run in runs), [r["result"] for r in runs]
+    assert all(run["verdict"] == "CONFIRMED" for run in runs), [
+        (r["verdict"], r.get("summary"), (r["result"] or {}).get("failures"), r["steps"][-2:])
+        for r in runs if r["verdict"] != "CONFIRMED"]
 
 
 async def test_a_suite_sharded_over_two_devices_through_the_other_replica(
