@@ -236,7 +236,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             from controller.cluster import Cluster
 
             async def replica_lost(_replicas: list[str]) -> None:
-                await sandbox.take_over(app)
+                await sandbox.take_over(app, store, hub)
 
             cluster = await stack.enter_async_context(
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
