@@ -24,7 +24,10 @@ async def test_the_lifespan_builds_the_services_once_and_takes_them_down(
     async for api in _api(app):
         services = services_of(api.app)
         assert isinstance(services, Services)
-        assert services.hub is app.state.hub and services.store is app.state.store
+        # The one way to them: no service is also an attribute of its own on the app's state.
+        for name in ("store", "audit", "web_sessions", "hub", "access", "loans", "health",
+                     "executor", "cluster"):
+            assert not hasattr(app.state, name), name
         # The one executor, over the hub, is there before any request asked for it.
         assert isinstance(services.executor.gateway, HubGateway)
         assert services.executor.gateway.hub is services.hub
