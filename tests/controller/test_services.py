@@ -49,3 +49,22 @@ async def test_a_lone_hub_talks_to_local_hooks(api: Api) -> None:
     assert hub.hooks is attached and hub.cluster is attached
     hub.cluster = None
     assert isinstance(hub.hooks, LocalHooks) and hub.cluster is None
+
+
+def test_before_the_services_are_published_a_bridge_and_a_request_are_refused(
+    sqlite_url: str,
+) -> None:
+    from starlette.testclient import TestClient, WebSocketDenialResponse
+
+    from protocol.envelope import SUBPROTOCOL
+
+    app = create_app(ControllerConfig(db_url=sqlite_url, bootstrap_token=ADMIN_TOKEN))
+    client = TestClient(app)  # outside ``with``: the lifespan never starts
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with pytest.raises(WebSocketDenialResponse) as bridge:
+        with client.websocket_connect("/v1/bridge", headers=auth, subprotocols=[SUBPROTOCOL]):
+            pass
+    assert bridge.value.status_code == 503
+    assert bridge.value.json()["error"]["code"] == "unavailable"
+    devices = client.get("/v1/devices", headers=auth)
+    assert devices.status_code == 503 and devices.json()["error"]["code"] == "unavailable"
