@@ -33,6 +33,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from bench.common import figure, median, percentile
 from bench.stack import noted
+from controller.services import services_of
 from protocol.methods import PING, LogBatch, PingParams
 
 __all__ = ["run"]
@@ -74,7 +75,7 @@ async def _controller_and_bridge() -> AsyncIterator[tuple[Any, Any]]:
             host = load_host_config(None, {"controller.url": [url]})
             async with Bridge(host, token=token, devices=None, build=None) as bridge:
                 await bridge.wait_open()
-                yield app.state.hub, bridge
+                yield services_of(app).hub, bridge
         finally:
             server.should_exit = True
             await task

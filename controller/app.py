@@ -196,47 +196,51 @@ async def _store_error(conn: Request, exc: Exception) -> Response | None:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Build the app's services in start order, as local variables, and publish them once all
+    are built, as one object (``app.state.services``, :mod:`controller.services`); they stop in
+    reverse order. Until then, and after, a reader gets ``unavailable`` (a bridge or request
+    arriving early is refused, not served half-built parts)."""
     config: ControllerConfig = app.state.config
+    hooks: list[RevocationHook] = app.state.revocation_hooks
     async with AsyncExitStack() as stack:
         store = Store(config.db_url)
         stack.push_async_callback(store.close)
         await store.migrate()
         if config.bootstrap_token is not None:
             await ensure_bootstrap_admin(store, config.bootstrap_token)
-        app.state.store = store
-        app.state.audit = AuditLog(store)
+        audit = AuditLog(store)
         # Dashboard sessions live in the store: any replica, any restart (controller.web).
-        web_sessions = app.state.web_sessions = SessionStore(store)
-        app.state.revocation_hooks.append(web_sessions.on_token_revoked)
-        stack.callback(app.state.revocation_hooks.remove, web_sessions.on_token_revoked)
+        web_sessions = SessionStore(store)
+        hooks.append(web_sessions.on_token_revoked)
+        stack.callback(hooks.remove, web_sessions.on_token_revoked)
         # Components start here, after the store, and stop in reverse order before it:
-        # e.g. ``app.state.hub = await stack.enter_async_context(Hub(...))``.
+        # e.g. ``hub = await stack.enter_async_context(Hub(...))``.
         hub = await stack.enter_async_context(
             Hub(
                 store=store,
-                audit=app.state.audit,
+                audit=audit,
                 settings=config.settings,
                 registry=app.state.metrics.registry,
             )
         )
         hub.streams_per_user = config.streams_per_user
         hub.borrower_streams_per_bridge = config.borrower_streams_per_bridge
-        app.state.hub = hub
         # Runs and live streams end when their caller's right lapses (controller.access).
-        access = app.state.access = await stack.enter_async_context(
+        access = await stack.enter_async_context(
             AccessWatch(store, recheck_s=config.settings.stream_reauth_s)
         )
-        app.state.revocation_hooks.append(access.on_token_revoked)
-        stack.callback(app.state.revocation_hooks.remove, access.on_token_revoked)
+        hooks.append(access.on_token_revoked)
+        stack.callback(hooks.remove, access.on_token_revoked)
         cluster: Cluster | None = None
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
-            # those whose bridge may hold their instrumentation result (docs/cluster.md).
+            # those whose bridge may hold their instrumentation result (docs/cluster.md) —
+            # with this store and hub, even before the services are published.
             from controller.cluster import Cluster
 
             async def replica_lost(_replicas: list[str]) -> None:
-                await sandbox.take_over(app)
+                await sandbox.take_over(app, store, hub)
 
             cluster = await stack.enter_async_context(
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
@@ -244,34 +248,34 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             hub.cluster = cluster
             cluster.access = access
             stack.callback(setattr, hub, "cluster", None)
-            app.state.revocation_hooks.append(cluster.revoked)
-            stack.callback(app.state.revocation_hooks.remove, cluster.revoked)
+            hooks.append(cluster.revoked)
+            stack.callback(hooks.remove, cluster.revoked)
         # What borrowers leave on lent devices goes when their loans end (controller.loans).
-        app.state.loans = await stack.enter_async_context(
-            Loans(store, hub, app.state.audit, sweep_s=config.loan_sweep_s).running()
+        loans = await stack.enter_async_context(
+            Loans(store, hub, audit, sweep_s=config.loan_sweep_s).running()
         )
         hub.tunnels.on_installed = app.state.loans.installed_through_tunnel
         stack.callback(setattr, hub.tunnels, "on_installed", None)
         # Device health: read every health_poll_s; the owner's thresholds gate device calls.
-        app.state.health = await stack.enter_async_context(
+        health = await stack.enter_async_context(
             HealthMonitor(hub, poll_s=config.health_poll_s).running()
         )
-        hub.gate = app.state.health.check
+        hub.gate = health.check
         stack.callback(setattr, hub, "gate", None)
-        app.state.revocation_hooks.append(hub.on_token_revoked)
-        stack.callback(app.state.revocation_hooks.remove, hub.on_token_revoked)
+        hooks.append(hub.on_token_revoked)
+        stack.callback(hooks.remove, hub.on_token_revoked)
         # The app's services, as one typed object (controller.services): the sandbox executor
         # is built here, once, over the hub.
         app.state.services = Services(
-            config=config, store=store, audit=app.state.audit, web_sessions=web_sessions,
-            hub=hub, access=access, loans=app.state.loans, health=app.state.health,
+            config=config, store=store, audit=audit, web_sessions=web_sessions,
+            hub=hub, access=access, loans=loans, health=health,
             executor=sandbox.build_executor(app, store, hub, access, cluster), cluster=cluster,
         )
         stack.callback(setattr, app.state, "services", None)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.
         stack.push_async_callback(sandbox.close_executor, app)
         # MCP (stateless streamable HTTP) stops first: no tool call starts on a closing hub.
-        app.state.mcp = await stack.enter_async_context(McpService(app.state.audit).run())
+        app.state.mcp = await stack.enter_async_context(McpService(audit).run())
         log.info("controller ready (store %r)", store)
         yield
         log.info("controller shutting down")

@@ -150,10 +150,13 @@ async def _authenticated(scope: Scope) -> bool:
     from starlette.requests import HTTPConnection
 
     from controller.auth.tokens import authenticate
+    from controller.services.container import services_of
     from controller.web.sessions import session_principal
+    from protocol.errors import RpcError
 
-    store = getattr(getattr(scope.get("app"), "state", None), "store", None)
-    if store is None:
+    try:
+        store = services_of(scope.get("app")).store
+    except RpcError:  # not running
         return False
     authorization = dict(scope.get("headers", [])).get(b"authorization")
     try:

@@ -246,7 +246,7 @@ class Metrics:
             self.device_runs[(device_id, verdict)] += 1
 
     async def refresh(self, app_state: Any) -> None:
-        """Take the state numbers from the app's hub and store (never fails the scrape: a
+        """Take the state numbers from the app's services, its hub and store (never fails the scrape: a
         store that does not answer leaves the last numbers in place, and says so in the log)."""
         try:
             self.state.snapshot = await _snapshot(app_state, self.device_runs)
@@ -260,8 +260,10 @@ class Metrics:
 async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) -> Snapshot:
     from controller.store import Bridge, Device, Run, RunStatus, RunStep
 
-    hub = getattr(app_state, "hub", None)
-    store = getattr(app_state, "store", None)
+    # The app's services (controller.services.Services), while the controller runs.
+    services = getattr(app_state, "services", None)
+    hub = getattr(services, "hub", None)
+    store = getattr(services, "store", None)
     cluster = getattr(hub, "cluster", None) if hub is not None else None
     snap = Snapshot()
     if cluster is not None:
@@ -292,8 +294,7 @@ async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) 
         remote = getattr(cluster, "remote_bridges", None)
         if snap.reporter and callable(remote):
             held.update(await remote())
-    services = getattr(app_state, "services", None)  # controller.services.Services
-    executor = services.executor if services is not None else None
+    executor = getattr(services, "executor", None)
     busy: Mapping[str, float] = getattr(getattr(executor, "scheduler", None), "busy_seconds", {})
     if store is None:
         return snap

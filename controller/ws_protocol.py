@@ -99,7 +99,8 @@ class RoutingProtocol(asyncio.Protocol):
         from controller.hub.wsserver import BridgeServer, is_bridge_upgrade
 
         app = self.config.app
-        if is_bridge_upgrade(request_head) and hasattr(getattr(app, "state", None), "hub"):
+        # The controller's app: its lifespan published its services (controller.services).
+        if is_bridge_upgrade(request_head) and hasattr(getattr(app, "state", None), "services"):
             bridges = getattr(self.server_state, "droidwire_bridges", None)
             if bridges is None or bridges.app is not app:
                 bridges = BridgeServer(app, self.server_state)

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, and_, or_, select
 
 from controller.auth.http import UserPrincipal
+from controller.services import services_of
 from controller.store import AuditEntry, Bridge
 from protocol.errors import ErrorCode, RpcError
 
@@ -109,7 +110,7 @@ async def get_audit(
         where.append(AuditEntry.at < end)
     if cursor is not None:
         where.append(AuditEntry.id < cursor)
-    store = request.app.state.store
+    store = services_of(request).store
     async with store.session() as session:
         if not principal.is_admin:
             owned = (

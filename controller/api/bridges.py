@@ -28,6 +28,7 @@ from controller.api.refusals import audited_refusal
 from controller.auth.http import Admin, UserPrincipal
 from controller.hub import BridgeState, Hub
 from controller.hub.retire import forget_bridge
+from controller.services import services_of
 from controller.store import Bridge, User
 from protocol.errors import ErrorCode, RpcError
 
@@ -54,7 +55,7 @@ class BridgeOut(BaseModel):
 
 @router.get("", response_model=list[BridgeOut])
 async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[str, Any]]:
-    hub: Hub = request.app.state.hub
+    hub: Hub = services_of(request).hub
     query = select(Bridge, User.name).join(User, Bridge.owner_id == User.id)
     if not principal.is_admin:
         query = query.where(Bridge.owner_id == principal.user_id)
@@ -108,11 +109,11 @@ async def get_bridges(principal: UserPrincipal, request: Request) -> list[dict[s
 async def delete_bridge(bridge: str, principal: UserPrincipal, request: Request) -> Response:
     """Forget a bridge that is gone for good, with its devices, their grants and its tokens
     (its owner or an admin; 409 while it is connected or reconnecting)."""
-    state = request.app.state
+    services = services_of(request)
     named = bridge[:64] if bridge.isprintable() else ascii(bridge[:64])
-    async with audited_refusal(state.audit, principal, "bridge.forget", bridge=named):
-        forgotten = await forget_bridge(state.hub, principal, bridge)
-    await state.audit.record(principal, "bridge.forget", detail={"bridge": forgotten})
+    async with audited_refusal(services.audit, principal, "bridge.forget", bridge=named):
+        forgotten = await forget_bridge(services.hub, principal, bridge)
+    await services.audit.record(principal, "bridge.forget", detail={"bridge": forgotten})
     return Response(status_code=204)
 
 
@@ -127,11 +128,11 @@ async def patch_bridge(
     bridge: str, body: BridgePatch, principal: Admin, request: Request
 ) -> dict[str, Any]:
     """Mark a build bridge shared, or not (admins only): the bridge's id or name."""
-    hub: Hub = request.app.state.hub
-    state = request.app.state
+    services = services_of(request)
+    hub = services.hub
     if not bridge or len(bridge) > 64 or not bridge.isprintable():
         raise RpcError(ErrorCode.NOT_FOUND, "no such bridge")
-    async with audited_refusal(state.audit, principal, "bridge.share", bridge=bridge):
+    async with audited_refusal(services.audit, principal, "bridge.share", bridge=bridge):
         async with hub.store.session() as session, session.begin():
             row = (await session.execute(
                 select(Bridge).where(or_(Bridge.id == bridge, Bridge.name == bridge))
@@ -140,7 +141,7 @@ async def patch_bridge(
                 raise RpcError(ErrorCode.NOT_FOUND, f"no bridge {bridge!r}")
             row.shared = body.shared
             bridge_id = row.id
-    await state.audit.record(
+    await services.audit.record(
         principal, "bridge.share", detail={"bridge_id": bridge_id, "shared": body.shared}
     )
     return next(b for b in await get_bridges(principal, request) if b["id"] == bridge_id)

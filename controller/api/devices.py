@@ -139,15 +139,15 @@ async def put_labels(
 ) -> dict[str, Any]:
     """Set the labels and pool an admin gives a device (admins only): selectors ``label=``
     and ``pool=`` see them with those from the bridge owner's config."""
-    state = request.app.state
-    hub = services_of(request).hub
+    services = services_of(request)
+    hub = services.hub
     if not principal.is_admin:
-        await state.audit.record(principal, "device.labels", device=device[:200],
-                                 outcome="refused", detail={"code": "forbidden"})
+        await services.audit.record(principal, "device.labels", device=device[:200],
+                                    outcome="refused", detail={"code": "forbidden"})
         raise RpcError(ErrorCode.FORBIDDEN, "only an admin sets device labels")
     record = await resolve_device(hub, principal, device)
     labels = sorted(set(body.labels))
-    async with state.store.session() as session, session.begin():
+    async with services.store.session() as session, session.begin():
         row = (await session.execute(
             select(Device).where(Device.bridge_id == record.bridge_id,
                                  Device.serial == record.serial)
@@ -157,8 +157,8 @@ async def put_labels(
             session.add(row)
         row.labels = labels or None
         row.pool = body.pool
-    await state.audit.record(principal, "device.labels", device=record.id,
-                             detail={"labels": labels, "pool": body.pool})
+    await services.audit.record(principal, "device.labels", device=record.id,
+                                detail={"labels": labels, "pool": body.pool})
     return (await resolve_device(hub, principal, record.id)).to_json()
 
 
@@ -166,11 +166,11 @@ async def put_labels(
 async def delete_device(device: str, principal: UserPrincipal, request: Request) -> Response:
     """Forget a device that is gone for good (its bridge's owner or an admin; 409 while it
     is attached): its record, and the grants on it."""
-    state = request.app.state
+    services = services_of(request)
     named = device[:200] if device.isprintable() else ascii(device[:200])
-    async with audited_refusal(state.audit, principal, "device.forget", device=named):
-        forgotten = await forget_device(services_of(request).hub, principal, device)
-    await state.audit.record(principal, "device.forget", device=forgotten)
+    async with audited_refusal(services.audit, principal, "device.forget", device=named):
+        forgotten = await forget_device(services.hub, principal, device)
+    await services.audit.record(principal, "device.forget", device=forgotten)
     return Response(status_code=204)
 
 

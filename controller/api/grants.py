@@ -385,13 +385,13 @@ async def revoke_grant(
 @router.post("", status_code=201, response_model=GrantOut)
 async def post_grant(body: GrantCreate, principal: UserPrincipal, request: Request) -> GrantOut:
     """Lend a device (owner or admin only); ``until`` omitted: until revoked."""
-    state = request.app.state
+    services = services_of(request)
     named = body.device if body.device.isprintable() else ascii(body.device)  # no NUL in logs
     async with audited_refusal(
-        state.audit, principal, "grant.create", device=named[:200], user=body.user
+        services.audit, principal, "grant.create", device=named[:200], user=body.user
     ):
-        grant = await create_grant(state.store, principal, body)
-    await state.audit.record(
+        grant = await create_grant(services.store, principal, body)
+    await services.audit.record(
         principal,
         "grant.create",
         device=grant.device,
@@ -425,19 +425,19 @@ async def get_grants(
     """Live grants on your devices and those you hold (every grant for an admin);
     ``?to=me``: the loans made to you."""
     return await list_grants(
-        request.app.state.store, principal, include_ended=include_ended, to_me=to == "me"
+        services_of(request).store, principal, include_ended=include_ended, to_me=to == "me"
     )
 
 
 @router.delete("/{grant_id}", status_code=204)
 async def delete_grant(grant_id: str, principal: UserPrincipal, request: Request) -> Response:
     """Revoke a grant: the borrower loses the device at once (idempotent)."""
-    state = request.app.state
+    services = services_of(request)
     async with audited_refusal(
-        state.audit, principal, "grant.revoke", grant_id=grant_id[:64]
+        services.audit, principal, "grant.revoke", grant_id=grant_id[:64]
     ):
-        grant = await revoke_grant(state.store, principal, grant_id)
-    await state.audit.record(
+        grant = await revoke_grant(services.store, principal, grant_id)
+    await services.audit.record(
         principal,
         "grant.revoke",
         device=grant.device,
@@ -453,8 +453,8 @@ async def _loan_ended(request: Request, grant: GrantOut) -> None:
     """The borrower's runs and streams on the device are re-checked now — here and, in
     cluster mode, on every replica — so they stop within moments, or learn when their loan
     now ends (controller.access)."""
-    state = request.app.state
-    async with state.store.session() as session:
+    services = services_of(request)
+    async with services.store.session() as session:
         user_id = (
             await session.execute(select(User.id).where(User.name == grant.user))
         ).scalar_one_or_none()

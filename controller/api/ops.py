@@ -28,7 +28,7 @@ router = APIRouter(tags=["operations"])
 async def healthz(request: Request) -> JSONResponse:
     """200 when the controller can reach its database, else 503."""
     try:
-        await request.app.state.store.ping()
+        await services_of(request).store.ping()
     except Exception:  # any database failure means "not healthy"; the reason is in the log
         log.exception("health check: database unreachable")
         return JSONResponse({"status": "unavailable", "db": "unreachable"}, status_code=503)

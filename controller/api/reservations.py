@@ -234,17 +234,17 @@ async def cancel_reservation(store: Store, principal: Principal, reservation_id:
 async def post_reservation(
     body: ReservationIn, principal: UserPrincipal, request: Request
 ) -> ReservationOut:
-    state = request.app.state
-    async with audited_refusal(state.audit, principal, "reservation.create",
-                               device=body.device[:200], user=body.user):
-        out = await create_reservation(state.store, principal, body)
-    await state.audit.record(principal, "reservation.create", device=out.device, detail={
+    services = services_of(request)
+    async with audited_refusal(services.audit, principal, "reservation.create",
+                                  device=body.device[:200], user=body.user):
+        out = await create_reservation(services.store, principal, body)
+    await services.audit.record(principal, "reservation.create", device=out.device, detail={
         "reservation_id": out.id, "user": out.user, "from": out.starts_at.isoformat(),
         "until": out.ends_at.isoformat(),
     })
     if out.status is Status.ACTIVE:
-        await services_of(request).loans.sweep()  # starts now: make its loan at once
-        async with state.store.session() as session:
+        await services.loans.sweep()  # starts now: make its loan at once
+        async with services.store.session() as session:
             got = (await session.execute(_query().where(Reservation.id == out.id))).one()
         out = _out(got, now())
     return out
@@ -256,17 +256,18 @@ async def get_reservations(
     request: Request,
     include_ended: Annotated[bool, Query(alias="all")] = False,
 ) -> list[ReservationOut]:
-    return await list_reservations(request.app.state.store, principal, include_ended=include_ended)
+    return await list_reservations(services_of(request).store, principal,
+                                   include_ended=include_ended)
 
 
 @router.delete("/{reservation_id}", status_code=204)
 async def delete_reservation(reservation_id: str, principal: UserPrincipal,
                              request: Request) -> Response:
-    state = request.app.state
-    async with audited_refusal(state.audit, principal, "reservation.cancel",
-                               reservation_id=reservation_id[:64]):
-        out = await cancel_reservation(state.store, principal, reservation_id)
-    await state.audit.record(principal, "reservation.cancel", device=out.device,
-                             detail={"reservation_id": out.id, "user": out.user})
-    await services_of(request).loans.sweep()
+    services = services_of(request)
+    async with audited_refusal(services.audit, principal, "reservation.cancel",
+                                  reservation_id=reservation_id[:64]):
+        out = await cancel_reservation(services.store, principal, reservation_id)
+    await services.audit.record(principal, "reservation.cancel", device=out.device,
+                                detail={"reservation_id": out.id, "user": out.user})
+    await services.loans.sweep()
     return Response(status_code=204)

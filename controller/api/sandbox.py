@@ -77,14 +77,17 @@ def instance_of(app: Any, cluster: Cluster | None) -> str:
     return instance
 
 
-async def recover(app: Any) -> list[Recovered]:
-    """End the runs a dead controller process left unfinished (see the module docstring)."""
-    # Not services_of(): a replica lost while the lifespan still builds the services (or
-    # already took them down) is recovered all the same, from the store and hub it has.
-    store = getattr(app.state, "store", None)
+async def recover(app: Any, store: Store | None = None, hub: Hub | None = None) -> list[Recovered]:
+    """End the runs a dead controller process left unfinished (see the module docstring).
+
+    ``store`` and ``hub``: those the lifespan has, for a replica lost while it still builds
+    the services (or already took them down); by default, the app's services'."""
     if store is None:
-        return []
-    hub = getattr(app.state, "hub", None)
+        try:
+            services = services_of(app)
+        except RpcError:  # not running: nothing to recover with
+            return []
+        store, hub = services.store, services.hub
     cluster = getattr(hub, "cluster", None) if hub is not None else None
     alive = None
     if cluster is not None:
@@ -115,11 +118,12 @@ async def recover(app: Any) -> list[Recovered]:
         return []
 
 
-async def take_over(app: Any) -> None:
+async def take_over(app: Any, store: Store | None = None, hub: Hub | None = None) -> None:
     """Cluster mode: replicas died. Their unfinished runs are ended — or resumed here, when
     their bridge may hold their instrumentation result — and their cleanup done, in the
-    background (cancelled at shutdown, with the executor)."""
-    recovered = await recover(app)
+    background (cancelled at shutdown, with the executor). ``store``, ``hub``: as for
+    :func:`recover`."""
+    recovered = await recover(app, store, hub)
     owed = [r for r in recovered if r.packages]
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Future[Any]] = app.state.__dict__.setdefault("recovery_tasks", set())

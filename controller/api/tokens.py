@@ -24,6 +24,7 @@ from controller.api.refusals import audited_refusal
 from controller.auth.authorization import Scope
 from controller.auth.http import UserPrincipal
 from controller.auth.tokens import NAME_PATTERN
+from controller.services import services_of
 from controller.store import TokenKind
 
 __all__ = ["TokenCreate", "TokenCreated", "TokenInfo", "router"]
@@ -77,19 +78,19 @@ async def create_token(
     body: TokenCreate, principal: UserPrincipal, request: Request
 ) -> TokenCreated:
     """Issue a token; a ``user`` token for a new name creates that user (admins only)."""
-    state = request.app.state
+    services = services_of(request)
     async with audited_refusal(
-        state.audit, principal, "token.create", kind=body.kind, name=body.name
+        services.audit, principal, "token.create", kind=body.kind, name=body.name
     ):
         issued = await auth.create_token(
-            state.store,
+            services.store,
             principal,
             TokenKind(body.kind),
             body.name,
             scopes=None if body.scopes is None else [s.value for s in body.scopes],
-            max_bridges=state.config.max_bridges_per_user,
+            max_bridges=services.config.max_bridges_per_user,
         )
-    await state.audit.record(
+    await services.audit.record(
         principal,
         "token.create",
         detail={
@@ -116,7 +117,7 @@ def _created(issued: auth.IssuedToken) -> TokenCreated:
 @router.get("", response_model=list[TokenInfo])
 async def list_tokens(principal: UserPrincipal, request: Request) -> list[TokenInfo]:
     """Every token for an admin, the caller's own otherwise. Never a secret."""
-    records = await auth.list_tokens(request.app.state.store, principal)
+    records = await auth.list_tokens(services_of(request).store, principal)
     return [
         TokenInfo(
             id=r.id,
@@ -137,15 +138,15 @@ async def list_tokens(principal: UserPrincipal, request: Request) -> list[TokenI
 @router.delete("/{token_id}", status_code=204)
 async def revoke_token(token_id: str, principal: UserPrincipal, request: Request) -> Response:
     """Revoke a token (idempotent). It stops authenticating at once."""
-    state = request.app.state
-    async with audited_refusal(state.audit, principal, "token.revoke", token_id=token_id):
-        token = await auth.revoke_token(state.store, principal, token_id)
-    await state.audit.record(
+    services = services_of(request)
+    async with audited_refusal(services.audit, principal, "token.revoke", token_id=token_id):
+        token = await auth.revoke_token(services.store, principal, token_id)
+    await services.audit.record(
         principal,
         "token.revoke",
         detail={"token_id": token.id, "kind": token.kind, "name": token.name},
     )
-    for hook in state.revocation_hooks:
+    for hook in request.app.state.revocation_hooks:
         await hook(token)
     return Response(status_code=204)
 
@@ -157,14 +158,14 @@ async def rotate_token(token_id: str, principal: UserPrincipal, request: Request
     The old secret stops working at once: a bridge connected with it is dropped, and
     reconnects only with the new one.
     """
-    state = request.app.state
-    async with audited_refusal(state.audit, principal, "token.rotate", token_id=token_id):
-        issued, old = await auth.rotate_token(state.store, principal, token_id)
-    await state.audit.record(
+    services = services_of(request)
+    async with audited_refusal(services.audit, principal, "token.rotate", token_id=token_id):
+        issued, old = await auth.rotate_token(services.store, principal, token_id)
+    await services.audit.record(
         principal,
         "token.rotate",
         detail={"token_id": issued.id, "replaces": old.id, "kind": old.kind, "name": old.name},
     )
-    for hook in state.revocation_hooks:
+    for hook in request.app.state.revocation_hooks:
         await hook(old)
     return _created(issued)

@@ -30,6 +30,7 @@ from controller.api.refusals import audited_refusal
 from controller.auth.authorization import Principal, now
 from controller.auth.http import Admin, UserPrincipal
 from controller.auth.tokens import ADMIN_USER
+from controller.services import services_of
 from controller.store import Store, Token, User, retrying
 from protocol.errors import ErrorCode, RpcError
 
@@ -67,7 +68,7 @@ async def _out(store: Store, user: User) -> UserOut:
 
 @router.get("", response_model=list[UserOut])
 async def list_users(principal: Admin, request: Request) -> list[UserOut]:
-    store: Store = request.app.state.store
+    store: Store = services_of(request).store
     async with store.session() as session:
         users = list((await session.execute(select(User).order_by(User.name))).scalars())
     return [await _out(store, u) for u in users]
@@ -75,7 +76,7 @@ async def list_users(principal: Admin, request: Request) -> list[UserOut]:
 
 async def set_disabled(request: Request, principal: Principal, name: str, disabled: bool) -> UserOut:
     """Disable or re-enable ``name``; on disabling, run the revocation hooks of its tokens."""
-    store: Store = request.app.state.store
+    store: Store = services_of(request).store
     if disabled and (name == principal.user_name or name == ADMIN_USER):
         raise RpcError(
             ErrorCode.FORBIDDEN,
@@ -111,7 +112,7 @@ async def set_disabled(request: Request, principal: Principal, name: str, disabl
 
 @router.post("/{name}/disable", response_model=UserOut)
 async def disable(name: str, principal: Admin, request: Request) -> UserOut:
-    audit = request.app.state.audit
+    audit = services_of(request).audit
     async with audited_refusal(audit, principal, "user.disable", user=name[:64]):
         out = await set_disabled(request, principal, name, True)
     await audit.record(principal, "user.disable", detail={"user": out.name, "tokens": out.tokens})
@@ -120,7 +121,7 @@ async def disable(name: str, principal: Admin, request: Request) -> UserOut:
 
 @router.post("/{name}/enable", response_model=UserOut)
 async def enable(name: str, principal: Admin, request: Request) -> UserOut:
-    audit = request.app.state.audit
+    audit = services_of(request).audit
     async with audited_refusal(audit, principal, "user.enable", user=name[:64]):
         out = await set_disabled(request, principal, name, False)
     await audit.record(principal, "user.enable", detail={"user": out.name})
@@ -143,7 +144,7 @@ class LimitsOut(LimitsIn):
 async def _user(request: Request, name: str) -> User:
     if not name or len(name) > 64:
         raise RpcError(ErrorCode.BAD_REQUEST, "a user is a name or an id (1-64 chars)")
-    async with request.app.state.store.session() as session:
+    async with services_of(request).store.session() as session:
         found: User | None = (await session.execute(
             select(User).where(or_(User.name == name, User.id == name))
         )).scalars().first()
@@ -167,14 +168,14 @@ async def put_limits(
     user: str, body: LimitsIn, principal: UserPrincipal, request: Request
 ) -> LimitsOut:
     """Set a user's quotas (admins only); both fields replace what was set."""
-    audit = request.app.state.audit
+    audit = services_of(request).audit
     if not principal.is_admin:
         await audit.record(principal, "user.limits", outcome="refused",
                            detail={"user": user[:64], "code": "forbidden"})
         raise RpcError(ErrorCode.FORBIDDEN, "only an admin sets a user's limits",
                        {"rule": "admin_only"})
     row = await _user(request, user)
-    async with request.app.state.store.session() as session, session.begin():
+    async with services_of(request).store.session() as session, session.begin():
         stored = await session.get(User, row.id)
         assert stored is not None
         stored.max_running = body.max_running

@@ -15,6 +15,7 @@ from fastapi.requests import HTTPConnection
 
 from controller.auth.authorization import Principal, Scope, check_scope
 from controller.auth.tokens import authenticate
+from controller.services.container import services_of
 from controller.store import TokenKind
 from protocol.errors import ErrorCode, RpcError
 from protocol.redact import QUERY_TOKEN_PARAMS
@@ -37,7 +38,7 @@ async def current_principal(connection: HTTPConnection) -> Principal:
             {"rule": "token_in_url", "parameters": sorted(leaked)},
         )
     principal = await authenticate(
-        connection.app.state.store, connection.headers.get("authorization")
+        services_of(connection).store, connection.headers.get("authorization")
     )
     connection.state.principal = principal
     return principal

@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket
 
 from controller.auth.http import current_bridge, current_principal
 from controller.auth.tokens import Unauthenticated
-from controller.hub.hub import Hub
+from controller.services.container import services_of
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError
 
@@ -45,6 +45,7 @@ async def bridge_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
     websocket = WebSocket(scope, receive, send)
     try:
         principal = await current_bridge(await current_principal(websocket))
+        hub = services_of(websocket).hub
         if SUBPROTOCOL not in scope.get("subprotocols", []):
             raise RpcError(
                 ErrorCode.BAD_REQUEST,
@@ -54,7 +55,6 @@ async def bridge_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
     except (RpcError, Unauthenticated) as exc:
         await _refuse(websocket, exc)
         return
-    hub: Hub = websocket.app.state.hub
     await websocket.accept(subprotocol=SUBPROTOCOL)
     await hub.serve(websocket, principal)
 

@@ -55,6 +55,7 @@ from websockets.typing import Subprotocol
 
 from controller.auth.http import current_bridge, current_principal
 from controller.auth.tokens import Unauthenticated
+from controller.services.container import services_of
 from protocol.envelope import SUBPROTOCOL
 from protocol.errors import ErrorCode, RpcError
 
@@ -163,7 +164,7 @@ class BridgeServer:
             conn.start_keepalive()
             try:
                 async with conn:  # closes the socket on the way out, whatever happened
-                    await self.app.state.hub.serve(conn, principal)
+                    await services_of(self.app).hub.serve(conn, principal)
             except Exception:
                 log.exception("bridge connection handler failed")
         finally:

@@ -28,6 +28,7 @@ from controller.auth.authorization import Principal, Scope
 from controller.executor.results import RunResult
 from controller.executor.steps import ProgressListener
 from controller.hub import Hub
+from controller.services.container import services_of
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -85,10 +86,8 @@ class Caller:
 
     @property
     def hub(self) -> Hub:
-        hub: Hub | None = getattr(self.app.state, "hub", None)
-        if hub is None:
-            raise RpcError(ErrorCode.UNAVAILABLE, "the bridge hub is not running")
-        return hub
+        """The app's hub (``unavailable`` when the controller is not running)."""
+        return services_of(self.app).hub
 
     def require(self, scope: Scope) -> None:
         if not self.principal.allows(scope):

@@ -33,6 +33,8 @@ from controller.agent import (
 from controller.auth import Principal
 from controller.config import ControllerConfig
 from controller.hub import Hub, resolve_device
+from controller.services.container import services_of
+from controller.store import Store
 from protocol.agent_methods import (
     APP_START,
     APP_STOP,
@@ -131,17 +133,18 @@ def _last_frames(state: Any) -> OrderedDict[tuple[str | None, str], dict[str, by
 
 
 def _hub(state: Any) -> Hub:
-    hub: Hub | None = getattr(state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
+    """The app's hub (``unavailable`` when the controller is not running)."""
+    return services_of(state).hub
 
 
 def traces(state: Any) -> TraceStore:
     """The app's trace store (made on first use)."""
     traces: TraceStore | None = getattr(state, "agent_traces", None)
     if traces is None:
-        store = getattr(state, "store", None)
+        try:
+            store: Store | None = services_of(state).store
+        except RpcError:  # not running: traces are kept in memory only
+            store = None
         config: ControllerConfig | None = getattr(state, "config", None)
         frames = None
         if store is not None and config is not None:

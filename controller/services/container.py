@@ -3,8 +3,9 @@ one typed object: :class:`Services`, on ``app.state.services``.
 
 A route reaches them with the :data:`AppServices` dependency
 (``async def handler(services: AppServices, …)``), other code with :func:`services_of` (an app,
-a request or a WebSocket). Before the lifespan started (or after it ended) there are none:
-``unavailable``, never an ``AttributeError``.
+its ``state``, a request or a WebSocket). This is the one way to them: the lifespan sets no
+other attribute for a service. Before the lifespan built them all (or after it ended) there are
+none: ``unavailable``, never an ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends
 from fastapi.requests import HTTPConnection
+from starlette.datastructures import State
 
 from protocol.errors import ErrorCode, RpcError
 
@@ -49,9 +51,11 @@ class Services:
 
 
 def services_of(owner: Any) -> Services:
-    """The services of an app (or of the app a request or WebSocket belongs to)."""
-    app = getattr(owner, "app", owner)
-    services = getattr(app.state, "services", None)
+    """The services of an app, of its ``state``, or of the app a request or WebSocket
+    belongs to."""
+    state = owner if isinstance(owner, State) else getattr(getattr(owner, "app", owner), "state",
+                                                            None)
+    services = getattr(state, "services", None)
     if not isinstance(services, Services):
         raise RpcError(ErrorCode.UNAVAILABLE, "the controller is not running",
                        {"reason": "not_started"})

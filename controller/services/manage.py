@@ -31,6 +31,7 @@ from sqlalchemy import select
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub import Hub, resolve_device
 from controller.loans import APP, FOLDER, Loans, is_borrower, loan_folder
+from controller.services.container import services_of
 from controller.store import Token, User
 from protocol.errors import ErrorCode, RpcError
 from protocol.manage_methods import (
@@ -119,17 +120,12 @@ class Pulled:
 
 
 def hub_of(state: Any) -> Hub:
-    hub: Hub | None = getattr(state, "hub", None)
-    if hub is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the hub is not running")
-    return hub
+    """The app's hub (``unavailable`` when the controller is not running)."""
+    return services_of(state).hub
 
 
 def _loans(state: Any) -> Loans:
-    loans: Loans | None = getattr(state, "loans", None)
-    if loans is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "loans are not tracked yet")
-    return loans
+    return services_of(state).loans
 
 
 def transfer_limit(state: Any) -> int:

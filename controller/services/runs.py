@@ -13,6 +13,7 @@ from typing import Any, Literal
 from sqlalchemy import or_, select
 
 from controller.auth import Principal
+from controller.services.container import services_of
 from controller.store import Run, RunStatus, RunStep, Store
 from protocol.errors import ErrorCode, RpcError
 
@@ -33,10 +34,8 @@ RunKind = Literal["sandbox", "agent"]
 
 
 def _store(state: Any) -> Store:
-    store: Store | None = getattr(state, "store", None)
-    if store is None:
-        raise RpcError(ErrorCode.UNAVAILABLE, "the store is not open")
-    return store
+    """The app's store (``unavailable`` when the controller is not running)."""
+    return services_of(state).store
 
 
 def kind_of(run: Run) -> RunKind:

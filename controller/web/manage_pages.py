@@ -70,7 +70,7 @@ def _button(action: str, label: str, cls: str, extra: str = "") -> Markup:
 async def _loans_page(request: Request, principal: Principal, error: str | None = None,
                       status: int = 200) -> Response:
     hub = hub_of(request)
-    store = request.app.state.store
+    store = services_of(request).store
     grants = await grants_api.list_grants(store, principal)
     records = await list_devices(hub, principal)
     lendable = [r for r in records if await may(principal, r.ref, Action.LEND, store=store)]
@@ -202,7 +202,7 @@ async def lend(request: Request) -> Response:
 
 
 async def _grant(request: Request, principal: Principal, grant_id: str) -> Any:
-    for g in await grants_api.list_grants(request.app.state.store, principal):
+    for g in await grants_api.list_grants(services_of(request).store, principal):
         if g.id == grant_id:
             return g
     return None
@@ -327,7 +327,7 @@ async def manage_page(device: str, request: Request) -> Response:
         cls="grid health",
     ))
     parts.append(_button(f"{base}/health", "Read now", "read"))
-    store = request.app.state.store
+    store = services_of(request).store
     if await may(principal, record.ref, Action.LEND, store=store):
         limits = await health.thresholds(record.ref)
         parts.append(

@@ -128,7 +128,7 @@ async def login(request: Request) -> Response:
     token = (form or {}).get("token", "").strip()
     if not token:
         return _login_page("Paste an API token to sign in.", 400)
-    store = request.app.state.store
+    store = services_of(request).store
     try:
         principal = await authenticate(store, f"Bearer {token}")
     except Unauthenticated:
@@ -186,7 +186,7 @@ async def home(request: Request) -> Response:
 async def _user_names(request: Request, ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
-    async with request.app.state.store.session() as session:
+    async with services_of(request).store.session() as session:
         rows = (await session.execute(select(User.id, User.name).where(User.id.in_(ids)))).all()
     return {i: n for i, n in rows}
 
@@ -198,10 +198,9 @@ async def devices_page(request: Request) -> Response:
         return to_login()
     if not principal.allows(Scope.DEVICES_READ):
         return message("Devices", "This token may not read devices.", 403, principal)
-    hub = hub_of(request)
-    store = request.app.state.store
+    services = services_of(request)
+    hub, store, health = services.hub, services.store, services.health  # health: controller.health
     records = await list_devices(hub, principal)
-    health = services_of(request).health  # controller.health
     owners = await _user_names(request, {r.owner_id for r in records})
     loans: dict[str, list[str]] = defaultdict(list)
     for grant in await list_grants(store, principal):
@@ -258,7 +257,7 @@ async def device_page(device: str, request: Request) -> Response:
           f"{info['battery']}%" if isinstance(info.get("battery"), int) else "",
           info.get("profile") or "standard"]],
     )
-    store = request.app.state.store
+    store = services_of(request).store
     owners = await _user_names(request, {record.owner_id})
     loans = [
         f"{grant.user} until {_when(grant.until)}" if grant.until else f"{grant.user} (no end)"
@@ -398,7 +397,7 @@ async def runs_page(request: Request) -> Response:
     if not principal.allows(Scope.RUNS_READ):
         return message("Runs", "This token may not read runs.", 403, principal)
     query = _visible_run_query(principal).order_by(Run.created_at.desc()).limit(MAX_RUNS)
-    async with request.app.state.store.session() as session:
+    async with services_of(request).store.session() as session:
         runs = (await session.execute(query)).scalars().all()
     rows = []
     for run in runs:
@@ -532,7 +531,7 @@ async def run_page(run_id: str, request: Request) -> Response:
         return message("Run", "This token may not read runs.", 403, principal)
     if not run_id.isalnum() or len(run_id) > 64:
         return message("Run", "No such run.", 404, principal)
-    async with request.app.state.store.session() as session:
+    async with services_of(request).store.session() as session:
         run = (
             await session.execute(_visible_run_query(principal).where(Run.id == run_id))
         ).scalar_one_or_none()

@@ -44,6 +44,7 @@ from starlette.requests import HTTPConnection
 
 from controller.auth.authorization import Principal, now
 from controller.auth.tokens import principal_for
+from controller.services.container import services_of
 from controller.store import Store, Token, TokenKind, User, WebSession
 
 __all__ = [
@@ -255,7 +256,7 @@ def _principal(token: Token, user: User) -> Principal:
 
 async def session_principal(conn: HTTPConnection) -> Principal | None:
     """The signed-in principal of a dashboard request or WebSocket handshake, or None."""
-    sessions: SessionStore = conn.app.state.web_sessions
+    sessions = services_of(conn).web_sessions
     return await sessions.principal(conn.cookies.get(COOKIE_NAME))
 
 

@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from controller.config import ControllerConfig
 from controller.hub import Hub
+from controller.services import services_of
 from droidwire.serve import uvicorn_config
 from protocol.codec import Codec
 from protocol.envelope import SUBPROTOCOL, Capabilities, DeviceInfo, Welcome
@@ -76,7 +77,7 @@ class InLoopController:
 
     @property
     def hub(self) -> Hub:
-        return self.app.state.hub  # type: ignore[no-any-return]
+        return services_of(self.app).hub
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.server.serve(sockets=[self.sock]))

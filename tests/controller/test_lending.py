@@ -22,6 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from controller import auth
 from controller.config import ControllerConfig
+from controller.services import services_of
 from controller.store import AuditEntry, known_devices
 from tests.conftest import TIME_SCALE
 from tests.controller.conftest import ADMIN_TOKEN, bearer
@@ -74,7 +75,7 @@ class World:
         )
 
     async def audit(self) -> list[AuditEntry]:
-        return await self.controller.app.state.audit.recent(limit=1000)
+        return await services_of(self.controller.app).audit.recent(limit=1000)
 
 
 async def _token(http: httpx.AsyncClient, kind: str, name: str, as_token: str) -> str:
@@ -88,7 +89,7 @@ async def _token(http: httpx.AsyncClient, kind: str, name: str, as_token: str) -
 async def until_device_seen(controller: InLoopController, owner_token: str) -> None:
     """The hub records a reported device in the store just after its welcome: wait for it."""
     bridges = (await controller.http.get("/v1/bridges", headers=bearer(owner_token))).json()
-    store = controller.app.state.store
+    store = services_of(controller.app).store
     async with asyncio.timeout(WAIT_S):
         # The hub announces no store write, so there is no event to wait on: poll the store.
         while not await known_devices(store, bridges[0]["id"]):  # noqa: ASYNC110

@@ -16,6 +16,7 @@ from websockets.exceptions import InvalidStatus
 
 from controller.auth import Scope, effective_scopes
 from controller.config import ControllerConfig
+from controller.services import services_of
 from droidwire import app as cli
 from protocol.closecodes import CloseCode
 from protocol.envelope import SUBPROTOCOL
@@ -117,7 +118,7 @@ async def test_rotation_shows_a_new_secret_once_and_kills_the_old(setup: Setup) 
         assert response.status_code == 404
         response = await http.delete(f"/v1/tokens/{token_id}", headers=bearer(setup.olivia))
         assert response.status_code == 404
-    entries = await setup.controller.app.state.audit.recent(limit=100)
+    entries = await services_of(setup.controller.app).audit.recent(limit=100)
     rotations = [(e.actor, e.outcome) for e in entries if e.action == "token.rotate"]
     assert ("bob", "ok") in rotations and ("admin", "conflict") in rotations
 

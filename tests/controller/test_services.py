@@ -24,7 +24,10 @@ async def test_the_lifespan_builds_the_services_once_and_takes_them_down(
     async for api in _api(app):
         services = services_of(api.app)
         assert isinstance(services, Services)
-        assert services.hub is app.state.hub and services.store is app.state.store
+        # The one way to them: no service is also an attribute of its own on the app's state.
+        for name in ("store", "audit", "web_sessions", "hub", "access", "loans", "health",
+                     "executor", "cluster"):
+            assert not hasattr(app.state, name), name
         # The one executor, over the hub, is there before any request asked for it.
         assert isinstance(services.executor.gateway, HubGateway)
         assert services.executor.gateway.hub is services.hub
@@ -46,3 +49,22 @@ async def test_a_lone_hub_talks_to_local_hooks(api: Api) -> None:
     assert hub.hooks is attached and hub.cluster is attached
     hub.cluster = None
     assert isinstance(hub.hooks, LocalHooks) and hub.cluster is None
+
+
+def test_before_the_services_are_published_a_bridge_and_a_request_are_refused(
+    sqlite_url: str,
+) -> None:
+    from starlette.testclient import TestClient, WebSocketDenialResponse
+
+    from protocol.envelope import SUBPROTOCOL
+
+    app = create_app(ControllerConfig(db_url=sqlite_url, bootstrap_token=ADMIN_TOKEN))
+    client = TestClient(app)  # outside ``with``: the lifespan never starts
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with pytest.raises(WebSocketDenialResponse) as bridge:
+        with client.websocket_connect("/v1/bridge", headers=auth, subprotocols=[SUBPROTOCOL]):
+            pass
+    assert bridge.value.status_code == 503
+    assert bridge.value.json()["error"]["code"] == "unavailable"
+    devices = client.get("/v1/devices", headers=auth)
+    assert devices.status_code == 503 and devices.json()["error"]["code"] == "unavailable"

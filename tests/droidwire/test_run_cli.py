@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from controller.config import ControllerConfig
 from controller.executor import SandboxExecutor
+from controller.services import services_of
 from droidwire import app as cli
 from droidwire.run import stage_of
 from tests.controller.conftest import ADMIN_TOKEN, LiveController
@@ -43,7 +44,8 @@ def sandbox_controller(tmp_path: Path, gateway: LocalGateway) -> Iterator[LiveCo
         with httpx.Client(base_url=controller.url) as http:
             assert http.get("/healthz").status_code == 200  # start-up (the store) is done
         app = apps[0]
-        app.state.services.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        services = services_of(app)
+        services.executor = SandboxExecutor(gateway, services.store, settings=SETTINGS)
         yield controller
 
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from controller import auth
 from controller.config import ControllerConfig
+from controller.services import services_of
 from device_bridge.adb import AdbDevices
 from device_bridge.manage import ManageToolkit
 from device_bridge.policy import Policy, PolicyConfig
@@ -88,7 +89,7 @@ async def world(tmp_path: Path, adb_server: AdbServer, sim: ConnectedSim) -> Asy
             made = (await ctl.http.post("/v1/tokens", json={"kind": "user", "name": user})).json()
             tokens[user] = made["token"]
         for user in ("olivia", "bob", "eve"):
-            principal = await auth.authenticate(ctl.app.state.store, f"Bearer {tokens[user]}")
+            principal = await auth.authenticate(services_of(ctl.app).store, f"Bearer {tokens[user]}")
             ids[user] = principal.user_id
         bridge = await ctl.http.post("/v1/tokens", json={"kind": "bridge", "name": "desk"},
                                      headers=bearer(tokens["olivia"]))

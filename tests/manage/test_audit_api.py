@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.auth import Principal, authenticate
+from controller.services import services_of
 from controller.store import utcnow
 from droidwire import app as cli
 from tests.controller.conftest import ADMIN_TOKEN, Api, LiveController, bearer
@@ -22,7 +23,7 @@ async def _world(api: Api) -> dict[str, str]:
     for user in ("olivia", "bob"):
         tokens[user] = (await api.new_token("user", user))["token"]
     await api.new_token("bridge", "pi", as_token=tokens["olivia"])
-    audit = api.app.state.audit
+    audit = services_of(api.app).audit
     olivia = await _principal(api, tokens["olivia"])
     bob = await _principal(api, tokens["bob"])
     await audit.record(bob, "device.shell", device="pi~SIM1", outcome="forbidden",
@@ -33,7 +34,7 @@ async def _world(api: Api) -> dict[str, str]:
 
 
 async def _principal(api: Api, token: str) -> Principal:
-    return await authenticate(api.app.state.store, f"Bearer {token}")
+    return await authenticate(services_of(api.app).store, f"Bearer {token}")
 
 
 async def test_filters_and_pages(api: Api) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.services import services_of
 from tests.controller.conftest import bearer
 from tests.manage.support import World
 
@@ -51,7 +52,7 @@ async def test_readings_thresholds_and_metrics(world: World) -> None:
     assert (await world.call("bob", "GET", "/thresholds")).json() == limits
 
     _set(world, 60, 471)  # 47.1 °C
-    assert await world.ctl.app.state.health.poll_once() == 1
+    assert await services_of(world.ctl.app).health.poll_once() == 1
     listed = (await http.get("/v1/devices", headers=bearer(world.tokens["bob"]))).json()
     assert listed[0]["health"]["serving"] is False
     assert "45" in listed[0]["health"]["reason"]
@@ -66,6 +67,6 @@ async def test_readings_thresholds_and_metrics(world: World) -> None:
     reading = (await world.call("olivia", "GET", "/health", params={"fresh": 1})).json()
     assert reading["serving"] is False and "15%" in reading["reason"]
     _set(world, 80, 300)
-    await world.ctl.app.state.health.poll_once()
+    await services_of(world.ctl.app).health.poll_once()
     shell = await world.call("bob", "POST", "/shell", json={"command": "echo hi"})
     assert shell.status_code == 200, shell.text

@@ -11,6 +11,7 @@ from datetime import timedelta
 import httpx
 from typer.testing import CliRunner
 
+from controller.services import services_of
 from controller.store import Store, devices_seen, utcnow
 from droidwire import app as cli
 from tests.controller.conftest import ADMIN_TOKEN, Api, LiveController, bearer
@@ -22,7 +23,7 @@ async def _world(api: Api) -> dict[str, str]:
     tokens = {u: (await api.new_token("user", u))["token"] for u in ("olivia", "bob", "ci")}
     await api.new_token("bridge", "pi", as_token=tokens["olivia"])
     bridges = (await api.client.get("/v1/bridges", headers=bearer(tokens["olivia"]))).json()
-    store: Store = api.app.state.store
+    store: Store = services_of(api.app).store
     await devices_seen(store, bridges[0]["id"], {"SIM1": {"serial": "SIM1"}})
     return tokens
 
@@ -53,14 +54,14 @@ async def test_book_a_ci_window(api: Api) -> None:
 
     # The window opens: ci holds a loan until its end, and sees the device.
     ci = bearer(tokens["ci"])
-    assert await api.app.state.loans.sweep(at=t0 + timedelta(hours=1, minutes=1)) == []
+    assert await services_of(api.app).loans.sweep(at=t0 + timedelta(hours=1, minutes=1)) == []
     grants = (await api.client.get("/v1/grants", headers=ci)).json()
     assert [(g["user"], g["until"][:16]) for g in grants] == [
         ("ci", (t0 + timedelta(hours=3)).isoformat()[:16])
     ]
     listed = (await api.client.get("/v1/reservations", headers=ci)).json()
     assert [r["grant_id"] for r in listed] == [grants[0]["id"]]
-    await api.app.state.loans.sweep(at=t0 + timedelta(hours=1, minutes=2))  # idempotent
+    await services_of(api.app).loans.sweep(at=t0 + timedelta(hours=1, minutes=2))  # idempotent
     assert len((await api.client.get("/v1/grants", headers=ci)).json()) == 1
 
     # A loan to someone else over ci's booking is refused; one that ends before it is not.

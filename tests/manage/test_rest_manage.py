@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from controller import auth
 from controller.loans import loan_folder
+from controller.services import services_of
 from device_bridge.sim.apk import SimPackage, build_apk
 from tests.controller.conftest import bearer
 from tests.manage.support import World
@@ -118,7 +119,7 @@ async def test_an_expired_loan_is_cleaned_by_the_sweep(world: World) -> None:
     await _lend(world, until=grant_until.isoformat())
     installed = await world.call("bob", "POST", "/apps", content=APK)
     assert installed.status_code == 201, installed.text
-    loans = world.ctl.app.state.loans
+    loans = services_of(world.ctl.app).loans
     assert await loans.sweep() == []  # still lent
     assert PACKAGE in world.packages()
     removed = await loans.sweep(at=grant_until + timedelta(seconds=1))

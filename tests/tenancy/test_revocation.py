@@ -28,6 +28,7 @@ from controller.auth import Action
 from controller.executor import SandboxExecutor
 from controller.executor.hub_gateway import HubGateway
 from controller.executor.steps import StepLog
+from controller.services import services_of
 from tests.adb_support import AdbServer
 from tests.controller.conftest import bearer
 from tests.controller.executor.support import llm_style_test
@@ -128,8 +129,8 @@ async def test_a_step_not_reauthorized_after_the_revocation_is_counted(
     forced = StepAcrossTheRevocation(monkeypatch, skip_after=True)
     async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
                              bridges=("alice", "bob")) as stack:
-        app = stack.controller.app
-        app.state.services.executor = SandboxExecutor(HubGateway(stack.controller.hub), app.state.store)
+        services = services_of(stack.controller.app)
+        services.executor = SandboxExecutor(HubGateway(services.hub), services.store)
         stopped = await queued_runs_stop(stack, runs=1, before=forced.held.wait,
                                          revoked=forced.effective.set)
         assert stopped.after >= 1  # at least the instrumentation
@@ -205,9 +206,8 @@ async def test_each_device_step_reauthorizes_when_it_runs(
     async with tenancy_stack(tmp_path, adb_server, settings=NO_PERIODIC_RECHECK,
                              bridges=("alice", "bob")) as stack:
         alice, bob = stack["alice"], stack["bob"]
-        app = stack.controller.app
-        executor = app.state.services.executor = SandboxExecutor(HubGateway(stack.controller.hub),
-                                                        app.state.store)
+        services = services_of(stack.controller.app)
+        executor = services.executor = SandboxExecutor(HubGateway(services.hub), services.store)
         grant = await stack.lend("alice", alice.device_id, "bob")
         # Hold the phone's turn, so bob's run waits for it after it was planned.
         async with executor.scheduler.turn(alice.device_id, "alice", "held-by-the-test"):

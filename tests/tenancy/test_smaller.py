@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.services import services_of
 from controller.store import devices_seen
 from tests.controller.conftest import ADMIN_TOKEN, Api, bearer
 
@@ -58,7 +59,7 @@ async def test_lending_does_not_tell_whether_a_user_exists(api: Api) -> None:
     made = await api.client.post("/v1/tokens", json={"kind": "bridge", "name": "mallory-br"},
                                  headers=bearer(mallory["token"]))
     assert made.status_code == 201, made.text
-    await devices_seen(api.app.state.store, await _bridge_id(api, mallory["token"]),
+    await devices_seen(services_of(api.app).store, await _bridge_id(api, mallory["token"]),
                        {"emulator-5554": {"serial": "emulator-5554", "state": "device"}})
 
     async def lend(device: str, user: str) -> tuple[int, object]:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from controller.hub.tunnel import SYNC_REFUSALS_RECORDED
+from controller.services import services_of
 from tests.controller.web.support import sign_in
 from tests.tunnel.conftest import WAIT_S, Stack
 
@@ -43,7 +44,7 @@ async def test_borrower_reboot_root_and_interactive_shell_are_refused(stack: Sta
         ok = await t.adb("shell", "getprop", "ro.build.version.sdk")
         assert ok.returncode == 0 and ok.stdout.strip().isdigit(), ok.stderr
     assert stack.sim.call(lambda: stack.sim.device.boots) == boots  # it never reached the phone
-    entries = await stack.controller.app.state.audit.recent(limit=500)
+    entries = await services_of(stack.controller.app).audit.recent(limit=500)
     refused = [e for e in entries if e.action == "device.tunnel.open" and e.outcome == "forbidden"]
     rules = {str((e.detail or {}).get("rule")) for e in refused}
     assert {"reboot", "adbd_control", "interactive_shell", "metacharacter"} <= rules
@@ -96,7 +97,7 @@ async def test_refused_sync_requests_reach_the_audit_log_and_the_steps(
         assert "/system/build.prop (path_outside_workspace)" in page
     deadline = time.monotonic() + WAIT_S
     while True:
-        entries = await stack.controller.app.state.audit.recent(limit=500)
+        entries = await services_of(stack.controller.app).audit.recent(limit=500)
         sync = [e for e in entries if e.action == "device.tunnel.sync"
                 and (e.detail or {}).get("tunnel") == tunnel_id]
         paths = {str((e.detail or {}).get("path")) for e in sync}
@@ -150,7 +151,7 @@ async def test_a_flood_of_refused_sync_requests_is_recorded_bounded(stack: Stack
         tunnel_id = live.id
     deadline = time.monotonic() + WAIT_S
     while True:
-        entries = await stack.controller.app.state.audit.recent(limit=1000)
+        entries = await services_of(stack.controller.app).audit.recent(limit=1000)
         sync = [e.detail or {} for e in entries if e.action == "device.tunnel.sync"
                 and (e.detail or {}).get("tunnel") == tunnel_id]
         done = sum("path" in d for d in sync) >= SYNC_REFUSALS_RECORDED and any(

@@ -18,6 +18,7 @@ from sqlalchemy import func, select, text
 from controller.agent import DbFrameStore, FrameNotKept, RulePlanner, TraceStore
 from controller.api.agent import FRAME_MAX_AGE_S
 from controller.config import ControllerConfig
+from controller.services import services_of
 from controller.store import Frame, Store, User
 from device_bridge.rpc import Dispatcher
 from protocol.envelope import DeviceInfo
@@ -255,7 +256,7 @@ async def test_retention_and_an_oversized_frame_on_a_live_controller(
     new_link = (await step_detail(ctl.http, new.json()["trace_id"]))["frames"]["at_action"]
     assert (await ctl.http.get(new_link)).status_code == 200
     assert (await ctl.http.get(old_link)).status_code == 404
-    async with ctl.app.state.store.session() as session:
+    async with services_of(ctl.app).store.session() as session:
         owners = (await session.execute(select(Frame.run_id, Frame.user_id))).all()
         admin = (await session.execute(select(User.id).where(User.is_admin))).scalars().all()
     assert {run_id for run_id, _ in owners} == {new.json()["trace_id"]}

@@ -13,6 +13,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from controller.perf import parse_cpuinfo, parse_gfxinfo, parse_meminfo
+from controller.services import services_of
 from tests.adb_support import ConnectedSim
 from tests.conftest import TIME_SCALE
 from tests.controller.agent.test_rest import controller, path  # noqa: F401 - the fixture
@@ -49,7 +50,7 @@ async def test_samples_carry_cpu_memory_fps_battery_and_focus(
     assert first["focus_changed"] is False
     settled = [s for s in later if s["activity"] == "SettingsActivity"]
     assert settled and settled[0]["focus_changed"] is True
-    actions = [e.action for e in await controller.app.state.audit.recent(limit=500)]
+    actions = [e.action for e in await services_of(controller.app).audit.recent(limit=500)]
     assert "perf.device.shell" in actions and "perf.device.state" in actions
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.auth import TOKEN_PREFIXES
+from controller.services import services_of
 from controller.store import Token, TokenKind
 from tests.controller.conftest import ADMIN_TOKEN, Api, bearer
 
@@ -159,7 +160,7 @@ async def test_revoking_an_unknown_token_is_404(api: Api) -> None:
 async def test_token_changes_are_audited(api: Api) -> None:
     created = await api.new_token("bridge", "pi-1")
     await api.client.delete(f"/v1/tokens/{created['id']}", headers=ADMIN)
-    entries = await api.app.state.audit.recent()
+    entries = await services_of(api.app).audit.recent()
     assert [(e.actor, e.action, e.outcome) for e in entries] == [
         ("admin", "token.revoke", "ok"),
         ("admin", "token.create", "ok"),
@@ -174,7 +175,7 @@ async def test_refused_token_changes_are_audited(api: Api) -> None:
         "/v1/tokens", json={"kind": "user", "name": "mallory"}, headers=bearer(alice["token"])
     )
     await api.client.delete("/v1/tokens/not-hers", headers=bearer(alice["token"]))
-    entries = await api.app.state.audit.recent(limit=2)
+    entries = await services_of(api.app).audit.recent(limit=2)
     assert [(e.actor, e.action, e.outcome, e.detail) for e in entries] == [
         ("alice", "token.revoke", "not_found", {"token_id": "not-hers"}),
         ("alice", "token.create", "forbidden", {"kind": "user", "name": "mallory"}),

@@ -15,6 +15,7 @@ from controller.api import sandbox
 from controller.app import create_app
 from controller.config import ControllerConfig
 from controller.executor import SandboxExecutor
+from controller.services import services_of
 from tests.controller.conftest import ADMIN_TOKEN, Api, _api, bearer
 from tests.controller.executor.conftest import SETTINGS
 from tests.controller.executor.support import LocalGateway, llm_style_test
@@ -36,7 +37,8 @@ async def client(tmp_path: Path, gateway: LocalGateway) -> AsyncIterator[Api]:
     app = with_sandbox(create_app(ControllerConfig(db_url=f"sqlite:///{tmp_path / 'c.db'}",
                                                    bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
-        app.state.services.executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
+        services = services_of(app)
+        services.executor = SandboxExecutor(gateway, services.store, settings=SETTINGS)
         yield api
 
 
@@ -56,7 +58,7 @@ async def test_execute_waits_for_the_verdict(client: Api) -> None:
     assert methods[0] == "workspace.compile" and "device.instrument" in methods
     listed = (await client.client.get("/v1/runs", headers=ADMIN)).json()["runs"]
     assert [r["id"] for r in listed] == [result["run_id"]]
-    entries = await client.app.state.audit.recent(limit=5)
+    entries = await services_of(client.app).audit.recent(limit=5)
     assert any(e.action == "sandbox.execute" and e.outcome == "confirmed" for e in entries)
 
 
@@ -72,7 +74,7 @@ async def test_execute_without_waiting_gives_run_ids(client: Api) -> None:
             await asyncio.gather(*executor._tasks, return_exceptions=True)
     run = (await client.client.get(f"/v1/runs/{run_id}", headers=ADMIN)).json()
     assert run["status"] == "finished" and run["verdict"] == "REFUTED"
-    entries = await client.app.state.audit.recent(limit=5)
+    entries = await services_of(client.app).audit.recent(limit=5)
     assert any(e.action == "sandbox.execute" and e.detail.get("run_id") == run_id
                for e in entries)
 
@@ -130,8 +132,8 @@ async def test_shutdown_cancels_background_runs(tmp_path: Path, gateway: LocalGa
     gateway.hang.add("device.instrument")  # the run stays in flight
     app = with_sandbox(create_app(ControllerConfig(db_url=db, bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
-        executor = SandboxExecutor(gateway, app.state.store, settings=SETTINGS)
-        app.state.services.executor = executor
+        services = services_of(app)
+        executor = services.executor = SandboxExecutor(gateway, services.store, settings=SETTINGS)
         body = {"test_code": llm_style_test("formatTitle()")}
         response = await api.client.post("/v1/sandbox/execute?wait=false", json=body,
                                           headers=ADMIN)

@@ -13,6 +13,7 @@ import pytest
 
 from controller.executor import SandboxExecutor
 from controller.executor.placement import Quota
+from controller.services import services_of
 from tests.controller.conftest import Api, bearer
 from tests.controller.executor.support import llm_style_test
 from tests.controller.executor.test_api import ADMIN, TIMEOUT, client  # noqa: F401 - fixture
@@ -46,7 +47,7 @@ async def test_only_an_admin_sets_limits_and_a_user_reads_their_own(
     own = (await http.get("/v1/users/bob/limits", headers=bob)).json()
     assert own == {"user": "bob", "max_running": 2, "max_queued": 3}
     assert (await http.get("/v1/users/nobody/limits", headers=ADMIN)).status_code == 404
-    entries = await client.app.state.audit.recent(limit=5)
+    entries = await services_of(client.app).audit.recent(limit=5)
     assert [e.outcome for e in entries if e.action == "user.limits"] == ["ok", "refused"]
 
 

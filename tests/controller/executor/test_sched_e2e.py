@@ -17,6 +17,7 @@ from controller.app import create_app
 from controller.config import ControllerConfig
 from controller.executor import ExecuteRequest, Progress, RunResult, SandboxExecutor
 from controller.executor.gateway import Target
+from controller.services import services_of
 from controller.store import Run, RunStep, Store
 from tests.controller.conftest import ADMIN_TOKEN, Api, _api, bearer
 from tests.controller.executor.conftest import SETTINGS
@@ -205,7 +206,8 @@ async def client(tmp_path: Path, gateway: LocalGateway) -> AsyncIterator[Api]:
     app = with_sandbox(create_app(ControllerConfig(db_url=f"sqlite:///{tmp_path / 'c.db'}",
                                                    bootstrap_token=ADMIN_TOKEN)))
     async for api in _api(app):
-        app.state.services.executor = OpenExecutor(gateway, app.state.store, settings=SETTINGS)
+        services = services_of(app)
+        services.executor = OpenExecutor(gateway, services.store, settings=SETTINGS)
         yield api
 
 
@@ -260,5 +262,5 @@ async def test_cancel_route_and_run_scopes(client: Api, gateway: LocalGateway) -
     listed = (await client.client.get("/v1/runs", headers=writer,
                                       params={"status": "cancelled"})).json()["runs"]
     assert [r["id"] for r in listed] == [run_id]
-    entries = await client.app.state.audit.recent(limit=10)
+    entries = await services_of(client.app).audit.recent(limit=10)
     assert any(e.action == "run.cancel" and e.actor == "writer" for e in entries)

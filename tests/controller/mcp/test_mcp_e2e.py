@@ -14,6 +14,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from controller.executor import tool_schema
+from controller.services import services_of
 from controller.store import AuditEntry
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.executor.support import llm_style_test
@@ -48,7 +49,7 @@ def _error(result: types.CallToolResult) -> dict[str, Any]:
 
 
 async def _audit(rig: Rig, action: str) -> list[AuditEntry]:
-    entries = await rig.controller.app.state.audit.recent(limit=500)
+    entries = await services_of(rig.controller.app).audit.recent(limit=500)
     return [e for e in entries if e.action == action]
 
 

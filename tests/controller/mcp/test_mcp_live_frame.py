@@ -12,6 +12,7 @@ import mcp_types as types
 from PIL import Image
 from websockets.asyncio.client import connect
 
+from controller.services import services_of
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.controller.mcp.conftest import WAIT_S, Rig
 
@@ -40,6 +41,6 @@ async def test_live_frame_needs_a_viewer_and_starts_no_screencap(rig: Rig) -> No
             data = json.loads(meta.text)
             assert size == (data["width"], data["height"]) and max(size) <= 720
     # Decoded from the stream the viewer already had: no screenshot was taken for it.
-    actions = [e.action for e in await rig.controller.app.state.audit.recent(limit=500)]
+    actions = [e.action for e in await services_of(rig.controller.app).audit.recent(limit=500)]
     assert "mcp.live_frame" in actions and "device.screen.view" in actions
     assert "device.screenshot" not in actions and "ui.screenshot" not in actions

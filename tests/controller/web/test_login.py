@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.services import services_of
 from controller.web import COOKIE_NAME
 from tests.controller.web.conftest import Stack
 from tests.controller.web.support import attributes, set_cookie_header, sign_in
@@ -162,7 +163,7 @@ async def test_sign_ins_are_audited(stack: Stack) -> None:
 
     async with stack.client() as browser:
         await sign_in(browser, stack.tokens["bob"])
-    async with stack.controller.app.state.store.session() as session:
+    async with services_of(stack.controller.app).store.session() as session:
         actors = (await session.execute(
             select(AuditEntry.actor).where(AuditEntry.action == "web.login")
         )).scalars().all()

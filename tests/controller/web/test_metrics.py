@@ -103,7 +103,7 @@ async def test_state_is_read_at_scrape_time_and_labels_stay_in_a_vocabulary(
             _entry("reconnecting", {}, 1),
         ])
         metrics = Metrics()
-        await metrics.refresh(SimpleNamespace(hub=hub, store=store))
+        await metrics.refresh(SimpleNamespace(services=SimpleNamespace(hub=hub, store=store)))
         text = metrics.render().decode()
     finally:
         await store.close()
@@ -129,5 +129,5 @@ async def test_a_failing_store_keeps_the_scrape_alive() -> None:
             raise OSError("database down")
 
     metrics = Metrics()
-    await metrics.refresh(SimpleNamespace(hub=None, store=Broken()))
+    await metrics.refresh(SimpleNamespace(services=SimpleNamespace(hub=None, store=Broken())))
     assert b"droidwire_run_queue_depth 0.0" in metrics.render()

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from controller.services import services_of
 from tests.controller.web.conftest import Stack
 from tests.controller.web.support import sign_in
 
@@ -165,7 +166,7 @@ async def test_a_run_still_going_reloads_itself(stack: Stack) -> None:
 
     from controller.store import Run, RunStep, User
 
-    store = stack.controller.app.state.store
+    store = services_of(stack.controller.app).store
     async with store.session() as session, session.begin():
         olivia = (await session.execute(select(User).where(User.name == "olivia"))).scalar_one()
         going = Run(user_id=olivia.id, status="running", request={"device_id": stack.device_id})

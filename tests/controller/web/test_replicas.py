@@ -19,6 +19,7 @@ from websockets.exceptions import InvalidStatus
 
 from controller.auth import use_clock
 from controller.config import ControllerConfig
+from controller.services import services_of
 from controller.store import WebSession, utcnow
 from controller.web import COOKIE_NAME
 from controller.web.sessions import SESSION_TTL
@@ -92,7 +93,7 @@ async def live_view_status(controller: InLoopController, cookie: str | bytes) ->
 
 
 async def stored_values(controller: InLoopController) -> list[str]:
-    async with controller.app.state.store.session() as session:
+    async with services_of(controller.app).store.session() as session:
         rows = (await session.execute(select(WebSession))).scalars().all()
     return [str(getattr(r, c.key)) for r in rows for c in WebSession.__table__.columns]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from controller.services import services_of
 from device_bridge.sim.ui_demo import DEMO_PACKAGE, SETTINGS_ACTIVITY, launch_demo
 from tests.controller.web.conftest import WAIT_S, Stack
 from tests.controller.web.test_browser import (
@@ -136,7 +137,7 @@ async def test_two_viewers_share_one_stream_a_click_lands_and_revocation_ends_a_
                 await _shows_button(page, False)  # both viewers see the Settings page
             assert sim.sim.call(lambda: sim.device.focus) == focus
             # The tap went through the caller's grant and the audit log like any device call.
-            entries = await stack.controller.app.state.audit.recent(limit=500)
+            entries = await services_of(stack.controller.app).audit.recent(limit=500)
             assert any(e.action == "device.input" and e.outcome == "ok" and e.actor == "olivia"
                        for e in entries)
 

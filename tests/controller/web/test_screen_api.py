@@ -13,6 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from controller.services import services_of
 from tests.controller.conftest import bearer
 from tests.controller.web.conftest import WAIT_S, Stack
 
@@ -61,7 +62,7 @@ async def test_an_admin_watches_read_only_and_gets_the_live_picture(stack: Stack
     # Nothing reached the phone, and the view is in the audit log, the refused input is not
     # a device call at all.
     assert stack.sim.sim.call(lambda: len(stack.sim.device.input_log)) == inputs
-    entries = await stack.controller.app.state.audit.recent(limit=500)
+    entries = await services_of(stack.controller.app).audit.recent(limit=500)
     assert any(e.action == "device.screen.view" and e.outcome == "ok" for e in entries)
 
 
