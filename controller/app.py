@@ -254,7 +254,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         loans = await stack.enter_async_context(
             Loans(store, hub, audit, sweep_s=config.loan_sweep_s).running()
         )
-        hub.tunnels.on_installed = app.state.loans.installed_through_tunnel
+        hub.tunnels.on_installed = loans.installed_through_tunnel
         stack.callback(setattr, hub.tunnels, "on_installed", None)
         # Device health: read every health_poll_s; the owner's thresholds gate device calls.
         health = await stack.enter_async_context(
