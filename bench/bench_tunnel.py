@@ -2,10 +2,12 @@
 tunnel (``droidwire device tunnel``, docs/tunnel.md) against the same operations straight to the
 same simulated device.
 
-One simulated device behind the bridge's adb server, a controller on uvicorn and a real bridge
-in this process (:func:`bench.stack.device_stack`); the tunnel's local end
-(:class:`droidwire.tunnel.TunnelClient`) in this process too, and a second adb server —
-the user's laptop — ``adb connect``-ed to it.
+One simulated device in a process of its own behind the bridge's adb server, a controller on
+uvicorn and a real bridge in this process (:func:`bench.stack.device_stack`); the tunnel's local
+end as a user runs it — ``droidwire device tunnel`` in a process of its own, as the laptop is
+another machine than the controller — and a second adb server, the laptop's, ``adb connect``-ed
+to it. (Until the third round of docs/benchmarks.md the local end and the device shared this
+process's interpreter with the controller and the bridge: four hops on one core.)
 
 * ``tunnel_push_mb_per_s``: ``adb push`` of one file through the tunnel (laptop server → local
   listener → controller WebSocket → bridge → bridge's adb server → device) against ``adb push``
@@ -21,10 +23,14 @@ the user's laptop — ``adb connect``-ed to it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +66,32 @@ def _shell_rtts(device: Any, n: int) -> list[float]:
     return out
 
 
+@contextlib.asynccontextmanager
+async def _tunnel_cli(url: str, token: str, serial: str) -> AsyncIterator[int]:
+    """``droidwire device tunnel SERIAL --json`` in a process of its own; its local port."""
+    cli = Path(sys.executable).with_name("droidwire")
+    env = {**os.environ, "DROIDWIRE_CONTROLLER": url, "DROIDWIRE_TOKEN": token}
+    proc = await asyncio.create_subprocess_exec(
+        str(cli), "device", "tunnel", serial, "--json", env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = await proc.stdout.readline()
+        if not line:
+            error = (await proc.stderr.read()).decode(errors="replace")
+            raise RuntimeError(f"droidwire device tunnel: {error}")
+        yield int(json.loads(line)["port"])
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.communicate(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.communicate()
+
+
 async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
-    from droidwire.tunnel import TunnelClient
     from tests.adb_support import start_adb_server, wait_for_state
 
     with tempfile.TemporaryDirectory(prefix="droidwire-bench-tunnel-") as tmp:
@@ -71,10 +101,10 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
                 f.write(os.urandom(MIB))
         laptop = start_adb_server()
         try:
-            async with device_stack(1) as stack:
+            async with device_stack(1, processes=True) as stack:
                 serial = stack.serials[0]
-                async with TunnelClient(stack.url, stack.admin_token, serial) as tunnel:
-                    address = f"127.0.0.1:{tunnel.port}"
+                async with _tunnel_cli(stack.url, stack.admin_token, serial) as port:
+                    address = f"127.0.0.1:{port}"
                     await asyncio.to_thread(laptop.client().connect, address, 30.0)
                     await asyncio.to_thread(wait_for_state, laptop.client(), address, "device",
                                             60.0)

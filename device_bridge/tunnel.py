@@ -117,54 +117,71 @@ class SyncGate:
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
-        out = bytearray()
         answers: list[bytes] = []
         if self.broken is not None:
             return b"", answers
-        self._buf += data
+        if self._buf:
+            self._buf += data
+            buf: bytes | bytearray = self._buf
+        else:
+            buf = data  # the usual case: parsed in place, nothing carried over
+        view = memoryview(buf)
+        out = bytearray()
+        pos, end = 0, len(buf)
+        try:
+            pos = self._parse(view, pos, end, out, answers)
+        finally:
+            rest = bytes(view[pos:]) if pos < end else b""
+            view.release()
+        self._buf = bytearray(rest)
+        return bytes(out), answers
+
+    def _parse(self, view: memoryview, pos: int, end: int, out: bytearray,
+               answers: list[bytes]) -> int:
+        """Parse ``view[pos:end]`` (one offset, no copy of what is still to come); where the
+        unparsed rest starts."""
         while True:
             if self._data_left:
-                take = min(self._data_left, len(self._buf))
+                take = min(self._data_left, end - pos)
                 if self._refused_send is None:
-                    out += self._buf[:take]
-                del self._buf[:take]
+                    out += view[pos : pos + take]
+                pos += take
                 self._data_left -= take
                 if self._data_left:
-                    break
-            if len(self._buf) < 8:
-                break
-            ident = bytes(self._buf[:4]).decode("latin-1")
-            length = struct.unpack_from("<I", self._buf, 4)[0]
+                    return pos
+            if end - pos < 8:
+                return pos
+            ident = bytes(view[pos : pos + 4]).decode("latin-1")
+            length = struct.unpack_from("<I", view, pos + 4)[0]
             if self._in_send:
                 if ident == "DATA" and length <= _SYNC_DATA_MAX:
                     if self._refused_send is None:
-                        out += self._buf[:8]
-                    del self._buf[:8]
+                        out += view[pos : pos + 8]
+                    pos += 8
                     self._data_left = length
                     continue
                 if ident == "DONE":
                     if self._refused_send is None:
-                        out += self._buf[:8]
+                        out += view[pos : pos + 8]
                     else:
                         answers.append(sync_fail(self._refused_send.message))
                         self._refused_send = None
-                    del self._buf[:8]
+                    pos += 8
                     self._in_send = False
                     continue
                 self.broken = f"unexpected {ident!r} inside a SEND"
-                break
+                return end
             if ident == "QUIT":
-                out += self._buf
-                self._buf.clear()
-                break
+                out += view[pos:end]
+                return end
             if ident not in _SYNC_PATH_REQUESTS or length > _SYNC_PATH_MAX:
                 self.broken = f"sync request {ident!r} ({length} bytes) is not carried"
-                break
-            if len(self._buf) < 8 + length:
-                break
-            path = bytes(self._buf[8 : 8 + length]).decode("utf-8", errors="replace")
-            request = bytes(self._buf[: 8 + length])
-            del self._buf[: 8 + length]
+                return end
+            if end - pos < 8 + length:
+                return pos
+            path = bytes(view[pos + 8 : pos + 8 + length]).decode("utf-8", errors="replace")
+            request = bytes(view[pos : pos + 8 + length])
+            pos += 8 + length
             try:
                 self._check(ident, path)
             except RpcError as exc:
@@ -177,7 +194,6 @@ class SyncGate:
                 continue
             out += request
             self._in_send = ident == "SEND"
-        return bytes(out), answers
 
     def take_refusals(self) -> list[SyncRefusal]:
         taken, self.refusals = self.refusals, []
