@@ -24,7 +24,6 @@ tunnel would have queued for it (past that, the tunnel ends, as the holder's wou
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import uuid
 from typing import Any
@@ -34,6 +33,7 @@ from redis.exceptions import RedisError
 from controller.auth.authorization import DeviceRef, Principal
 from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack
+from controller.hub.channels import FrameOutbox
 from controller.store import TokenKind
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
@@ -83,10 +83,7 @@ class RemoteTunnel:
         self.refused = 0
         self.ended: str | None = None
         self._limit = limit
-        self._out: collections.deque[bytes] = collections.deque()
-        self._out_bytes = 0
-        self._final: bytes | None = None
-        self._wake = asyncio.Event()
+        self._out = FrameOutbox()
         self._finished = asyncio.Event()  # the holder's tfin came (or will not)
         self._seq_in = 0  # the next tout's number
         self._seq_out = 0  # the next tin's number
@@ -118,18 +115,7 @@ class RemoteTunnel:
             self.end("unavailable: replica_lost")
 
     async def next_frame(self) -> bytes | None:
-        while True:
-            if self._out:
-                frame = self._out.popleft()
-                self._out_bytes -= len(frame)
-                return frame
-            if self._final is not None:
-                frame, self._final = self._final, None
-                return frame
-            if self.ended is not None:
-                return None
-            self._wake.clear()
-            await self._wake.wait()
+        return await self._out.next_frame()
 
     def end(self, reason: str) -> None:
         """End here: the client gets ``end`` after what is queued, the holder ends its tunnel."""
@@ -138,8 +124,7 @@ class RemoteTunnel:
         self.ended = reason
         log.info("cluster: tunnel %s relayed from replica %s ends: %s", self.id, self.replica,
                  reason)
-        self._final = encode_frame("end", reason=reason[:200])
-        self._wake.set()
+        self._out.finish(encode_frame("end", reason=reason[:200]))
         if self._watch is not None and self._watch is not asyncio.current_task():
             self._watch.cancel()
         self.relays._tell(self.replica, {"k": "tend", "id": self.relay,
@@ -180,7 +165,7 @@ class RemoteTunnel:
                     self.ended = str(body.get("reason") or "closed")[:200]
                     if self._watch is not None:
                         self._watch.cancel()
-                    self._wake.set()
+                    self._out.finish(None)
             self._finish()
             return
         if self.ended is not None:
@@ -195,12 +180,10 @@ class RemoteTunnel:
         frame = body.get("f")
         if not isinstance(frame, bytes):
             return
-        if self._out_bytes + len(frame) > self._limit:
+        if self._out.queued + len(frame) > self._limit:
             self.end("the bridge overran the tunnel's windows")
             return
-        self._out.append(frame)
-        self._out_bytes += len(frame)
-        self._wake.set()
+        self._out.put(frame, len(frame))
 
 
 class TunnelRelays(ClusterCore):

@@ -6,6 +6,8 @@ end is forgotten when it is over, and the bridge told to stop in the background.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
@@ -22,7 +24,8 @@ if TYPE_CHECKING:
     from protocol.envelope import Evt
     from protocol.methods import Method
 
-__all__ = ["attach", "channel_in", "close_later", "detach", "next_event", "require_local"]
+__all__ = ["FrameOutbox", "attach", "channel_in", "close_later", "detach", "next_event",
+           "require_local"]
 
 log = logging.getLogger("droidwire.controller.channels")
 
@@ -93,3 +96,47 @@ def next_event(end: _Ordered, evt: Evt, parse: Callable[..., T], what: str) -> T
         return None
     end.next_seq = evt.seq + 1
     return item
+
+
+class FrameOutbox:
+    """Frames queued for a tunnel's client, then the ``end`` frame last: the local tunnel
+    (:mod:`controller.hub.tunnel`) and a relayed one (:mod:`controller.cluster.tunnels`) both
+    hold one. ``queued`` counts the bytes each frame was put with (its device bytes), the
+    holder's bound."""
+
+    def __init__(self) -> None:
+        self._frames: collections.deque[tuple[bytes, int]] = collections.deque()
+        self.queued = 0
+        self._final: bytes | None = None
+        self._ended = False
+        self._wake = asyncio.Event()
+
+    def put(self, frame: bytes, size: int) -> None:
+        self._frames.append((frame, size))
+        self.queued += size
+        self._wake.set()
+
+    def finish(self, final: bytes | None, *, drop_queued: bool = False) -> None:
+        """``final`` (if any) goes out after what is queued (or instead of it:
+        ``drop_queued``); then :meth:`next_frame` answers None."""
+        if drop_queued:
+            self._frames.clear()
+            self.queued = 0
+        self._final = final
+        self._ended = True
+        self._wake.set()
+
+    async def next_frame(self) -> bytes | None:
+        """The next frame for the client; None once the final one went out."""
+        while True:
+            if self._frames:
+                frame, size = self._frames.popleft()
+                self.queued -= size
+                return frame
+            if self._final is not None:
+                frame, self._final = self._final, None
+                return frame
+            if self._ended:
+                return None
+            self._wake.clear()
+            await self._wake.wait()

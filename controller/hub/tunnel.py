@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
-from controller.hub.channels import attach, channel_in, close_later, next_event
+from controller.hub.channels import FrameOutbox, attach, channel_in, close_later, next_event
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import (
@@ -178,10 +178,7 @@ class Tunnel:
         self.refused = 0
         # The tunnel's step log: every OPEN, allowed or refused, newest last (bounded).
         self.steps: collections.deque[dict[str, Any]] = collections.deque(maxlen=STEPS_KEPT)
-        self._out: collections.deque[tuple[bytes, int]] = collections.deque()
-        self._out_bytes = 0
-        self._final: bytes | None = None  # the ``end`` frame, after what is queued
-        self._out_wake = asyncio.Event()
+        self._out = FrameOutbox()  # then the ``end`` frame
         self._opening = 0
         self._audits = asyncio.Semaphore(_AUDITS_WAITING)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -272,27 +269,14 @@ class Tunnel:
         if self.ended is not None:
             return
         limit = self.max_streams * (self.window + MAX_WRITE) + (1 << 20)
-        if self._out_bytes + size > limit:
+        if self._out.queued + size > limit:
             self.end("the bridge overran the tunnel's windows")
             return
-        self._out.append((frame, size))
-        self._out_bytes += size
-        self._out_wake.set()
+        self._out.put(frame, size)
 
     async def next_frame(self) -> bytes | None:
         """The next frame for the client; None after the ``end`` frame went out."""
-        while True:
-            if self._out:
-                frame, size = self._out.popleft()
-                self._out_bytes -= size
-                return frame
-            if self._final is not None:
-                frame, self._final = self._final, None
-                return frame
-            if self.ended is not None:
-                return None
-            self._out_wake.clear()
-            await self._out_wake.wait()
+        return await self._out.next_frame()
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -531,10 +515,8 @@ class Tunnel:
         for stream in list(self.streams.values()):
             self.stream_ended(stream, reason, on_bridge=True, tell=False)
         self.ended = reason
-        self._out.clear()  # what was queued is moot: the end goes out next
-        self._out_bytes = 0
-        self._final = encode_frame("end", reason=reason[:200])
-        self._out_wake.set()
+        # What was queued is moot: the end goes out next.
+        self._out.finish(encode_frame("end", reason=reason[:200]), drop_queued=True)
         for task in list(self._tasks):
             if task is not asyncio.current_task():
                 task.cancel()
