@@ -37,7 +37,7 @@ from controller.hub.channels import FrameOutbox
 from controller.store import TokenKind
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
-from protocol.tunnel_methods import MAX_WRITE, TUNNEL_START, decode_frame, encode_frame
+from protocol.tunnel_methods import TUNNEL_START, decode_frame, encode_frame
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -82,8 +82,7 @@ class RemoteTunnel:
         self.opened = 0
         self.refused = 0
         self.ended: str | None = None
-        self._limit = limit
-        self._out = FrameOutbox()
+        self._out = FrameOutbox(limit)
         self._finished = asyncio.Event()  # the holder's tfin came (or will not)
         self._seq_in = 0  # the next tout's number
         self._seq_out = 0  # the next tin's number
@@ -180,10 +179,8 @@ class RemoteTunnel:
         frame = body.get("f")
         if not isinstance(frame, bytes):
             return
-        if self._out.queued + len(frame) > self._limit:
+        if not self._out.put(frame, len(frame)):
             self.end("the bridge overran the tunnel's windows")
-            return
-        self._out.put(frame, len(frame))
 
 
 class TunnelRelays(ClusterCore):
@@ -192,8 +189,9 @@ class TunnelRelays(ClusterCore):
     def tunnel(self, replica: str, principal: Principal, device: DeviceRef) -> RemoteTunnel:
         """A tunnel to ``device`` on ``replica`` (which holds its bridge), for ``principal``
         (authorized here already); :meth:`RemoteTunnel.start` opens it."""
-        tunnels = self.hub.tunnels
-        limit = tunnels.max_streams * (tunnels.window + MAX_WRITE + 1024) + (1 << 20)
+        # Whole frames are counted here (the holder counts their device bytes): 1 KiB of
+        # framing per stream more.
+        limit = self.hub.tunnels.queue_limit(per_frame=1024)
         return RemoteTunnel(self, replica, principal, device, limit)
 
     @property

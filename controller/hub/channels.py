@@ -101,20 +101,25 @@ def next_event(end: _Ordered, evt: Evt, parse: Callable[..., T], what: str) -> T
 class FrameOutbox:
     """Frames queued for a tunnel's client, then the ``end`` frame last: the local tunnel
     (:mod:`controller.hub.tunnel`) and a relayed one (:mod:`controller.cluster.tunnels`) both
-    hold one. ``queued`` counts the bytes each frame was put with (its device bytes), the
-    holder's bound."""
+    hold one. ``queued`` counts the bytes each frame was put with (its device bytes), which may
+    not pass ``limit``: the tunnel's windows bound them, so more is a bridge overrunning them."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self._frames: collections.deque[tuple[bytes, int]] = collections.deque()
         self.queued = 0
         self._final: bytes | None = None
         self._ended = False
         self._wake = asyncio.Event()
 
-    def put(self, frame: bytes, size: int) -> None:
+    def put(self, frame: bytes, size: int) -> bool:
+        """Queue ``frame``; False (and nothing queued) when its ``size`` would pass the limit."""
+        if self.queued + size > self.limit:
+            return False
         self._frames.append((frame, size))
         self.queued += size
         self._wake.set()
+        return True
 
     def finish(self, final: bytes | None, *, drop_queued: bool = False) -> None:
         """``final`` (if any) goes out after what is queued (or instead of it:

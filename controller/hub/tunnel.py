@@ -178,7 +178,7 @@ class Tunnel:
         self.refused = 0
         # The tunnel's step log: every OPEN, allowed or refused, newest last (bounded).
         self.steps: collections.deque[dict[str, Any]] = collections.deque(maxlen=STEPS_KEPT)
-        self._out = FrameOutbox()  # then the ``end`` frame
+        self._out = FrameOutbox(tunnels.queue_limit())  # then the ``end`` frame
         self._opening = 0
         self._audits = asyncio.Semaphore(_AUDITS_WAITING)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -268,11 +268,8 @@ class Tunnel:
         """Queue a frame for the client (``size``: the device bytes it carries, bounded)."""
         if self.ended is not None:
             return
-        limit = self.max_streams * (self.window + MAX_WRITE) + (1 << 20)
-        if self._out.queued + size > limit:
+        if not self._out.put(frame, size):
             self.end("the bridge overran the tunnel's windows")
-            return
-        self._out.put(frame, size)
 
     async def next_frame(self) -> bytes | None:
         """The next frame for the client; None after the ``end`` frame went out."""
@@ -558,6 +555,11 @@ class Tunnels:
         # What a tunnel's install stream installed, for the caller (the app sets it:
         # controller.loans.Loans.installed_through_tunnel).
         self.on_installed: Callable[[Principal, DeviceRef, str], Awaitable[None]] | None = None
+
+    def queue_limit(self, per_frame: int = 0) -> int:
+        """The most bytes a tunnel holds for its client: every stream's window and one write,
+        plus ``per_frame`` bytes of framing per stream where whole frames are counted."""
+        return self.max_streams * (self.window + MAX_WRITE + per_frame) + (1 << 20)
 
     def open(self, principal: Principal, device: DeviceRef) -> Tunnel:
         """A new tunnel (the caller is authorized already); ``busy`` past the user's quota."""
