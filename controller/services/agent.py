@@ -32,7 +32,7 @@ from controller.agent import (
 )
 from controller.auth import Principal
 from controller.config import ControllerConfig
-from controller.hub import Hub, resolve_device
+from controller.hub import resolve_device
 from controller.services.container import services_of
 from controller.store import Store
 from protocol.agent_methods import (
@@ -132,11 +132,6 @@ def _last_frames(state: Any) -> OrderedDict[tuple[str | None, str], dict[str, by
     return frames
 
 
-def _hub(state: Any) -> Hub:
-    """The app's hub (``unavailable`` when the controller is not running)."""
-    return services_of(state).hub
-
-
 def traces(state: Any) -> TraceStore:
     """The app's trace store (made on first use)."""
     traces: TraceStore | None = getattr(state, "agent_traces", None)
@@ -181,7 +176,7 @@ class _Session:
     """One agent call on one device: the RPCs (authorized, audited) and its trace."""
 
     def __init__(self, state: Any, principal: Principal, trace: Trace, ref: Any) -> None:
-        self.hub = _hub(state)
+        self.hub = services_of(state).hub
         self.principal = principal
         self.trace = trace
         self.ref = ref
@@ -202,7 +197,7 @@ class _Session:
 async def _open(
     state: Any, principal: Principal, device: str, tool: str, **detail: Any
 ) -> _Session:
-    record = await resolve_device(_hub(state), principal, device)
+    record = await resolve_device(services_of(state).hub, principal, device)
     trace = await traces(state).open(
         user_id=principal.user_id, device=str(record.ref), tool=tool, **detail
     )

@@ -65,7 +65,6 @@ __all__ = [
     "act_on_app",
     "content_size",
     "get_app",
-    "hub_of",
     "install",
     "list_apps",
     "pull_file",
@@ -117,15 +116,6 @@ class Pulled:
 
 
 # -- the app's state ------------------------------------------------------------------------
-
-
-def hub_of(state: Any) -> Hub:
-    """The app's hub (``unavailable`` when the controller is not running)."""
-    return services_of(state).hub
-
-
-def _loans(state: Any) -> Loans:
-    return services_of(state).loans
 
 
 def transfer_limit(state: Any) -> int:
@@ -286,7 +276,8 @@ async def _fill(
 async def list_apps(state: Any, principal: Principal, device: str) -> AppsOut:
     """Third-party apps. A borrower sees only the apps they installed (the lender's own apps
     are the lender's business)."""
-    hub, loans = hub_of(state), _loans(state)
+    services = services_of(state)
+    hub, loans = services.hub, services.loans
     audit = Audit(hub, principal, "apps.list")
     async with audit.on(device) as ref:
         result = await hub.call(ref, APPS_LIST, DeviceParams(serial=ref.serial))
@@ -314,7 +305,8 @@ async def install(
 ) -> Installed:
     """Install ``size`` bytes of APK from ``body`` on ``device``. A borrower's install never
     replaces an app already on the device, and is removed when their loan ends."""
-    hub, loans = hub_of(state), _loans(state)
+    services = services_of(state)
+    hub, loans = services.hub, services.loans
     audit = Audit(hub, principal, "apps.install")
     audit.detail["size"] = size
     async with audit.on(device) as ref:
@@ -346,7 +338,8 @@ async def act_on_app(
     state: Any, principal: Principal, device: str, package: str, body: AppAction
 ) -> None:
     """Launch (its launcher activity), stop (force-stop) or clear (its data) an app."""
-    hub, loans = hub_of(state), _loans(state)
+    services = services_of(state)
+    hub, loans = services.hub, services.loans
     audit = Audit(hub, principal, f"apps.{body.action}")
     audit.detail["package"] = package[:255]
     async with audit.on(device) as ref:
@@ -356,7 +349,8 @@ async def act_on_app(
 
 
 async def uninstall_app(state: Any, principal: Principal, device: str, package: str) -> None:
-    hub, loans = hub_of(state), _loans(state)
+    services = services_of(state)
+    hub, loans = services.hub, services.loans
     audit = Audit(hub, principal, "apps.uninstall")
     audit.detail["package"] = package[:255]
     async with audit.on(device) as ref:
@@ -396,7 +390,8 @@ async def push_file(
 ) -> Pushed:
     """Write ``body`` (``content_length`` bytes, checked against the transfer limit) to
     ``path`` on the device, streamed through the bridge."""
-    hub, loans = hub_of(state), _loans(state)
+    services = services_of(state)
+    hub, loans = services.hub, services.loans
     limit = transfer_limit(state)
     audit = Audit(hub, principal, "files.push")
     audit.detail["path"] = path[:1024]
@@ -440,7 +435,7 @@ async def pull_file(state: Any, principal: Principal, device: str, path: str) ->
     """The file at ``path``: checked, audited and staged on the bridge now; its bytes are read
     from the stage as :attr:`Pulled.body` is iterated (rights re-checked at every chunk). A
     file above the transfer limit is refused by the bridge (``reason``: ``too_large``)."""
-    hub = hub_of(state)
+    hub = services_of(state).hub
     limit = transfer_limit(state)
     audit = Audit(hub, principal, "files.pull")
     audit.detail["path"] = path[:1024]

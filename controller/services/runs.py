@@ -14,7 +14,7 @@ from sqlalchemy import or_, select
 
 from controller.auth import Principal
 from controller.services.container import services_of
-from controller.store import Run, RunStatus, RunStep, Store
+from controller.store import Run, RunStatus, RunStep
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -31,11 +31,6 @@ __all__ = [
 MAX_RUNS = 200
 DEFAULT_LIMIT = 50
 RunKind = Literal["sandbox", "agent"]
-
-
-def _store(state: Any) -> Store:
-    """The app's store (``unavailable`` when the controller is not running)."""
-    return services_of(state).store
 
 
 def kind_of(run: Run) -> RunKind:
@@ -79,7 +74,7 @@ async def list_runs(
             query = query.where(request_kind == "agent")
         else:
             query = query.where(or_(request_kind.is_(None), request_kind != "agent"))
-    async with _store(state).session() as session:
+    async with services_of(state).store.session() as session:
         runs = (await session.execute(query)).scalars().all()
     return {"runs": [summary(r) for r in runs]}
 
@@ -88,7 +83,7 @@ async def visible_run(state: Any, principal: Principal, run_id: str) -> Run:
     """The run ``run_id`` if the caller may see it, else ``not_found``."""
     if not run_id.isalnum() or len(run_id) > 64:
         raise RpcError(ErrorCode.NOT_FOUND, "no such run")
-    async with _store(state).session() as session:
+    async with services_of(state).store.session() as session:
         run: Run | None = (
             await session.execute(select(Run).where(Run.id == run_id))
         ).scalar_one_or_none()
@@ -100,7 +95,7 @@ async def visible_run(state: Any, principal: Principal, run_id: str) -> Run:
 async def get_run(state: Any, principal: Principal, run_id: str) -> dict[str, Any]:
     """One run: its summary, request, result and step log."""
     run = await visible_run(state, principal, run_id)
-    async with _store(state).session() as session:
+    async with services_of(state).store.session() as session:
         steps = (
             await session.execute(
                 select(RunStep).where(RunStep.run_id == run_id).order_by(RunStep.seq)

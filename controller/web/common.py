@@ -9,11 +9,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import Request
-from fastapi.requests import HTTPConnection
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from controller.auth.authorization import Principal
-from controller.hub import Hub
 from controller.services import services_of
 from controller.web.html import CSP, Markup, esc, page
 from controller.web.sessions import SessionStore, session_principal
@@ -21,7 +19,6 @@ from controller.web.sessions import SessionStore, session_principal
 __all__ = [
     "MAX_FORM_BYTES",
     "html_response",
-    "hub_of",
     "message",
     "read_form",
     "sessions_of",
@@ -35,11 +32,6 @@ MAX_FORM_BYTES = 4096
 def sessions_of(app: Any) -> SessionStore:
     """The app's dashboard sessions (in its store)."""
     return services_of(app).web_sessions
-
-
-def hub_of(connection: HTTPConnection) -> Hub:
-    """The app's hub, for a page or a dashboard WebSocket."""
-    return services_of(connection).hub
 
 
 def html_response(content: str, status: int = 200) -> HTMLResponse:

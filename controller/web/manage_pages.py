@@ -36,7 +36,7 @@ from controller.api.errors import error_body
 from controller.auth.authorization import Action, Principal, may
 from controller.hub import list_devices, resolve_device
 from controller.services import services_of
-from controller.web.common import html_response, hub_of, message, read_form, signed_in, to_login
+from controller.web.common import html_response, message, read_form, signed_in, to_login
 from controller.web.html import Markup, esc, link, page, path_segment, table
 from controller.web.sessions import same_origin
 from protocol.errors import RpcError
@@ -69,7 +69,7 @@ def _button(action: str, label: str, cls: str, extra: str = "") -> Markup:
 
 async def _loans_page(request: Request, principal: Principal, error: str | None = None,
                       status: int = 200) -> Response:
-    hub = hub_of(request)
+    hub = services_of(request).hub
     store = services_of(request).store
     grants = await grants_api.list_grants(store, principal)
     records = await list_devices(hub, principal)
@@ -299,7 +299,7 @@ async def manage_page(device: str, request: Request) -> Response:
     principal = await signed_in(request)
     if principal is None:
         return to_login()
-    hub = hub_of(request)
+    hub = services_of(request).hub
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError:

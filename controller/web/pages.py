@@ -34,7 +34,6 @@ from controller.services import services_of
 from controller.store import Run, RunStatus, RunStep, TestResult, TokenKind, User
 from controller.web.common import (
     html_response,
-    hub_of,
     message,
     read_form,
     sessions_of,
@@ -243,7 +242,7 @@ async def device_page(device: str, request: Request) -> Response:
     principal = await signed_in(request)
     if principal is None:
         return to_login()
-    hub = hub_of(request)
+    hub = services_of(request).hub
     try:
         record = await resolve_device(hub, principal, device)
     except RpcError as exc:
@@ -266,11 +265,11 @@ async def device_page(device: str, request: Request) -> Response:
     holders = Markup(
         f'<p class="holders" id="holders">Owner: {esc(owners.get(record.owner_id, "?"))}'
         f' · Lent to: {esc(", ".join(loans) or "nobody")}</p>'
-    ) + _tunnels(hub_of(request), record.ref)
+    ) + _tunnels(services_of(request).hub, record.ref)
     if await may(principal, record.ref, Action.USE, store=store):
         base = f"/devices/{path_segment(record.id)}"
         stream = f"{base}/logcat/stream?tail={LIVE_TAIL_LINES}"
-        control = await may_control(hub_of(request), principal, record.ref)
+        control = await may_control(services_of(request).hub, principal, record.ref)
         screen = Markup(
             '<section class="screen-pane"><h2>Screen</h2>'
             '<p class="status" id="screen-status">connecting…</p>'
@@ -346,7 +345,7 @@ async def device_screen_stream(
     principal = await session_principal(websocket)
     if principal is None:
         raise Unauthenticated("sign in to the dashboard first")
-    await serve_screen(websocket, hub_of(websocket), principal, device, codec)
+    await serve_screen(websocket, services_of(websocket).hub, principal, device, codec)
 
 
 @router.websocket("/devices/{device}/logcat/stream")
