@@ -72,14 +72,24 @@ def redact(text: str) -> str:
 
 
 def _redact_record(record: logging.LogRecord) -> None:
+    # The message and its string arguments are masked where they are, so formatters that
+    # read the arguments (uvicorn's access log unpacks its five) still find them; a secret
+    # left only in what an argument formats to (a repr, bytes) flattens the record to text.
+    if isinstance(record.msg, str):
+        record.msg = redact(record.msg)
+    if isinstance(record.args, tuple):
+        record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
     try:
         message = record.getMessage()
     except Exception:  # a broken format string: keep what there is, as text
         message = f"{record.msg!s} {record.args!r}"
-    clean = redact(message)
-    if clean != message or record.args:
-        record.msg = clean
-        record.args = None
+        record.msg, record.args = redact(message), None
+    else:
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
