@@ -26,7 +26,12 @@ WAIT_S = 30.0 * TIME_SCALE
 # A process start (imports, migration) on a loaded 2-core box can take most of WAIT_S when
 # three start at once: its own, longer bound (not what the tests are about).
 START_S = 90.0 * TIME_SCALE
-PING_S = 0.5 * TIME_SCALE
+# Liveness timings: a replica or a bridge stalled for a moment on a loaded 2-core box (four
+# test workers, real PostgreSQL) must not pass for dead. With a 0.5 s ping timeout a
+# replica dropped both bridges while planning a burst of runs and refused them all as
+# bridge_unavailable; with a 1 s TTL a stalled replica would pass for dead to the other one.
+# A killed replica is still seen at once (its sockets reset) and its keys expire in 2.5 s.
+PING_S = 2.0 * TIME_SCALE
 SETTINGS = fast_settings(
     ping_interval_s=PING_S,
     ping_timeout_s=PING_S,
@@ -35,8 +40,8 @@ SETTINGS = fast_settings(
     grace_period_s=5.0 * TIME_SCALE,
     liveness_interval_s=0.5 * TIME_SCALE,
     rpc_timeout_s=20.0 * TIME_SCALE,
-    cluster_heartbeat_s=0.2 * TIME_SCALE,
-    cluster_ttl_s=1.0 * TIME_SCALE,
+    cluster_heartbeat_s=0.5 * TIME_SCALE,
+    cluster_ttl_s=2.5 * TIME_SCALE,
     # Streams end on a revocation's message (test_revocation.py), not a periodic re-check.
     stream_reauth_s=600.0,
 )
