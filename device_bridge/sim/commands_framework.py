@@ -115,8 +115,10 @@ async def _pm(p: Proc, args: list[str]) -> int:
                 )
                 return 1
             source = p.path(apk)
+        # pm on Android 7 and later replaces by default (``-r`` is accepted and ignored);
+        # ``-R`` disallows replacing an installed package.
         result = device.install(
-            bytes(data), source=source, replace="-r" in opts, allow_downgrade="-d" in opts
+            bytes(data), source=source, replace="-R" not in opts, allow_downgrade="-d" in opts
         )
         await p.out(result + "\n")
         return 0 if result == "Success" else 1

@@ -135,7 +135,8 @@ class InstallSessions:
         if len(self.sessions) >= MAX_SESSIONS:
             raise ValueError("Too many active sessions")
         sid = self._rng.randrange(100_000_000, 2_000_000_000)
-        self.sessions[sid] = _Session(sid, expected, replace=True, downgrade="-d" in opts)
+        self.sessions[sid] = _Session(sid, expected, replace="-R" not in opts,
+                                      downgrade="-d" in opts)
         return sid
 
     def get(self, sid_text: str) -> _Session:

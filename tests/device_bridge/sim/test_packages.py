@@ -44,7 +44,10 @@ async def test_install_list_reinstall_uninstall():
     assert "package:com.example.demo\n" in (await sh(dev, "pm list packages")).out
     assert (await sh(dev, "pm list packages -3")).out == "package:com.example.demo\n"
     assert (await sh(dev, "pm path com.example.demo")).out.startswith("package:/data/app/")
-    again = await install(dev, APP, flags="")
+    # As pm on Android 7 and later: an install replaces what is there (``-r`` is accepted and
+    # changes nothing); ``-R`` disallows the replacement.
+    assert await install(dev, APP, flags="") == "Success\n"
+    again = await install(dev, APP, flags="-R -t")
     assert again.startswith("Failure [INSTALL_FAILED_ALREADY_EXISTS")
     older = SimPackage(package=APP.package, kind="app", version_code=1)
     assert (await install(dev, older)).startswith("Failure [INSTALL_FAILED_VERSION_DOWNGRADE")

@@ -226,3 +226,21 @@ async def test_install_sessions_are_bounded(dev):
     for _ in range(20):
         await sh(dev, "pm install-create")
     assert len(dev.install_sessions.sessions) == 16
+
+
+async def test_an_install_session_with_minus_big_r_never_replaces(dev):
+    """``install-create -R`` (adb install-multiple's, or a borrower's through a tunnel) fails
+    on a package already installed, as pm does; without it the session replaces the app."""
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    apk = build_apk(SimPackage(package="com.example.kept", kind="app", version_code=3))
+
+    async def session(flags: str) -> str:
+        created = await sh(dev, f"pm install-create {flags} -S {len(apk)}")
+        sid = created.out.split("[", 1)[1].split("]", 1)[0]
+        await sh(dev, f"pm install-write -S {len(apk)} {sid} base.apk -", stdin=apk)
+        return (await sh(dev, f"pm install-commit {sid}")).out
+
+    assert await session("-R") == "Success\n"  # nothing there yet
+    assert await session("") == "Success\n"  # replaced
+    assert (await session("-R")).startswith("Failure [INSTALL_FAILED_ALREADY_EXISTS")
