@@ -13,8 +13,8 @@ pulled into a stage and read back in chunks. A stage belongs to one device; at m
 
 **Apps.** ``apps.install`` learns the package from the device — what ``pm list packages -3``
 shows after the install that it did not before — never from the APK's own manifest. A
-*temporary* install (a borrower's) never replaces an app already on the device (``pm install``
-without ``-r``), and is removed when the bridge stops, like a run's. Launch, stop, clear and
+*temporary* install (a borrower's) never replaces an app already on the device (``pm install -R``:
+pm replaces by default), and is removed when the bridge stops, like a run's. Launch, stop, clear and
 uninstall are allowed under every profile but ``full`` only for packages installed through
 droidwire (the policy's package scope).
 """
@@ -368,7 +368,9 @@ class ManageToolkit:
             before = await self._third_party(p.serial)
             remote = f"/data/local/tmp/droidwire-{stage.id}.apk"
             await self.rpc.adb().push_file(p.serial, str(stage.path), remote)
-            flags = ([] if p.temporary else ["-r"]) + ["-t"]
+            # pm replaces an installed package by default (Android 7+; ``-r`` is kept for
+            # older ones): a temporary (borrower's) install says ``-R`` so it never does.
+            flags = (["-R"] if p.temporary else ["-r"]) + ["-t"]
             flags += ["-g"] if p.grant_permissions else []
             try:
                 result = await self.rpc.adb().shell(p.serial, ["pm", "install", *flags, remote])
