@@ -64,6 +64,12 @@ class Policy:
         view._cap_full = True
         return view
 
+    @property
+    def of_owner(self) -> bool:
+        """Whether this is the policy as it applies to the device's owner (not a caller's
+        view from :meth:`for_caller`)."""
+        return self._base is None
+
     # -- host owner's switches ---------------------------------------------------------------
 
     @property

@@ -38,7 +38,9 @@ _ADBD_CONTROL = frozenset({
     "sideload", "sideload-host", "backup", "restore",
 })
 _FORWARD_TARGET = re.compile(r"tcp:(?:localhost:)?\d{1,5}|localabstract:[A-Za-z0-9._@/:-]{1,107}")
-_INSTALL_FLAGS = frozenset({"-r", "-t", "-d"})
+_INSTALL_FLAGS = frozenset({"-r", "-R", "-t", "-d"})
+# What begins an install (a streamed one, or a session install-multiple fills).
+_INSTALL_STARTS = ("install", "install-create")
 _INSTALL_SESSION = re.compile(r"\d{1,10}")
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _SYNC_READS = frozenset({"STAT", "LST2", "STA2", "LIST", "LIS2"})
@@ -109,6 +111,11 @@ def _tunnel_command(policy: Policy, serial: str, command: str,
             "install", "install-create", "install-write", "install-commit", "install-abandon"):
         policy.check_install(serial)
         _install_command(argv, owner=policy.profile_for(serial) is Profile.FULL)
+        if argv[2] in _INSTALL_STARTS and not policy.of_owner:
+            # pm replaces an installed package by default (``-r`` changes nothing since
+            # Android 7): anyone but the owner installs with ``-R``, so the owner's apps (and
+            # anything already there) are never replaced; adb prints pm's failure.
+            argv = [*argv[:3], "-R", *argv[3:]]
         return argv
     return policy.check_shell(serial, argv, context)
 

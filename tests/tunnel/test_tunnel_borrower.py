@@ -229,6 +229,30 @@ async def test_what_a_borrower_installs_through_the_tunnel_is_theirs(
         assert after.returncode == 0, after.stderr
 
 
+async def test_a_borrowers_install_never_replaces_an_app_already_there(
+        stack: Stack, tmp_path: Path) -> None:
+    """pm replaces an installed package by default, so the bridge adds ``-R`` to a
+    borrower's streamed install and install session: the lender's app stays as it was,
+    whichever way adb installs (``install``, ``install-multiple``); adb prints pm's failure."""
+    from device_bridge.sim.apk import SimPackage, build_apk
+
+    package = "com.example.lenders"
+    mine = tmp_path / "lenders.apk"
+    mine.write_bytes(build_apk(SimPackage(package=package, kind="app", version_code=5)))
+    await asyncio.to_thread(stack.sim.adb.install, str(mine), nolaunch=True)
+    path = await asyncio.to_thread(stack.sim.adb.shell, f"pm path {package}")
+    assert path.startswith("package:/data/app/"), path
+    newer = tmp_path / "newer.apk"
+    newer.write_bytes(build_apk(SimPackage(package=package, kind="app", version_code=6)))
+    async with stack.tunnel("bob") as t:
+        for how in (("install", "-r", str(newer)), ("install-multiple", "-r", str(newer))):
+            done = await t.adb(*how)
+            assert done.returncode != 0, done.stdout + done.stderr
+            assert "INSTALL_FAILED_ALREADY_EXISTS" in done.stdout + done.stderr, done
+    assert await asyncio.to_thread(stack.sim.adb.shell, f"pm path {package}") == path
+    await asyncio.to_thread(stack.sim.adb.uninstall, package)
+
+
 async def test_what_a_borrower_installed_through_the_tunnel_goes_when_the_loan_ends(
         stack: Stack, tmp_path: Path) -> None:
     """As a REST install's: the loan remembers the app, and its end uninstalls it."""

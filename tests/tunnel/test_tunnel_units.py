@@ -103,8 +103,16 @@ def test_what_reaches_the_device_is_the_checked_command() -> None:
     opened = policy.check_tunnel("s1", "shell,v2,TERM=xterm:export ANDROID_LOG_TAGS=''; exec "
                                        "logcat '-d' '-v' 'threadtime'")
     assert opened.service == "shell,v2,TERM=xterm:logcat -d -v threadtime"
+    # Anyone but the owner installs with -R: pm would replace an app already there.
     assert policy.check_tunnel("s1", "exec:cmd package 'install' -S 3").service == \
-        "exec:cmd package install -S 3"
+        "exec:cmd package install -R -S 3"
+    assert policy.check_tunnel("s1", "exec:cmd package install-create -r -S 3").service == \
+        "exec:cmd package install-create -R -r -S 3"
+    assert policy.check_tunnel("s1", "exec:cmd package install-commit 12").service == \
+        "exec:cmd package install-commit 12"
+    owner = _policy(Profile.STANDARD, owner=True)
+    assert owner.check_tunnel("s1", "exec:cmd package 'install' -r -S 3").service == \
+        "exec:cmd package install -r -S 3"
     assert policy.check_tunnel("s1", "sync:").kind == "sync"
 
 
