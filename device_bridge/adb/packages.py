@@ -57,7 +57,9 @@ class PackageCalls(ShellCalls, SyncCalls):
             before = await self._package_paths(serial)
             remote = f"{INSTALL_DIR}/{hashlib.sha256(apk).hexdigest()[:16]}.apk"
             await self.push(serial, remote, apk, timeout_s=limit)
-            flags = (["-r"] if replace else []) + (["-t"] if allow_test else [])
+            # pm replaces by default since Android 7 (-r is for older ones): -R keeps what is
+            # there when the caller asks for no replacement.
+            flags = (["-r"] if replace else ["-R"]) + (["-t"] if allow_test else [])
             flags += ["-g"] if grant_permissions else []
             try:
                 result = await self.shell(

@@ -188,6 +188,13 @@ async def test_install_uninstall(devices: AdbDevices, sim_device: ConnectedSim) 
     assert "package:com.example.droidwire" in listed.stdout.splitlines()
     staged = await devices.shell(serial, ["ls", f"{W}/.install"])
     assert ".apk" not in staged.stdout  # the staged copy was removed
+    # replace=False says -R: pm would otherwise replace the installed package anyway.
+    with pytest.raises(RpcError) as kept:
+        await devices.install(serial, apk, replace=False)
+    assert kept.value.data is not None
+    assert kept.value.data["reason"] == "INSTALL_FAILED_ALREADY_EXISTS", kept.value.data
+    again = await devices.install(serial, apk)
+    assert (again.package, again.existed) == ("com.example.droidwire", True)
     assert await devices.uninstall(serial, "com.example.droidwire")
     assert not await devices.uninstall(serial, "com.example.droidwire")
 
