@@ -78,6 +78,9 @@ class ExecutorSettings:
     step_timeout_s: float = 60.0  # logcat, install, uninstall: within the run's deadline
     cleanup_timeout_s: float = 30.0  # after the deadline too: a borrower leaves nothing behind
     continue_wait_s: float = 120.0  # a dead replica's run waits this long for its device
+    # A request whose matching devices are all on bridges that are reconnecting (within their
+    # grace period) waits at most this long for one to be back before it is planned.
+    reconnect_wait_s: float = 30.0
     rpc_grace_s: float = 5.0  # the RPC's own deadline over the bridge-side one
     # Verdict
     thresholds: Thresholds = field(default_factory=Thresholds)

@@ -198,11 +198,11 @@ class SandboxExecutor(Takeover):
         if request.skipped:
             devices, abort = [None], Abort("skipped", "the test body could not be generated")
         else:
-            usable, refusals = await self._usable_devices(principal)
-            usable = await with_store_labels(self.store, usable)
             me = principal.user_id if principal is not None else None
             names = await self._owner_names(request.selectors)
             lent = lent_to(principal)
+            usable, refusals = await self._usable_when_back(request, principal, me, names, lent)
+            usable = await with_store_labels(self.store, usable)
             # Choosing and creating the runs under the placement lock: a request arriving at
             # the same moment (on any replica) sees these runs in the devices' loads.
             async with self.placement.transaction() as session:
@@ -345,6 +345,34 @@ class SandboxExecutor(Takeover):
         return results
 
     # -- planning ----------------------------------------------------------------------------
+
+    async def _usable_when_back(
+        self,
+        request: ExecuteRequest,
+        principal: Principal | None,
+        me: str | None,
+        names: Mapping[str, str],
+        lent: Callable[[DeviceView], bool] | None,
+    ) -> tuple[list[DeviceView], list[dict[str, Any]]]:
+        """:meth:`_usable_devices`, once a device the request may use is ready: when every
+        device matching its selectors is on a bridge that dropped less than the grace period
+        ago (a blip: it is expected back), the request waits for one to return — at most
+        ``reconnect_wait_s`` and the request's own timeout — instead of being refused at once
+        as ``bridge_unavailable``. Looked at every 0.2 s (the registry has no event for it)."""
+        loop = asyncio.get_running_loop()
+        limit = min(self.settings.reconnect_wait_s,
+                    request.timeout_s or self.settings.default_timeout_s)
+        until = loop.time() + limit
+        while True:
+            usable, refusals = await self._usable_devices(principal)
+            named = select_devices(request.selectors or ["all"], usable, only_ready=False,
+                                   me=me, owner_names=names, lent=lent)
+            if not named or any(d.ready for d in named) or loop.time() >= until:
+                return usable, refusals
+            back_soon = {b.id for b in self.gateway.bridges() if b.reconnecting}
+            if not any(d.bridge_id in back_soon for d in named):
+                return usable, refusals
+            await asyncio.sleep(0.2)
 
     async def _usable_devices(
         self, principal: Principal | None

@@ -41,6 +41,8 @@ class BridgeView:
     caps: Capabilities
     connected: bool = True
     shared: bool = False  # an admin marked it shared: it may build for every user
+    # Dropped less than the grace period ago: expected back (its calls wait for it).
+    reconnecting: bool = False
 
     @property
     def can_build(self) -> bool:

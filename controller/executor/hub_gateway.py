@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from controller.auth.authorization import DeviceRef
 from controller.executor.gateway import BridgeView, DeviceView, P, R, Target
 from controller.hub import Hub
+from controller.hub.entry import BridgeState
 from protocol.envelope import Capabilities
 from protocol.methods import Method
 
@@ -34,6 +35,7 @@ class HubGateway:
                 owner_id=entry.owner_id,
                 caps=entry.caps or Capabilities(),
                 connected=entry.is_open,
+                reconnecting=entry.state is BridgeState.RECONNECTING,
             )
             for entry in self.hub.entries()
         ]
