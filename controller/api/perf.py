@@ -5,8 +5,10 @@ One JSON text message per sample (:mod:`controller.perf`): ``{"ts", "package", "
 ``interval_s`` seconds (default 2, at least 1, at most 60), one sample at a time; a user holds
 at most as many perf streams as logcat streams (``busy``, rule ``stream_quota``). Authenticated
 by the handshake's ``Authorization`` header; every read is the caller's own device call
-(authorized and audited at that moment), so a loan that ends stops the stream with a last
-``{"eof": true, "reason"}`` and close code 1008.
+(authorized at that moment), so a loan that ends stops the stream with a last
+``{"eof": true, "reason"}`` and close code 1008. The stream is audited once, when it opens
+(``perf.stream``), and a refused read again; its periodic reads are not, or a stream left
+running would grow the audit log without bound.
 """
 
 from __future__ import annotations
@@ -62,12 +64,13 @@ async def _serve(
 ) -> None:
     async def call(method: Method[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
         result = await hub.device_call(principal, ref, method, params,
-                                       action=f"perf.{method.name}")
+                                       action=f"perf.{method.name}", audited=False)
         out: dict[str, Any] = result.model_dump(exclude_unset=True)
         return out
 
     sampler = PerfSampler(call)
     await websocket.accept()
+    await hub.audit_device(principal, "perf.stream", ref, None)
     closed = asyncio.create_task(_until_closed(websocket))
     try:
         while not closed.done():

@@ -423,11 +423,14 @@ class Hub:
         *,
         timeout_s: float | None = None,
         action: str | None = None,
+        audited: bool = True,
     ) -> R:
         """A user's call on a device: authorize, call, audit (refusals and failures too).
 
         ``params``: the params model, or the user's plain params without ``serial``
-        (validated here: invalid ones are a ``bad_request`` audited as such)."""
+        (validated here: invalid ones are a ``bad_request`` audited as such).
+        ``audited=False``: a step of something audited once as a whole (a stream's periodic
+        reads): authorized all the same, and only a refusal is audited."""
         name = action or method.name
         try:
             await authorize(principal, device, Action.USE, store=self.store)
@@ -442,9 +445,11 @@ class Hub:
             result = await self.call(device, method, _vouched(principal, device, typed),
                                      timeout_s=timeout_s)
         except RpcError as exc:
-            await self.audit_device(principal, name, device, exc)
+            if audited or exc.code is ErrorCode.FORBIDDEN:
+                await self.audit_device(principal, name, device, exc)
             raise
-        await self.audit_device(principal, name, device, None)
+        if audited:
+            await self.audit_device(principal, name, device, None)
         return result
 
     async def audit_device(
