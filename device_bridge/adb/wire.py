@@ -44,6 +44,8 @@ _OKAY = b"OKAY"
 _FAIL = b"FAIL"
 CONNECT_TIMEOUT_S = 3.0
 SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA block (SYNC_DATA_MAX)
+# A DATA block or FAIL message claiming more than this is not adb talking: refused, not read.
+SYNC_BLOCK_LIMIT = 1024 * 1024
 
 
 class AdbError(Exception):
@@ -161,9 +163,15 @@ def _sync_request(conn: AdbConnection, cmd: bytes, path: str) -> None:
     conn.send(cmd + struct.pack("<I", len(raw)) + raw)
 
 
-def _sync_fail(conn: AdbConnection) -> AdbError:
+def _sync_length(conn: AdbConnection, what: str) -> int:
     (size,) = struct.unpack("<I", conn.read_exact(4))
-    return AdbError(conn.read_string(size))
+    if size > SYNC_BLOCK_LIMIT:
+        raise AdbError(f"sync {what} of {size} bytes: more than adb sends")
+    return int(size)
+
+
+def _sync_fail(conn: AdbConnection) -> AdbError:
+    return AdbError(conn.read_string(_sync_length(conn, "FAIL message")))
 
 
 def _is_directory(conn: AdbConnection, path: str) -> bool:
@@ -203,8 +211,7 @@ def sync_pull(conn: AdbConnection, path: str) -> Iterator[bytes]:
     while True:
         reply = conn.read_exact(4)
         if reply == b"DATA":
-            (size,) = struct.unpack("<I", conn.read_exact(4))
-            yield conn.read_exact(size)
+            yield conn.read_exact(_sync_length(conn, "DATA block"))
         elif reply == b"DONE":
             return  # its four bytes of zeros are left to the connection's close
         elif reply == _FAIL:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,28 @@ def test_adb_path_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     broken.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert wire.adb_path() == wire.bundled_adb()
+
+
+@pytest.mark.parametrize("reply", [b"DATA", b"FAIL"])
+def test_a_sync_block_larger_than_adb_sends_is_refused_unread(reply: bytes) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = int(server.getsockname()[1])
+
+    def serve() -> None:
+        peer, _ = server.accept()
+        with peer:
+            peer.recv(4096)  # RECV + path
+            peer.sendall(reply + struct.pack("<I", 1 << 30))  # then nothing: a read would wait
+            peer.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with wire.AdbConnection("127.0.0.1", port) as conn:
+            conn.conn.settimeout(10)
+            with pytest.raises(wire.AdbError, match="more than adb sends") as info:
+                list(wire.sync_pull(conn, "/x"))
+            assert not isinstance(info.value, wire.AdbTimeout)
+    finally:
+        server.close()
+        thread.join(10)
