@@ -1,9 +1,10 @@
 """The plumbing under every device call: the adb server connection, a worker pool with deadlines,
 and a device's service opened on that connection.
 
-The adb client (:mod:`.wire`) is synchronous, so every call runs off the event loop (docs/design.md §4.8): short
-exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
-device tracker) each in a reader thread of their own, bounded by ``max_streams``. A blocking
+The adb client (:mod:`.wire`) is synchronous, so every call runs off the event loop
+(docs/design.md §4.8): short exchanges in a bounded thread pool, long streams (logcat follow,
+instrumentation output, the device tracker) each in a reader thread of their own, bounded by
+``max_streams``. A blocking
 exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
 its thread ends too. Whatever adb raised leaves as :class:`~protocol.errors.RpcError`,
 translated by :func:`.errors.translate`.

@@ -76,8 +76,8 @@ class SyncCalls(AdbCore):
         self._check_serial(serial)
 
         def run(abort: _Abort) -> int:
-            # An open file, not its name: a directory at ``path`` is an error, never a file
-            # quietly written inside it under the host file's name.
+            # A directory at ``path`` is an error (sync_push), never a file quietly written
+            # inside it under the host file's name.
             with self._open(abort, serial, "sync:", None) as conn:
                 if not isinstance(local, str):
                     return sync_push(conn, local, path, mode)
