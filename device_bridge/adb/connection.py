@@ -4,10 +4,9 @@ and a device's service opened on that connection.
 The adb client (:mod:`.wire`) is synchronous, so every call runs off the event loop
 (docs/design.md §4.8): short exchanges in a bounded thread pool, long streams (logcat follow,
 instrumentation output, the device tracker) each in a reader thread of their own, bounded by
-``max_streams``. A blocking
-exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
-its thread ends too. Whatever adb raised leaves as :class:`~protocol.errors.RpcError`,
-translated by :func:`.errors.translate`.
+``max_streams``. A blocking exchange that overruns its deadline, or whose caller is
+cancelled, has its socket shut down so its thread ends too. Whatever adb raised leaves as
+:class:`~protocol.errors.RpcError`, translated by :func:`.errors.translate`.
 
 :class:`AdbCore` holds that state (pool, stream slots, caches, open calls and streams); the
 device services build on it (:mod:`.host`, :mod:`.shell`, :mod:`.sync`, :mod:`.packages`) and
