@@ -1,7 +1,8 @@
-"""The bridge's device layer: async access to adb devices through the adb server (adbutils).
+"""The bridge's device layer: async access to adb devices through the adb server (our client,
+:mod:`.wire`, and the real ``adb``).
 
-adbutils is synchronous, so every call here runs off the event loop (docs/design.md §4.8): short
-exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
+The adb client is synchronous, so every call here runs off the event loop (docs/design.md
+§4.8): short exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
 device tracker) each in a reader thread of their own, bounded by ``max_streams``. A blocking
 exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
 its thread ends too.

@@ -1,12 +1,12 @@
 """The plumbing under every device call: the adb server connection, a worker pool with deadlines,
 and a device's service opened on that connection.
 
-adbutils is synchronous, so every call runs off the event loop (docs/design.md §4.8): short
-exchanges in a bounded thread pool, long streams (logcat follow, instrumentation output, the
-device tracker) each in a reader thread of their own, bounded by ``max_streams``. A blocking
-exchange that overruns its deadline, or whose caller is cancelled, has its socket shut down so
-its thread ends too. Whatever adb raised leaves as :class:`~protocol.errors.RpcError`,
-translated by :func:`.errors.translate`.
+The adb client (:mod:`.wire`) is synchronous, so every call runs off the event loop
+(docs/design.md §4.8): short exchanges in a bounded thread pool, long streams (logcat follow,
+instrumentation output, the device tracker) each in a reader thread of their own, bounded by
+``max_streams``. A blocking exchange that overruns its deadline, or whose caller is
+cancelled, has its socket shut down so its thread ends too. Whatever adb raised leaves as
+:class:`~protocol.errors.RpcError`, translated by :func:`.errors.translate`.
 
 :class:`AdbCore` holds that state (pool, stream slots, caches, open calls and streams); the
 device services build on it (:mod:`.host`, :mod:`.shell`, :mod:`.sync`, :mod:`.packages`) and
@@ -25,11 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Self, TypeVar
 
-from adbutils import AdbClient, AdbConnection
-from adbutils.errors import AdbConnectionError, AdbTimeout
-
 from device_bridge.adb.errors import AdbServerLost, translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream
+from device_bridge.adb.wire import AdbConnection
 from protocol.errors import ErrorCode, RpcError
 from protocol.settings import DEFAULTS, MIB
 
@@ -50,33 +48,18 @@ def default_server_port() -> int:
     return port if 0 < port < 65536 else 5037
 
 
-class _Connection(AdbConnection):  # type: ignore[misc]
-    """adbutils' connection without its fallback of running ``adb start-server``.
-
-    A bridge starts its server once, on purpose (:meth:`AdbDevices.start_server`), on the
-    port it was given; a call made while the server is down fails as ``unavailable`` instead
-    of spawning a server (possibly on another port) from inside a worker thread.
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self._address = (host, port)
-        super().__init__(host, port)
-
-    def _safe_connect(self) -> socket.socket:
-        try:
-            sock = socket.create_connection(self._address, timeout=3.0)
-        except TimeoutError as exc:
-            raise AdbTimeout("connect to adb server timeout") from exc
-        except OSError as exc:
-            raise AdbConnectionError(f"connect to adb server failed: {exc}") from exc
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+class _Connection(AdbConnection):
+    """A connection to the adb server, registered with the call running in this thread so
+    that giving up on the call shuts it."""
 
 
-class _Client(AdbClient):  # type: ignore[misc]
+class _Client:
+    """Connections to one adb server, each bounded by ``socket_timeout`` unless a call gives
+    its own."""
+
     def __init__(self, host: str, port: int, socket_timeout: float | None) -> None:
-        super().__init__(host=host, port=port, socket_timeout=socket_timeout)
+        self.host = host
+        self.port = port
         self._timeout = socket_timeout
 
     def make_connection(self, timeout: float | None = None) -> AdbConnection:
@@ -84,12 +67,38 @@ class _Client(AdbClient):  # type: ignore[misc]
         limit = timeout or self._timeout
         if limit:
             conn.conn.settimeout(limit)
-        # Every connection adbutils opens inside one of our calls (sync, list, connect…) is
-        # registered with that call, so giving up on the call shuts all of them.
+        # Every connection opened inside one of our calls is registered with that call, so
+        # giving up on the call shuts all of them.
         abort: _Abort | None = getattr(_current, "abort", None)
         if abort is not None:
             abort.register(conn)
         return conn
+
+    def server_version(self) -> int:
+        with self.make_connection() as conn:
+            conn.send_command("host:version")
+            conn.check_okay()
+            return int(conn.read_string_block(), 16)
+
+    def list(self) -> list[tuple[str, str]]:
+        """``host:devices``: (serial, state) of every transport the server knows."""
+        with self.make_connection() as conn:
+            conn.send_command("host:devices")
+            conn.check_okay()
+            text = conn.read_string_block()
+        found = []
+        for line in text.splitlines():
+            serial, _, state = line.strip().partition("\t")
+            if serial and state:
+                found.append((serial, state))
+        return found
+
+    def host_request(self, request: str, timeout: float | None = None) -> str:
+        """A ``host:`` request answered by one string (``host:connect:…``, ``…disconnect…``)."""
+        with self.make_connection(timeout=timeout) as conn:
+            conn.send_command(request)
+            conn.check_okay()
+            return conn.read_string_block()
 
 
 _current = threading.local()  # the _Abort of the call running in this worker thread
@@ -99,9 +108,8 @@ class _Abort:
     """The sockets of one blocking exchange, so the loop can shut them if it gives up, and
     the worker close them all when the exchange fails.
 
-    Shutting (from the loop) only wakes the worker: the socket stays open until closed. adbutils
-    does not close every connection it opened when an exchange fails (``open_transport`` leaves
-    its connection to the caller, who never receives it when the handshake raises), so the
+    Shutting (from the loop) only wakes the worker: the socket stays open until closed. A
+    connection whose handshake raised never reaches the caller that would close it, so the
     worker closes whatever it registered once ``fn`` raised (:meth:`close_all`).
     """
 
@@ -176,8 +184,8 @@ class AdbCore:
         self.flush_s = flush_s
         self.stream_max_lines = stream_max_lines
         self.stall_s = stall_s
-        # socket_timeout bounds every blocking read adbutils does on its own connections (sync):
-        # an idle exchange fails after it instead of holding a pool thread forever.
+        # socket_timeout bounds every blocking read on a connection opened without a timeout of
+        # its own (sync): an idle exchange fails after it instead of holding a pool thread.
         self._client = _Client(host, self.port, call_timeout_s)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="droidwire-adb")
         self._streams = threading.BoundedSemaphore(max_streams)
@@ -234,7 +242,7 @@ class AdbCore:
                 return fn(abort)
             except BaseException as exc:
                 # Failed (abandoned or not): no result holds a connection of this exchange,
-                # and one adbutils left open would otherwise wait for the garbage collector.
+                # and one left open would otherwise wait for the garbage collector.
                 abort.close_all()
                 if isinstance(exc, RpcError) or not isinstance(exc, Exception):
                     raise

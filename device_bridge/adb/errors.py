@@ -1,8 +1,8 @@
 """adb failures → the protocol's typed errors (errors are translated at the boundary).
 
-adbutils raises ``AdbError`` with the adb server's ``FAIL`` text, ``AdbTimeout`` on a socket
-timeout, ``AdbConnectionError`` when the server cannot be reached, and plain ``OSError`` /
-``EOFError`` when a stream dies under it. The server's texts are stable (AOSP
+The adb client (:mod:`.wire`) raises ``AdbError`` with the adb server's ``FAIL`` text,
+``AdbTimeout`` on a socket timeout, ``AdbConnectionError`` when the server cannot be reached,
+and plain ``OSError`` / ``EOFError`` when a stream dies under it. The server's texts are stable (AOSP
 ``adb/transport.cpp`` ``acquire_one_transport``, ``adb/client/commandline.cpp``):
 
 * ``device 'SERIAL' not found`` — no such transport;
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import socket
 
-from adbutils.errors import AdbConnectionError, AdbError, AdbInstallError, AdbTimeout
-
+from device_bridge.adb.wire import AdbConnectionError, AdbError, AdbTimeout
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["AdbServerLost", "translate"]
@@ -37,8 +36,6 @@ class AdbServerLost(ConnectionError):
 
 
 def _text(exc: BaseException) -> str:
-    if isinstance(exc, AdbInstallError):
-        return str(exc.output)
     parts = [str(a) for a in exc.args if not isinstance(a, bytes)]
     return " ".join(parts) or type(exc).__name__
 
@@ -63,9 +60,6 @@ def translate(exc: BaseException, serial: str | None = None) -> RpcError:
         or (isinstance(exc, AdbError) and lower in ("closed", "connection closed"))
     ):
         return RpcError(ErrorCode.UNAVAILABLE, "the adb server closed the connection", data)
-    if isinstance(exc, AdbInstallError):
-        data["reason"] = exc.reason
-        return RpcError(ErrorCode.BAD_REQUEST, f"install failed{where}: {exc.reason}", data)
     if isinstance(exc, AdbError):
         if "not found" in lower and "device" in lower:
             return RpcError(ErrorCode.NOT_FOUND, f"no device {serial or ''}".strip(), data)

@@ -7,11 +7,9 @@ import os
 import subprocess
 import tempfile
 
-from adbutils import adb_path
-from adbutils.errors import AdbConnectionError, AdbError
-
 from device_bridge.adb.connection import AdbCore, _Abort
 from device_bridge.adb.models import DeviceState
+from device_bridge.adb.wire import AdbConnectionError, AdbError, adb_path
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["HostCalls"]
@@ -78,7 +76,7 @@ class HostCalls(AdbCore):
     async def devices(self) -> list[DeviceState]:
         """Every transport the adb server knows, in any state."""
         infos = await self._call(lambda _: self._client.list(), what="adb devices")
-        return [DeviceState(i.serial, i.state) for i in infos]
+        return [DeviceState(serial, state) for serial, state in infos]
 
     async def state(self, serial: str) -> str:
         """adb's state of one device, ``not_found`` if it is not attached."""
@@ -114,7 +112,7 @@ class HostCalls(AdbCore):
         self._check_serial(address)
         limit = self.connect_timeout_s if timeout_s is None else timeout_s
         text = await self._call(
-            lambda _: self._client.connect(address, timeout=limit),
+            lambda _: self._client.host_request(f"host:connect:{address}", timeout=limit),
             timeout_s=limit + 1.0,
             what=f"adb connect {address}",
         )
@@ -132,7 +130,7 @@ class HostCalls(AdbCore):
 
         def run(_: _Abort) -> bool:
             try:
-                text = self._client.disconnect(address, raise_error=True)
+                text = self._client.host_request(f"host:disconnect:{address}")
             except AdbError:
                 return False
             return bool(text) and str(text).startswith("disconnected")

@@ -1,7 +1,7 @@
 """Long-running adb streams (logcat follow, instrumentation) as async iterators of line batches.
 
-A reader *thread* owns the blocking adb socket (adbutils is synchronous, docs/design.md §4.8) and
-appends decoded lines to a bounded :class:`LineBuffer`; the event loop takes them out as
+A reader *thread* owns the blocking adb socket (the adb client is synchronous, docs/design.md
+§4.8) and appends decoded lines to a bounded :class:`LineBuffer`; the event loop takes them out as
 :class:`~protocol.methods.LogBatch` values. Batching and backpressure:
 
 * a batch holds at most ``batch_lines`` lines; a partial batch is handed out ``flush_s`` after

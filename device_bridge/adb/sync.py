@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from device_bridge.adb.connection import AdbCore, _Abort
+from device_bridge.adb.wire import sync_pull, sync_push
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["SyncCalls"]
@@ -27,7 +28,8 @@ class SyncCalls(AdbCore):
         self._check_serial(serial)
 
         def run(abort: _Abort) -> int:
-            return int(self._client.device(serial).sync.push(data, path, mode & 0o777))
+            with self._open(abort, serial, "sync:", None) as conn:
+                return sync_push(conn, data, path, mode)
 
         limit = self.long_timeout_s if timeout_s is None else timeout_s
         return await self._call(run, serial=serial, timeout_s=limit, what=f"push {path}")
@@ -46,14 +48,15 @@ class SyncCalls(AdbCore):
 
         def run(abort: _Abort) -> bytes:
             out = bytearray()
-            for chunk in self._client.device(serial).sync.iter_content(path):
-                out += chunk
-                if len(out) > cap:
-                    raise RpcError(
-                        ErrorCode.BAD_REQUEST,
-                        f"{path} is larger than {cap} bytes",
-                        {"serial": serial, "path": path},
-                    )
+            with self._open(abort, serial, "sync:", None) as conn:
+                for chunk in sync_pull(conn, path):
+                    out += chunk
+                    if len(out) > cap:
+                        raise RpcError(
+                            ErrorCode.BAD_REQUEST,
+                            f"{path} is larger than {cap} bytes",
+                            {"serial": serial, "path": path},
+                        )
             return bytes(out)
 
         limit = self.long_timeout_s if timeout_s is None else timeout_s
@@ -73,12 +76,13 @@ class SyncCalls(AdbCore):
         self._check_serial(serial)
 
         def run(abort: _Abort) -> int:
-            # An open file, not its name: a directory at ``path`` is an error, never a file
-            # quietly written inside it under the host file's name.
-            if not isinstance(local, str):
-                return int(self._client.device(serial).sync.push(local, path, mode & 0o777))
-            with open(local, "rb") as src:
-                return int(self._client.device(serial).sync.push(src, path, mode & 0o777))
+            # A directory at ``path`` is an error (sync_push), never a file quietly written
+            # inside it under the host file's name.
+            with self._open(abort, serial, "sync:", None) as conn:
+                if not isinstance(local, str):
+                    return sync_push(conn, local, path, mode)
+                with open(local, "rb") as src:
+                    return sync_push(conn, src, path, mode)
 
         limit = self.long_timeout_s if timeout_s is None else timeout_s
         return await self._call(run, serial=serial, timeout_s=limit, what=f"push {path}")
@@ -98,8 +102,8 @@ class SyncCalls(AdbCore):
 
         def run(abort: _Abort) -> int:
             size = 0
-            with open(local, "wb") as out:
-                for chunk in self._client.device(serial).sync.iter_content(path):
+            with open(local, "wb") as out, self._open(abort, serial, "sync:", None) as conn:
+                for chunk in sync_pull(conn, path):
                     size += len(chunk)
                     if size > max_bytes:
                         raise RpcError(

@@ -18,9 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adbutils import AdbConnection
-from adbutils.errors import AdbError
-
+from device_bridge.adb.wire import AdbConnection, AdbError
 from protocol.errors import ErrorCode, RpcError
 
 if TYPE_CHECKING:  # the client makes watchers (AdbDevices.watch): a type only here

@@ -179,6 +179,22 @@ async def test_push_pull_five_megabytes(devices: AdbDevices, sim_device: Connect
     assert info.value.code is ErrorCode.NOT_FOUND
 
 
+async def test_push_file_and_pull_file_stream_and_a_directory_is_refused(
+    devices: AdbDevices, sim_device: ConnectedSim, tmp_path: Any
+) -> None:
+    serial = sim_device.address
+    data = os.urandom(200_000)  # several sync DATA blocks
+    assert await devices.push_file(serial, io.BytesIO(data), f"{W}/f.bin", mode=0o600) == len(data)
+    local = tmp_path / "f.bin"
+    assert await devices.pull_file(serial, f"{W}/f.bin", str(local), max_bytes=1 << 20) == len(data)
+    assert local.read_bytes() == data
+    # a directory at the target is an error, not a file written inside it under another name
+    with pytest.raises(RpcError):
+        await devices.push(serial, W, b"x")
+    listing = await devices.shell(serial, ["ls", W])
+    assert listing.stdout.split() == ["f.bin"]
+
+
 async def test_install_uninstall(devices: AdbDevices, sim_device: ConnectedSim) -> None:
     serial = sim_device.address
     apk = build_apk(SimPackage(package="com.example.droidwire", kind="app"))

@@ -29,12 +29,14 @@ from tests.droidwire.stack import wait_until
 
 WAIT_S = 60 * TIME_SCALE
 # What a bridge host does not install, or installs only for a feature it uses (loaded then).
-# (Pillow is not here: adbutils, which the bridge needs, imports it itself.)
 NEVER_ON_A_BRIDGE = frozenset({
     "controller", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "aiosqlite",
     "asyncpg", "redis", "mcp", "openai", "tenacity", "prometheus_client", "tree_sitter",
     "tree_sitter_kotlin", "tree_sitter_java", "av", "cryptography",
 })
+# Installed with the bridge (adbutils' requirements), never loaded by a running one: it speaks
+# to the adb server itself and only runs the binary adbutils ships (device_bridge/adb/wire.py).
+NOT_LOADED_BY_A_BRIDGE = frozenset({"adbutils", "PIL", "requests", "urllib3", "charset_normalizer"})
 
 # Runs the real entry point; the modules imported are written at exit. Modules named in
 # DW_HIDE are made "not installed" first.
@@ -109,6 +111,7 @@ def test_a_running_bridge_imports_nothing_of_the_controller(
     # typer's help renderer (rich's Markdown, Pygments) is loaded for help and errors only,
     # the client commands' HTTP client for them only.
     assert imported & {"markdown_it", "pygments", "httpx"} == set()
+    assert imported & NOT_LOADED_BY_A_BRIDGE == set()
 
 
 @pytest.mark.parametrize("args", [
