@@ -165,3 +165,49 @@ async def test_the_holder_dying_ends_the_view_with_replica_lost(
         last = await eof(ws)
     assert last == {"type": "eof", "reason": "replica_lost"}
     await until(viewers_are(api_b, NONE), "B forgot the viewer", cluster)
+
+
+async def test_the_holder_stopping_ends_the_view_with_replica_shutdown(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    a, _api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    async with open_screen(b, device_id, "jpeg") as ws:
+        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
+        await frames(ws, 1)
+        await a.stop()  # SIGTERM: A leaves the cluster in order, and says why
+        last = await eof(ws)
+    # The web server closes the bridge's WebSocket as it stops: the feed may end with it first.
+    assert last["reason"] in ("replica_shutdown", "bridge_disconnected"), last
+    await until(viewers_are(api_b, NONE), "B forgot the viewer", cluster)
+
+
+async def test_the_bridge_moving_ends_the_view_with_bridge_moved(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    _a, api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    token = cluster.bridges[0].env["DROIDWIRE_BRIDGE_TOKEN"]
+    async with open_screen(b, device_id, "jpeg") as ws:
+        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
+        await frames(ws, 1)
+        # A newer session of the same bridge, on B: A's is closed (4409), A serves no more.
+        await cluster.bridge([b.url], token)
+        last = await eof(ws)
+    # A's feed ends with its bridge's session; whichever B sees first, it says so.
+    assert last["reason"] in ("bridge_moved", "bridge_disconnected"), last
+    await until(viewers_are(api_a, NONE), "A stopped its viewer", cluster)
+    await until(viewers_are(api_b, NONE), "B forgot the viewer", cluster)
+
+
+async def test_the_viewers_replica_dying_stops_the_viewer_on_the_holder(
+    cluster: Cluster,  # noqa: F811 - fixture
+) -> None:
+    _a, api_a, b, _api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    async with open_screen(b, device_id, "jpeg") as ws:
+        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
+        await frames(ws, 1)
+        assert await viewers(api_a) == {"local": 1, "served": 1, "relayed": 0}
+        await b.kill9()
+    # Tap the phone so its screen changes: A's next PUBLISH to B's channel reaches nobody (or,
+    # with nothing to send, B's liveness key expires).
+    await asyncio.to_thread(cluster.sim.adb.shell, "input tap 10 10")
+    await until(viewers_are(api_a, NONE), "A stopped serving the dead replica", cluster)
