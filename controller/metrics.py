@@ -33,6 +33,10 @@ Owned by each replica:
 - ``droidwire_tunnels{kind}``: live remote adb tunnels (docs/tunnel.md), counted the same
   way: ``local`` running on this controller's bridges, ``served`` of those for a client of
   another replica, ``relayed`` whose client is here and whose bridge another replica holds;
+- ``droidwire_screen_viewers{kind}``: live screen viewers (docs/screen.md), counted the same
+  way: ``local`` of feeds on this controller's bridges (one per relayed viewer too),
+  ``served`` of those for a viewer of another replica, ``relayed`` whose WebSocket is here and
+  whose bridge another replica holds;
 - ``droidwire_device_busy_seconds_total{device}``: seconds this replica's runs held the
   device (its turn), since the replica started;
 - ``droidwire_device_runs_total{device,verdict}``: runs this replica finished on the device.
@@ -99,6 +103,7 @@ class Snapshot:
     rpc_pending: int = 0
     logcat_streams: Mapping[str, int] = field(default_factory=dict)
     tunnels: Mapping[str, int] = field(default_factory=dict)
+    screen_viewers: Mapping[str, int] = field(default_factory=dict)
     runs: Mapping[str, int] = field(default_factory=dict)
     run_queue: int = 0
     device_busy_s: Mapping[str, float] = field(default_factory=dict)  # by device uid
@@ -169,6 +174,15 @@ class StateCollector(Collector):
         for kind in STREAM_KINDS:
             tunnels.add_metric([kind], snap.tunnels.get(kind, 0))
         yield tunnels
+        viewers = GaugeMetricFamily(
+            "droidwire_screen_viewers",
+            "Live screen viewers: of feeds on this controller's bridges (local), of those for a "
+            "viewer of another replica (served), relayed here from another replica (relayed)",
+            labels=["kind"],
+        )
+        for kind in STREAM_KINDS:
+            viewers.add_metric([kind], snap.screen_viewers.get(kind, 0))
+        yield viewers
         busy = CounterMetricFamily(
             "droidwire_device_busy_seconds",
             "Seconds this replica's runs held the device, by device uid", labels=["device"],
@@ -290,6 +304,12 @@ async def _snapshot(app_state: Any, device_runs: Mapping[tuple[str, str], int]) 
             "local": len(tunnels.live()) if (tunnels := getattr(hub, "tunnels", None)) else 0,
             "served": getattr(cluster, "tunnels_served", 0),
             "relayed": getattr(cluster, "tunnels_relayed", 0),
+        }
+        screens = getattr(hub, "screens", None)
+        snap.screen_viewers = {
+            "local": sum(len(f.viewers) for f in screens.feeds()) if screens else 0,
+            "served": getattr(cluster, "screens_served", 0),
+            "relayed": getattr(cluster, "screens_relayed", 0),
         }
         remote = getattr(cluster, "remote_bridges", None)
         if snap.reporter and callable(remote):

@@ -23,6 +23,10 @@ The view ends as the logcat stream does once the caller's right lapses — a tok
 (owners and admins too), a loan revoked or expired (:func:`controller.access.until_lapsed`:
 at once with the app's access watch, else re-checked every ``stream_reauth_s``): ``eof``
 ``forbidden: …`` and close code 1008.
+
+Cluster mode: when another replica holds the device's bridge, the viewer runs there and its
+frames are relayed (:mod:`controller.cluster.screens`); the handshake, the view's audit entry,
+the watch on the caller's access and the inputs (forwarded calls) stay here.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from starlette.websockets import WebSocketDisconnect
 from controller.access import until_lapsed
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize, may
 from controller.hub import Hub, resolve_device
+from controller.hub.screen import ScreenView
 from controller.services import services_of
 from protocol.errors import ErrorCode, RpcError
 from protocol.screen_methods import INPUT, InputParams, ScreenFrame
@@ -76,7 +81,7 @@ async def serve_screen(
     action = "device.screen.view"
     try:
         await authorize(principal, ref, Action.USE, store=hub.store)
-        viewer = await hub.screens.watch(ref, codec)
+        viewer = await _view(hub, principal, ref, codec)
     except RpcError as exc:
         await hub.audit_device(principal, action, ref, exc)
         raise
@@ -125,6 +130,17 @@ async def serve_screen(
         pass
     finally:
         await viewer.close()
+
+
+async def _view(hub: Hub, principal: Principal, ref: DeviceRef, codec: str) -> ScreenView:
+    """A viewer: here when this replica holds the device's bridge (or none does), else on the
+    replica that holds it, its frames relayed (cluster mode, docs/screen.md)."""
+    entry = hub.entry(ref.bridge_id)
+    if entry is None or entry.conn is None:
+        replica = await hub.hooks.owner_elsewhere(ref.bridge_id)
+        if replica is not None:
+            return await hub.hooks.screen(replica, principal, ref, codec)
+    return await hub.screens.watch(ref, codec)
 
 
 async def _receive(websocket: WebSocket, inputs: asyncio.Queue[dict[str, Any]],

@@ -2,7 +2,7 @@
 
 Replicas share PostgreSQL for state and Redis for routing: which replica holds each bridge's
 one session (with TTL and heartbeat), the live device inventories, forwarded calls, and
-relayed logcat streams and remote adb tunnels.
+relayed logcat streams, remote adb tunnels and live screens.
 
 Modules: :mod:`~controller.cluster.cluster` (:class:`Cluster`: lifecycle, heartbeat, the
 listener), :mod:`~controller.cluster.wire` (key layout, ``--redis`` URL, messages),
@@ -11,6 +11,7 @@ listener), :mod:`~controller.cluster.wire` (key layout, ``--redis`` URL, message
 registry), :mod:`~controller.cluster.waits` (held results), :mod:`~controller.cluster.forwarding`
 (calls run on the replica holding the bridge), :mod:`~controller.cluster.streams` (relayed
 logcat streams), :mod:`~controller.cluster.tunnels` (relayed remote adb tunnels),
+:mod:`~controller.cluster.screens` (relayed live screens),
 :mod:`~controller.cluster.turns` (device turns across replicas).
 """
 

@@ -8,7 +8,8 @@ dispatches other replicas' messages to its parts: the key layout and messages
 bridge ownership (:mod:`~controller.cluster.ownership`), held results
 (:mod:`~controller.cluster.waits`), forwarded calls (:mod:`~controller.cluster.forwarding`),
 relayed logcat streams (:mod:`~controller.cluster.streams`), relayed tunnels
-(:mod:`~controller.cluster.tunnels`) and device turns
+(:mod:`~controller.cluster.tunnels`), relayed live screens (:mod:`~controller.cluster.screens`)
+and device turns
 (:mod:`~controller.cluster.turns`).
 """
 
@@ -25,6 +26,7 @@ from redis.exceptions import RedisError
 
 from controller.cluster.forwarding import Forwarding
 from controller.cluster.ownership import Ownership
+from controller.cluster.screens import ScreenRelays, ServedScreen
 from controller.cluster.streams import Served, StreamRelays
 from controller.cluster.tunnels import TunnelRelays
 from controller.cluster.turns import DeviceTurns
@@ -38,7 +40,8 @@ __all__ = ["Cluster"]
 log = logging.getLogger("droidwire.controller.cluster")
 
 
-class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, DeviceTurns):
+class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, ScreenRelays,
+              DeviceTurns):
     """One replica's membership: heartbeat, bridge ownership, forwarding. An async context."""
 
     # -- lifecycle
@@ -69,6 +72,7 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, De
                 served.stream.end("replica_shutdown")
                 relays.append(relay)
         relays += self._end_tunnels("replica_shutdown")
+        relays += self._end_screens("replica_shutdown")
         if relays:  # each relay publishes its eof, then ends; bounded, as the whole shutdown
             await asyncio.wait(relays, timeout=self.settings.cluster_heartbeat_s)
         tasks = [t for t in (self._listener, self._heartbeat, *self._tasks,
@@ -297,6 +301,25 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, De
             task = asyncio.get_running_loop().create_task(self._serve_tunnel(body))
             self._serving[key] = task
             task.add_done_callback(lambda _t: self._serving.pop(key, None))
+        elif kind == "vframe":
+            self._screen_frame(body)
+        elif kind == "vend":
+            self._stop_screen(body)
+        elif kind == "vopen":
+            sender, relay_id = body.get("from"), body.get("id")
+            if not isinstance(sender, str) or not isinstance(relay_id, str):
+                return
+            key = (sender, relay_id)
+            served_screen = self._served_screens[key] = ServedScreen()
+            task = asyncio.get_running_loop().create_task(
+                self._serve_screen(body, served_screen))
+            self._serving[key] = task
+
+            def screen_done(_t: asyncio.Task[None]) -> None:
+                self._serving.pop(key, None)
+                self._served_screens.pop(key, None)
+
+            task.add_done_callback(screen_done)
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":

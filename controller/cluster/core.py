@@ -4,7 +4,8 @@ replica (:meth:`ClusterCore._ask` waits for an answer, :meth:`ClusterCore._tell`
 
 The parts (:mod:`~controller.cluster.ownership`, :mod:`~controller.cluster.waits`,
 :mod:`~controller.cluster.forwarding`, :mod:`~controller.cluster.streams`,
-:mod:`~controller.cluster.tunnels`, :mod:`~controller.cluster.turns`) each add their methods on top of this core;
+:mod:`~controller.cluster.tunnels`, :mod:`~controller.cluster.screens`,
+:mod:`~controller.cluster.turns`) each add their methods on top of this core;
 :mod:`controller.cluster.cluster` joins them with the lifecycle, the heartbeat and the
 listener that dispatches messages to them.
 """
@@ -36,6 +37,7 @@ from protocol.errors import ErrorCode, RpcError
 
 if TYPE_CHECKING:
     from controller.cluster.ownership import Claiming
+    from controller.cluster.screens import RemoteViewer, ServedScreen
     from controller.cluster.streams import RemoteLogStream, Served
     from controller.cluster.tunnels import RemoteTunnel
     from controller.hub.tunnel import Tunnel
@@ -81,6 +83,8 @@ class ClusterCore:
         self._tunnels: dict[str, RemoteTunnel] = {}  # relay id → a tunnel relayed to us
         self._served_tunnels: dict[tuple[str, str], Tunnel] = {}  # (requester, relay id)
         self._tunnel_seq: dict[tuple[str, str], int] = {}  # the next tin's number, served
+        self._screens: dict[str, RemoteViewer] = {}  # relay id → a viewer relayed to us
+        self._served_screens: dict[tuple[str, str], ServedScreen] = {}  # (requester, id)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None

@@ -36,6 +36,10 @@ A remote adb tunnel whose client reached a replica other than the bridge's holde
 (answered by a ``res`` with the tunnel's ``hello``), then the client's frames as ``tin`` and
 the tunnel's as ``tout`` (each pipe numbered: a gap ends the tunnel), ``tend`` when the
 client's side ends it, ``tfin`` when the holder's tunnel ended (:mod:`controller.cluster.tunnels`).
+A live screen whose viewer reached a replica other than the bridge's holder: ``vopen``
+(answered by a ``res`` with the codec and source), then the holder's ``vframe`` messages
+(numbered: a gap makes an H.264 viewer wait for the next key frame), ``vend`` when the
+viewer leaves (:mod:`controller.cluster.screens`).
 Why pub/sub and not streams: docs/cluster.md.
 """
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from controller.auth.authorization import DeviceRef, Principal
     from controller.hub.devices import DeviceRecord
     from controller.hub.entry import BridgeEntry
+    from controller.hub.screen import ScreenView
     from controller.hub.streams import LogStream
     from controller.hub.tunnel import TunnelSession
 
@@ -46,7 +47,7 @@ class ClusterHooks(Protocol):
     ``awaiting``/``settled``/``adopt``/``foreign``/``relay`` share the waits for held results
     (a run resumed on another replica, a bridge that moved); ``stream``/``stop_stream`` relay
     a logcat stream from the replica holding the bridge, ``tunnel`` a remote adb tunnel's
-frames; ``remote_devices``/``remote_bridges``
+    frames, ``screen`` a live screen's frames; ``remote_devices``/``remote_bridges``
     list what other replicas hold, and ``forgotten`` tells them a bridge or device was
     forgotten here: docs/cluster.md.
     """
@@ -76,6 +77,9 @@ frames; ``remote_devices``/``remote_bridges``
     def tunnel(
         self, replica: str, principal: Principal, device: DeviceRef
     ) -> TunnelSession: ...
+    async def screen(
+        self, replica: str, principal: Principal, device: DeviceRef, codec: str
+    ) -> ScreenView: ...
     async def remote_devices(self) -> list[DeviceRecord]: ...
     async def remote_bridges(self) -> dict[str, RemoteBridge]: ...
     async def forgotten(self, bridge_id: str, serial: str | None) -> None: ...
@@ -138,6 +142,11 @@ class LocalHooks:
         self, replica: str, principal: Principal, device: DeviceRef
     ) -> TunnelSession:
         raise _elsewhere(f"tunnel to {device}")  # never asked: owner_elsewhere is None
+
+    async def screen(
+        self, replica: str, principal: Principal, device: DeviceRef, codec: str
+    ) -> ScreenView:
+        raise _elsewhere(f"screen of {device}")  # never asked: owner_elsewhere is None
 
     async def remote_devices(self) -> list[DeviceRecord]:
         return []

@@ -24,7 +24,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.hub.channels import (
     attach,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from controller.auth.authorization import DeviceRef
     from controller.hub.hub import Hub
 
-__all__ = ["MAX_BEHIND", "ScreenFeed", "ScreenFeeds", "Viewer"]
+__all__ = ["MAX_BEHIND", "FrameQueue", "ScreenFeed", "ScreenFeeds", "ScreenView", "Viewer"]
 
 log = logging.getLogger("droidwire.controller.screen")
 
@@ -58,27 +58,22 @@ MAX_BEHIND = 30
 MAX_GOP = 300
 
 
-@dataclass(eq=False)
-class Viewer:
-    """One consumer of a feed: :meth:`get` the next frame to show (skipping what it missed)."""
+class FrameQueue:
+    """What a viewer holds for its consumer, bounded by the screen's rules (docs/screen.md):
+    :meth:`offer` a frame (never blocks), :meth:`get` the next one to show. A local
+    :class:`Viewer` and a relayed one (:class:`controller.cluster.screens.RemoteViewer`) both
+    are one."""
 
-    feed: ScreenFeed
-    _pending: collections.deque[ScreenFrame] = field(default_factory=collections.deque)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    shown: int = 0
-    skipped: int = 0
-    closed: bool = False
-    _need_key: bool = True  # an H.264 viewer starts (and restarts) at a key frame
-
-    @property
-    def codec(self) -> str:
-        return self.feed.codec
-
-    @property
-    def source(self) -> str:
-        return self.feed.source
+    def __init__(self) -> None:
+        self._pending: collections.deque[ScreenFrame] = collections.deque()
+        self._wake = asyncio.Event()
+        self.shown = 0
+        self.skipped = 0
+        self._need_key = True  # an H.264 viewer starts (and restarts) at a key frame
 
     def offer(self, frame: ScreenFrame) -> None:
+        if self._pending and self._pending[-1].eof:
+            return  # ended: nothing after the eof, and the first reason stays
         if frame.eof:
             self._pending.append(frame)
         elif frame.codec == "h264":
@@ -109,6 +104,35 @@ class Viewer:
                 return frame
             self._wake.clear()
             await self._wake.wait()
+
+
+class ScreenView(Protocol):
+    """What the screen's WebSocket handler reads: a local :class:`Viewer`, or one relayed
+    from the replica holding the bridge (cluster mode)."""
+
+    @property
+    def codec(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    async def get(self) -> ScreenFrame: ...
+    async def close(self) -> None: ...
+
+
+class Viewer(FrameQueue):
+    """One consumer of a feed: :meth:`get` the next frame to show (skipping what it missed)."""
+
+    def __init__(self, feed: ScreenFeed) -> None:
+        super().__init__()
+        self.feed = feed
+        self.closed = False
+
+    @property
+    def codec(self) -> str:
+        return self.feed.codec
+
+    @property
+    def source(self) -> str:
+        return self.feed.source
 
     async def close(self) -> None:
         if not self.closed:
