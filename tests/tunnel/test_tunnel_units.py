@@ -156,6 +156,24 @@ def test_gate_passes_allowed_requests_whatever_the_split(step: int) -> None:
     assert bytes(out) == stream and gate.broken is None
 
 
+@pytest.mark.parametrize("step", [5, 4099, 70_000])
+def test_gate_pieces_stay_valid_and_a_push_passes_uncopied(step: int) -> None:
+    stream = _req(b"STA2", f"{DIR}/a.bin") + _send(f"{DIR}/a.bin", bytes(range(256)) * 1200)
+    gate = _gate()
+    kept: list[bytes | memoryview] = []
+    for off in range(0, len(stream), step):
+        parts, answers = gate.feed_parts(stream[off:off + step])
+        kept += parts  # held past later feeds, whose carried bytes live elsewhere
+        assert answers == []
+    assert b"".join(kept) == stream
+    # A write that is all DATA (and its headers) goes on as the very object that came.
+    chunk = b"DATA" + struct.pack("<I", 10) + b"0123456789"
+    gate = _gate()
+    gate.feed(_req(b"SEND", f"{DIR}/b.bin,33188"))
+    parts, _ = gate.feed_parts(chunk)
+    assert len(parts) == 1 and parts[0] is chunk
+
+
 def test_gate_answers_refused_requests_in_their_own_format() -> None:
     gate = _gate()
     forwarded, answers = gate.feed(_req(b"STAT", "/sdcard/x") + _req(b"LIS2", "/")
