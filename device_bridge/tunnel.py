@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from protocol.alloc import keep_freed_memory
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Method, validate_params
 from protocol.tunnel_methods import (
@@ -321,6 +322,7 @@ class TunnelService:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
         if len(self._streams) >= self.max_streams:
             raise RpcError(ErrorCode.BUSY, f"at most {self.max_streams} tunnel streams per bridge")
+        keep_freed_memory()  # this process relays megabyte frames from now on: protocol/alloc.py
         before = await self.rpc.adb().package_paths(p.serial) if opening.installs else None
         sock = await self.rpc.adb().open_socket(p.serial, opening.service,
                                              what=f"open {opening.service.split(':', 1)[0]}")

@@ -43,6 +43,7 @@ from droidwire.client import (
     cli_errors,
 )
 from protocol.adbwire import A_VERSION, HEADER, Command, FramingError, Message, encode
+from protocol.alloc import keep_freed_memory
 from protocol.errors import RpcError
 from protocol.tunnel_methods import (
     DATA_HEAD_MAX,
@@ -295,6 +296,8 @@ class TunnelClient:
     async def start(self) -> None:
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+        keep_freed_memory()  # a relay of megabyte frames: protocol/alloc.py
 
         try:
             self._ws = await connect(

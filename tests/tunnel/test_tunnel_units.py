@@ -276,3 +276,14 @@ def test_an_installed_chunk_names_packages_only() -> None:
         with pytest.raises(RpcError) as refused:
             parse_tunnel_chunk(bad)
         assert refused.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_a_relay_keeps_freed_memory_once_per_process() -> None:
+    import platform
+
+    from protocol import alloc
+
+    first = alloc.keep_freed_memory()
+    assert alloc.keep_freed_memory() is first  # once: later calls change nothing
+    if platform.libc_ver()[0] == "glibc":
+        assert first is True
