@@ -30,7 +30,7 @@ import logging
 import sys
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -123,10 +123,9 @@ class _Transport(asyncio.BufferedProtocol):
     # -- asyncio ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.writer = transport
+        self.writer = cast(asyncio.Transport, transport)  # a TCP connection's
         if self.client.ended:
-            transport.close()
+            self.writer.close()
             return
         self.client._transports.add(self)
 
