@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from protocol.alloc import keep_freed_memory
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Method, validate_params
 from protocol.tunnel_methods import (
@@ -117,34 +118,51 @@ class SyncGate:
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> tuple[bytes, list[bytes]]:
+        """:meth:`feed_parts`, the bytes for the device joined."""
+        parts, answers = self.feed_parts(data)
+        return b"".join(parts), answers
+
+    def feed_parts(self, data: bytes) -> tuple[list[bytes | memoryview], list[bytes]]:
+        """As :meth:`feed`, the bytes for the device as pieces of ``data`` (views, no copy:
+        a push's ``DATA`` passes through as it came); the pieces stay valid after the call."""
         answers: list[bytes] = []
         if self.broken is not None:
-            return b"", answers
+            return [], answers
         if self._buf:
             self._buf += data
             buf: bytes | bytearray = self._buf
         else:
             buf = data  # the usual case: parsed in place, nothing carried over
         view = memoryview(buf)
-        out = bytearray()
+        spans: list[list[int]] = []  # [start, stop) of view that go to the device, in order
         pos, end = 0, len(buf)
         try:
-            pos = self._parse(view, pos, end, out, answers)
+            pos = self._parse(view, pos, end, spans, answers)
         finally:
             rest = bytes(view[pos:]) if pos < end else b""
-            view.release()
+            parts: list[bytes | memoryview] = [
+                buf if (a, b) == (0, end) and isinstance(buf, bytes) else view[a:b]
+                for a, b in spans]
+            view.release()  # the pieces are views of their own
         self._buf = bytearray(rest)
-        return bytes(out), answers
+        return parts, answers
 
-    def _parse(self, view: memoryview, pos: int, end: int, out: bytearray,
+    def _parse(self, view: memoryview, pos: int, end: int, spans: list[list[int]],
                answers: list[bytes]) -> int:
-        """Parse ``view[pos:end]`` (one offset, no copy of what is still to come); where the
-        unparsed rest starts."""
+        """Parse ``view[pos:end]`` (one offset, no copy of what is still to come), adding the
+        spans that go to the device to ``spans``; where the unparsed rest starts."""
+
+        def out(a: int, b: int) -> None:
+            if spans and spans[-1][1] == a:
+                spans[-1][1] = b
+            elif b > a:
+                spans.append([a, b])
+
         while True:
             if self._data_left:
                 take = min(self._data_left, end - pos)
                 if self._refused_send is None:
-                    out += view[pos : pos + take]
+                    out(pos, pos + take)
                 pos += take
                 self._data_left -= take
                 if self._data_left:
@@ -156,13 +174,13 @@ class SyncGate:
             if self._in_send:
                 if ident == "DATA" and length <= _SYNC_DATA_MAX:
                     if self._refused_send is None:
-                        out += view[pos : pos + 8]
+                        out(pos, pos + 8)
                     pos += 8
                     self._data_left = length
                     continue
                 if ident == "DONE":
                     if self._refused_send is None:
-                        out += view[pos : pos + 8]
+                        out(pos, pos + 8)
                     else:
                         answers.append(sync_fail(self._refused_send.message))
                         self._refused_send = None
@@ -172,7 +190,7 @@ class SyncGate:
                 self.broken = f"unexpected {ident!r} inside a SEND"
                 return end
             if ident == "QUIT":
-                out += view[pos:end]
+                out(pos, end)
                 return end
             if ident not in _SYNC_PATH_REQUESTS or length > _SYNC_PATH_MAX:
                 self.broken = f"sync request {ident!r} ({length} bytes) is not carried"
@@ -180,7 +198,7 @@ class SyncGate:
             if end - pos < 8 + length:
                 return pos
             path = bytes(view[pos + 8 : pos + 8 + length]).decode("utf-8", errors="replace")
-            request = bytes(view[pos : pos + 8 + length])
+            start = pos
             pos += 8 + length
             try:
                 self._check(ident, path)
@@ -192,7 +210,7 @@ class SyncGate:
                 else:
                     answers.append(_refused_answer(ident, exc.message))
                 continue
-            out += request
+            out(start, pos)
             self._in_send = ident == "SEND"
 
     def take_refusals(self) -> list[SyncRefusal]:
@@ -304,6 +322,7 @@ class TunnelService:
             raise RpcError(ErrorCode.UNAVAILABLE, "streams need an open link")
         if len(self._streams) >= self.max_streams:
             raise RpcError(ErrorCode.BUSY, f"at most {self.max_streams} tunnel streams per bridge")
+        keep_freed_memory()  # this process relays megabyte frames from now on: protocol/alloc.py
         before = await self.rpc.adb().package_paths(p.serial) if opening.installs else None
         sock = await self.rpc.adb().open_socket(p.serial, opening.service,
                                              what=f"open {opening.service.split(':', 1)[0]}")
@@ -334,14 +353,14 @@ class TunnelService:
             raise RpcError(ErrorCode.NOT_FOUND, "no such tunnel stream", {"reason": "closed"})
         async with stream.writing:
             self._still_shared(stream)
-            data = p.data
+            parts: list[bytes | memoryview] = [p.data]
             answers: list[bytes] = []
             if stream.gate is not None:
-                data, answers = stream.gate.feed(data)
+                parts, answers = stream.gate.feed_parts(p.data)
             loop = asyncio.get_running_loop()
             try:
-                if data:
-                    await loop.sock_sendall(stream.sock.sock, data)
+                for part in parts:  # most often one: the client's bytes as they came
+                    await loop.sock_sendall(stream.sock.sock, part)
             except OSError as exc:
                 await self._end(stream, f"device stream lost: {exc}")
                 raise RpcError(ErrorCode.DEVICE_OFFLINE, "the device's stream is gone") from None

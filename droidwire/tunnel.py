@@ -30,11 +30,10 @@ import logging
 import sys
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
-from device_bridge.sim.transport import DeviceTransport
 from droidwire.client import (
     ApiError,
     Client,
@@ -43,10 +42,13 @@ from droidwire.client import (
     TokenOption,
     cli_errors,
 )
-from protocol.adbwire import A_VERSION, Command, FramingError, Message
+from protocol.adbwire import A_VERSION, HEADER, Command, FramingError, Message, encode
+from protocol.alloc import keep_freed_memory
 from protocol.errors import RpcError
 from protocol.tunnel_methods import (
+    DATA_HEAD_MAX,
     MAX_CLIENT_FRAME,
+    data_frame_head,
     decode_frame,
     encode_frame,
     refusal_reply,
@@ -57,6 +59,8 @@ __all__ = ["TunnelClient", "TunnelEnded", "open_tunnel", "tunnel"]
 log = logging.getLogger("droidwire.cli.tunnel")
 
 MAXDATA = 1024 * 1024  # what the local adbd side announces: the adb server's WRTEs are at most this
+MAX_PAYLOAD = 1 << 20  # the largest payload adb's server ever sends (MAX_PAYLOAD): more is broken
+_SMALL_READ = 64 * 1024  # one read of headers and small messages; a large payload's rest: in place
 LOOPBACK = "127.0.0.1"
 
 
@@ -92,26 +96,138 @@ class _Stream:
     done: bool = False
 
 
-class _Transport(DeviceTransport):
-    """One TCP connection from the adb server: the device side of the adb transport."""
+class _Transport(asyncio.BufferedProtocol):
+    """One TCP connection from the adb server: the device side of the adb transport.
 
-    def __init__(self, client: TunnelClient, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        super().__init__(reader, writer)
+    Read into place (a buffered protocol, no stream buffer): headers and small messages in
+    reads of up to 64 KiB, and the rest of a ``WRTE``'s payload straight into the ``data`` frame
+    that carries it to the controller, after room for the frame's head
+    (:func:`~protocol.tunnel_methods.data_frame_head`) — a push's bytes are not copied in Python
+    on the way up, but for what came with their header. While the adb server is slow to take
+    what we write, reading pauses (as a stream's ``drain`` did)."""
+
+    def __init__(self, client: TunnelClient) -> None:
         self.client = client
+        self.writer: asyncio.Transport | None = None
+        self.online = False
+        self.checksums = False  # the peer speaks version 0x01000000 and may verify them
         self.max_out = 4096
         self.streams: dict[int, _Stream] = {}
+        self._small = bytearray(_SMALL_READ)  # headers and small payloads are read here
+        self._have = 0  # bytes in _small not parsed yet
+        self._payload: bytearray | None = None  # a payload being read straight into place
+        self._at = 0  # … its bytes read so far, and its end
+        self._end = 0
+        self._msg: tuple[Command, int, int] = (Command.OKAY, 0, 0)  # … and its header
 
-    def _malformed(self, exc: FramingError) -> None:
-        log.warning("adb connection: %s", exc)
+    # -- asyncio ----------------------------------------------------------------------------
 
-    def _ended(self) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.writer = cast(asyncio.Transport, transport)  # a TCP connection's
+        if self.client.ended:
+            self.writer.close()
+            return
+        self.client._transports.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._transports.discard(self)
         self.close()
+
+    def pause_writing(self) -> None:
+        if self.writer is not None:
+            self.writer.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.resume_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._payload is not None:
+            return memoryview(self._payload)[self._at : self._end]
+        return memoryview(self._small)[self._have :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._payload is not None:
+                self._at += nbytes
+                if self._at == self._end:
+                    self._delivered()
+            else:
+                self._have += nbytes
+                self._parse_small()
+        except FramingError as exc:
+            log.warning("adb connection: %s", exc)
+            self.close()
+        except Exception:  # a bug of ours ends this connection, never the tunnel
+            log.exception("adb connection: failed")
+            self.close()
+
+    def _parse_small(self) -> None:
+        """Every message whole in ``_small``; a payload that is not goes on in place."""
+        small, pos = self._small, 0
+        while self._payload is None and self._have - pos >= HEADER.size:
+            cmd, arg0, arg1, length, _check, magic = HEADER.unpack_from(small, pos)
+            if magic != cmd ^ 0xFFFFFFFF:
+                raise FramingError(f"bad magic {magic:#x} for command {cmd:#x}")
+            try:
+                command = Command(cmd)
+            except ValueError:
+                raise FramingError(f"unknown command {cmd:#x}") from None
+            if length > MAX_PAYLOAD:
+                raise FramingError(f"payload of {length} bytes exceeds {MAX_PAYLOAD}")
+            pos += HEADER.size
+            if not length:
+                self._dispatch(Message(command, arg0, arg1))
+                continue
+            at = DATA_HEAD_MAX if command == Command.WRTE else 0
+            take = min(length, self._have - pos)
+            payload = bytearray(at + length)
+            payload[at : at + take] = small[pos : pos + take]
+            pos += take
+            self._msg, self._payload, self._at, self._end = (command, arg0, arg1), payload, \
+                at + take, at + length
+            if take == length:
+                self._delivered()
+        rest = self._have - pos
+        if rest and pos:
+            small[:rest] = small[pos : self._have]
+        self._have = rest
+
+    def _delivered(self) -> None:
+        """The payload being read is whole."""
+        (command, arg0, arg1), payload = self._msg, self._payload
+        assert payload is not None
+        self._payload = None
+        if command == Command.WRTE:
+            self._wrte(arg0, arg1, payload)
+        else:
+            self._dispatch(Message(command, arg0, arg1, bytes(payload)))
+
+    # -- adb --------------------------------------------------------------------------------
+
+    def send(self, command: Command, arg0: int, arg1: int, data: bytes = b"") -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(encode(command, arg0, arg1, data, checksum=self.checksums))
 
     def close(self) -> None:
         for stream in list(self.streams.values()):
             self.client.drop(stream, tell=True)
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def _stream(self, msg_remote: int, s: int) -> _Stream | None:
+        found = self.streams.get(s)
+        if found is None or found.remote != msg_remote:
+            return None  # late OKAY/CLSE/WRTE for a stream already gone
+        return found
+
+    def _wrte(self, remote: int, s: int, buf: bytearray) -> None:
+        """A ``WRTE``, its payload in ``buf`` after :data:`DATA_HEAD_MAX` bytes of room."""
+        if not self.online:
+            return
+        stream = self._stream(remote, s)
+        if stream is not None:
+            self.client.to_device(stream, buf)
 
     def _dispatch(self, msg: Message) -> None:
         if msg.command == Command.CNXN:
@@ -129,17 +245,14 @@ class _Transport(DeviceTransport):
             service = msg.data.rstrip(b"\0").decode("utf-8", errors="replace")
             self.client.open(self, msg.arg0, service)
             return
-        found = self.streams.get(msg.arg1)
-        if found is None or found.remote != msg.arg0:
-            return  # late OKAY/CLSE for a stream already gone
-        stream = found
-        if msg.command == Command.WRTE:
-            self.client.to_device(stream, msg.data)
-        elif msg.command == Command.OKAY:
-            self.client.server_took(stream)
+        found = self._stream(msg.arg0, msg.arg1)
+        if found is None:
+            return
+        if msg.command == Command.OKAY:
+            self.client.server_took(found)
         elif msg.command == Command.CLSE:
-            self.send(Command.CLSE, stream.s, stream.remote)  # as adbd answers the host's CLSE
-            self.client.drop(stream, tell=True)
+            self.send(Command.CLSE, found.s, found.remote)  # as adbd answers the host's CLSE
+            self.client.drop(found, tell=True)
 
 
 class TunnelClient:
@@ -166,7 +279,7 @@ class TunnelClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._streams: dict[int, _Stream] = {}
         self._next = 0
-        self._out: asyncio.Queue[bytes] = asyncio.Queue()
+        self._out: asyncio.Queue[bytes | memoryview] = asyncio.Queue()
         self._ended = asyncio.Event()
         self.reason: str | None = None
 
@@ -182,6 +295,8 @@ class TunnelClient:
     async def start(self) -> None:
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+        keep_freed_memory()  # a relay of megabyte frames: protocol/alloc.py
 
         try:
             self._ws = await connect(
@@ -208,7 +323,8 @@ class TunnelClient:
         self.max_streams = hello["max_streams"]
         features = ",".join(str(f) for f in hello["features"])
         self.banner = f"{hello['banner']}features={features}"
-        self._server = await asyncio.start_server(self._accept, LOOPBACK, self.requested_port)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Transport(self), LOOPBACK, self.requested_port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._spawn(self._receive())
         self._spawn(self._send())
@@ -248,16 +364,9 @@ class TunnelClient:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._ended.is_set():
-            writer.close()
-            return
-        transport = _Transport(self, reader, writer)
-        self._transports.add(transport)
-        try:
-            await transport.run()
-        finally:
-            self._transports.discard(transport)
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
 
     # -- the WebSocket ---------------------------------------------------------------------
 
@@ -333,15 +442,21 @@ class TunnelClient:
         transport.streams[stream.s] = stream
         self._out.put_nowait(encode_frame("open", s=stream.s, service=service))
 
-    def to_device(self, stream: _Stream, data: bytes) -> None:
+    def to_device(self, stream: _Stream, buf: bytearray) -> None:
+        """A ``WRTE`` from the adb server: its payload in ``buf`` after
+        :data:`~protocol.tunnel_methods.DATA_HEAD_MAX` bytes of room for the frame's head."""
         if not stream.opened or stream.device_closed:
             return
-        self._out.put_nowait(encode_frame("data", s=stream.s, data=data))
-        stream.inflight += len(data)
-        if stream.inflight < self.window:
+        n = len(buf) - DATA_HEAD_MAX
+        stream.inflight += n
+        if stream.inflight < self.window:  # first: the adb server reads on meanwhile
             stream.transport.send(Command.OKAY, stream.s, stream.remote)
         else:
             stream.owe_okay = True
+        head = data_frame_head(stream.s, n)
+        start = DATA_HEAD_MAX - len(head)
+        buf[start:DATA_HEAD_MAX] = head
+        self._out.put_nowait(memoryview(buf)[start:])  # the frame, its payload never copied
 
     def server_took(self, stream: _Stream) -> None:
         """The adb server's OKAY for our WRTE."""

@@ -45,6 +45,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.methods import Empty, Method, Params, Result, register
 
 __all__ = [
+    "DATA_HEAD_MAX",
     "MAX_INSTALLED",
     "MAX_SERVICE",
     "MAX_WINDOW",
@@ -66,6 +67,7 @@ __all__ = [
     "TunnelStartResult",
     "TunnelWriteParams",
     "TunnelWriteResult",
+    "data_frame_head",
     "decode_frame",
     "encode_frame",
     "parse_tunnel_chunk",
@@ -229,6 +231,25 @@ _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
 def encode_frame(op: str, **fields: Any) -> bytes:
     """One client ↔ controller frame (msgpack map)."""
     return msgpack.packb({"op": op, **fields}, use_bin_type=True)
+
+
+#: The longest :func:`data_frame_head`.
+DATA_HEAD_MAX = 32
+_DATA_KEYS = msgpack.packb("op") + msgpack.packb("data") + msgpack.packb("s")
+_DATA_KEY = msgpack.packb("data")
+
+
+def data_frame_head(s: int, n: int) -> bytes:
+    """The first bytes of ``encode_frame("data", s=s, data=payload)`` for a payload of ``n``
+    bytes, which follow them: a sender that reads the payload into place after room for its
+    head sends the frame without copying the payload (the same msgpack map)."""
+    if n < 1 << 8:
+        size = b"\xc4" + n.to_bytes(1, "big")
+    elif n < 1 << 16:
+        size = b"\xc5" + n.to_bytes(2, "big")
+    else:
+        size = b"\xc6" + n.to_bytes(4, "big")
+    return b"\x83" + _DATA_KEYS + msgpack.packb(s) + _DATA_KEY + size
 
 
 def decode_frame(data: bytes | str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from controller.cluster.core import ClusterCore
 from controller.cluster.wire import as_text, pack
 from controller.hub.channels import FrameOutbox
 from controller.store import TokenKind
+from protocol.alloc import keep_freed_memory
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
 from protocol.tunnel_methods import TUNNEL_START, decode_frame, encode_frame
@@ -73,6 +74,7 @@ class RemoteTunnel:
 
     def __init__(self, relays: TunnelRelays, replica: str, principal: Principal,
                  device: DeviceRef, limit: int) -> None:
+        keep_freed_memory()  # this replica relays megabyte frames from now on: protocol/alloc.py
         self.relays = relays
         self.replica = replica
         self.principal = principal

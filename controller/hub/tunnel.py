@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub.channels import FrameOutbox, attach, channel_in, close_later, next_event
+from protocol.alloc import keep_freed_memory
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import (
@@ -567,6 +568,7 @@ class Tunnels:
         if mine >= self.per_user:
             raise RpcError(ErrorCode.BUSY, f"at most {self.per_user} tunnels per user",
                            {"reason": "tunnel_quota"})
+        keep_freed_memory()  # this process relays megabyte frames from now on: protocol/alloc.py
         tunnel = Tunnel(self, principal, device)
         self._live[tunnel.id] = tunnel
         return tunnel

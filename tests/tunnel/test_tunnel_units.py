@@ -156,6 +156,24 @@ def test_gate_passes_allowed_requests_whatever_the_split(step: int) -> None:
     assert bytes(out) == stream and gate.broken is None
 
 
+@pytest.mark.parametrize("step", [5, 4099, 70_000])
+def test_gate_pieces_stay_valid_and_a_push_passes_uncopied(step: int) -> None:
+    stream = _req(b"STA2", f"{DIR}/a.bin") + _send(f"{DIR}/a.bin", bytes(range(256)) * 1200)
+    gate = _gate()
+    kept: list[bytes | memoryview] = []
+    for off in range(0, len(stream), step):
+        parts, answers = gate.feed_parts(stream[off:off + step])
+        kept += parts  # held past later feeds, whose carried bytes live elsewhere
+        assert answers == []
+    assert b"".join(kept) == stream
+    # A write that is all DATA (and its headers) goes on as the very object that came.
+    chunk = b"DATA" + struct.pack("<I", 10) + b"0123456789"
+    gate = _gate()
+    gate.feed(_req(b"SEND", f"{DIR}/b.bin,33188"))
+    parts, _ = gate.feed_parts(chunk)
+    assert len(parts) == 1 and parts[0] is chunk
+
+
 def test_gate_answers_refused_requests_in_their_own_format() -> None:
     gate = _gate()
     forwarded, answers = gate.feed(_req(b"STAT", "/sdcard/x") + _req(b"LIS2", "/")
@@ -258,3 +276,82 @@ def test_an_installed_chunk_names_packages_only() -> None:
         with pytest.raises(RpcError) as refused:
             parse_tunnel_chunk(bad)
         assert refused.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_a_relay_keeps_freed_memory_once_per_process() -> None:
+    import platform
+
+    from protocol import alloc
+
+    first = alloc.keep_freed_memory()
+    assert alloc.keep_freed_memory() is first  # once: later calls change nothing
+    if platform.libc_ver()[0] == "glibc":
+        assert first is True
+
+
+class _FakeSocket:
+    """What the local end's adb connection writes to (an asyncio transport's surface)."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+def _adb_messages(wire: bytes) -> list[tuple[int, int, int, bytes]]:
+    from protocol.adbwire import MessageReader
+
+    return [(int(m.command), m.arg0, m.arg1, m.data) for m in MessageReader().feed(wire)]
+
+
+@pytest.mark.parametrize("step", [1, 7, 24, 4096, 65_549, 1 << 20])
+async def test_local_end_reads_any_split_and_frames_wrtes_in_place(step: int) -> None:
+    from droidwire.tunnel import TunnelClient, _Transport
+    from protocol.adbwire import A_VERSION, Command, encode
+    from protocol.tunnel_methods import decode_frame
+
+    client = TunnelClient("http://controller.invalid", "token", "dev")
+    conn = _Transport(client)
+    sock = _FakeSocket()
+    conn.connection_made(sock)  # type: ignore[arg-type]
+    payloads = [bytes(range(256)) * 800, b"x", bytes(70_000)]
+    wire = encode(Command.CNXN, A_VERSION, 1 << 20, b"host::") \
+        + encode(Command.OPEN, 5, 0, b"sync:\0")
+    head_only = encode(Command.WRTE, 5, 1, b"")  # a WRTE of no bytes: nothing to carry
+    wire += head_only + b"".join(encode(Command.WRTE, 5, 1, p) for p in payloads)
+
+    def feed(data: bytes) -> None:
+        for off in range(0, len(data), step):
+            piece = data[off:off + step]
+            while piece:
+                buf = conn.get_buffer(-1)
+                n = min(len(buf), len(piece))
+                buf[:n] = piece[:n]
+                conn.buffer_updated(n)
+                piece = piece[n:]
+
+    feed(wire[: wire.index(head_only)])
+    assert decode_frame(bytes(client._out.get_nowait())) == {"op": "open", "s": 1,
+                                                             "service": "sync:"}
+    client._streams[1].opened = True  # the controller's ``opened``
+    feed(wire[wire.index(head_only):])
+    frames = [decode_frame(bytes(client._out.get_nowait())) for _ in payloads]
+    assert frames == [{"op": "data", "s": 1, "data": p} for p in payloads]
+    sent = _adb_messages(bytes(sock.written))
+    assert sent[0][0] == Command.CNXN
+    assert sent[1:] == [(int(Command.OKAY), 1, 5, b"")] * len(payloads)
+    # Junk: this connection ends, nothing else does.
+    feed(b"GET / HTTP/1.1\r\n\r\n" + bytes(64))
+    assert sock.closed and client.reason is None
