@@ -41,6 +41,9 @@ _LARGE_DECODES = 2
 # Results up to this size may be handled in the read callback (BridgeLink.result_now); larger
 # ones are left to the reader.
 FAST_RESULT_BYTES = 64 * 1024
+# How a ``res`` frame starts as the bridge's encoders write it (a map whose first key is
+# ``t``): anything else is left to the reader, without decoding it here first.
+_RES_HEAD = b"\xa1t\xa3res"
 
 
 class BridgeLink:
@@ -152,7 +155,9 @@ class BridgeLink:
                 log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
                 self.ack(entry, conn)
             elif isinstance(outcome, Evt):
-                await self.hub._on_event(entry, outcome)
+                pending = self.hub._on_event(entry, outcome)
+                if pending is not None:
+                    await pending
             elif isinstance(outcome, Resume):
                 conn.wake()  # welcome and re-sent requests go first
                 await self.hub._on_resume(entry, outcome)
@@ -166,9 +171,9 @@ class BridgeLink:
         wake the reader. The same steps as :meth:`read` for a result; False (anything else:
         hello, events, pongs, a frame that does not decode, a large one): the reader reads
         it as usual."""
-        if (len(data) > FAST_RESULT_BYTES or entry.conn is not conn or conn.ending
-                or not entry.session.is_open):
-            return False
+        if (len(data) > FAST_RESULT_BYTES or data[1:7] != _RES_HEAD or entry.conn is not conn
+                or conn.ending or not entry.session.is_open):
+            return False  # not a result as our encoders write one (a log batch …): the reader's
         try:
             frame = self.codec.decode(data)
         except DecodeError:
