@@ -303,7 +303,7 @@ class ControllerSession(BaseSession):
             session=hello.session,
             resumed=resumed,
             waiting=[*self._pending, *(r for r in sorted(self.foreign) if r not in self._pending)],
-            settings=SharedSettings.from_settings(self.settings),
+            settings=_shared_settings(self.settings),
         )
         self._move(State.OPEN)
         self._touch(now)
@@ -412,3 +412,16 @@ class ControllerSession(BaseSession):
         self._out.clear()
         self._move(State.CLOSED)
         return self.fail_all(err)
+
+
+# The settings a welcome carries, made once per Settings object (the hub's, shared by every
+# bridge): a storm of thousands of hellos builds thousands of welcomes.
+_SHARED: tuple[Settings, SharedSettings] | None = None
+
+
+def _shared_settings(settings: Settings) -> SharedSettings:
+    global _SHARED
+    cached = _SHARED
+    if cached is None or cached[0] is not settings:
+        cached = _SHARED = (settings, SharedSettings.from_settings(settings))
+    return cached[1]

@@ -712,3 +712,19 @@ def test_welcome_settings_are_adopted_by_the_bridge() -> None:
     assert adopted.ping_interval_s == 3.0
     assert adopted.max_frame_bytes == 1 << 20
     assert adopted.rpc_timeout_s == DEFAULTS.rpc_timeout_s
+
+
+def test_each_welcome_carries_its_own_controllers_settings() -> None:
+    """The welcome's settings are made once per Settings object (a storm builds thousands of
+    welcomes), never carried over from another controller's settings."""
+    links = [Link(ping_interval_s=s) for s in (3.0, 4.0, 3.0)]
+    for link in links:
+        link.connect()
+        assert link.b.shared is not None
+    assert [link.b.shared.ping_interval_s for link in links if link.b.shared] == [3.0, 4.0, 3.0]
+    again = Link(ping_interval_s=5.0)
+    again.connect()
+    again.drop()
+    again.c = ControllerSession(bridge_id="bridge-1", settings=links[1].settings)
+    again.connect()
+    assert again.b.shared is not None and again.b.shared.ping_interval_s == 4.0
