@@ -334,6 +334,13 @@ class ControllerSession(BaseSession):
         self._touch(now)
         return evt
 
+    def event_arrived(self, now: float) -> None:
+        """What :meth:`receive` does for an ``evt``, for a reader that did not build the frame
+        (the logcat relay): :class:`UnexpectedFrame` unless the session is open."""
+        if self.state is not State.OPEN:
+            raise UnexpectedFrame(f"unexpected evt frame in state {self.state.name}", kind="evt")
+        self._touch(now)
+
     def on_pong(self, pong: Pong, now: float) -> None:
         self._expect(pong, State.OPEN)
         self._touch(now)

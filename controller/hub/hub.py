@@ -660,29 +660,33 @@ class Hub:
         await self._persist_devices(entry)
         self.store.seen.bridge(entry.id, entry.last_seen_at)
 
-    def _on_event(self, entry: BridgeEntry, evt: Evt) -> Awaitable[None] | None:
-        """Hand one ``evt`` to its channel's end, in the reader's step; what the reader must
-        still await before it reads the next frame, if anything (an inventory's store work,
-        or a turn of the event loop for a stream's consumer). Synchronous for a log batch:
-        one coroutine less per batch on the relay path (docs/benchmarks.md)."""
-        if evt.channel == DEVICES_CHANNEL:
-            return self._on_inventory(entry, evt)
-        screen = entry.screens.get(evt.channel)
+    def _on_event(
+        self, entry: BridgeEntry, channel: str, seq: int, data: Any
+    ) -> Awaitable[None] | None:
+        """Hand one ``evt`` (its checked channel, seq and data) to its channel's end, in the
+        reader's step; what the reader must still await before it reads the next frame, if
+        anything (an inventory's store work, or a turn of the event loop for a stream's
+        consumer). For a log batch: no coroutine and no frame model, only the batch
+        (docs/benchmarks.md)."""
+        if channel == DEVICES_CHANNEL:
+            return self._on_inventory(entry, data)
+        screen = entry.screens.get(channel)
         if screen is not None:
-            screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
+            # never blocks: each viewer keeps only what it can show
+            screen.on_event(Evt.trusted(channel=channel, seq=seq, data=data))
             return None
-        stream = entry.streams.get(evt.channel)
+        stream = entry.streams.get(channel)
         if stream is None:
-            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.channel)
+            log.debug("bridge %s: event on unknown channel %s", entry.name, channel)
             return None
         try:
-            batch = parse_log_batch(evt.data, seq=evt.seq)
+            batch = parse_log_batch(data, seq=seq)
         except RpcError as exc:
-            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.channel, exc)
+            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, channel, exc)
             return None
         stream.feed(batch)
         if stream.ended:
-            entry.streams.pop(evt.channel, None)
+            entry.streams.pop(channel, None)
             entry.subscriptions.discard(stream)
         elif stream.queued * 2 >= stream.max_batches:
             # Let the stream's consumer run before the next frame is read: a burst read in one
@@ -693,9 +697,9 @@ class Hub:
             return asyncio.sleep(0)
         return None
 
-    async def _on_inventory(self, entry: BridgeEntry, evt: Evt) -> None:
+    async def _on_inventory(self, entry: BridgeEntry, data: Any) -> None:
         try:
-            changed = DevicesChanged.model_validate(evt.data)
+            changed = DevicesChanged.model_validate(data)
         except ValidationError as exc:
             log.warning("bridge %s: malformed inventory event: %s", entry.name,
                         exc.error_count())
