@@ -25,8 +25,9 @@ log = logging.getLogger("droidwire.controller.store")
 
 R = TypeVar("R")
 
-#: Keys per query: far below every backend's limit of bound parameters (SQLite: 32,766).
-MAX_KEYS = 500
+#: Keys per query: far below every backend's limit of bound parameters (SQLite: 32,766), and
+#: few enough that turning its rows into results is a short turn of the event loop.
+MAX_KEYS = 100
 #: Waiters answered per turn of the event loop.
 WAKE_AT_ONCE = 8
 
