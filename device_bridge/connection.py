@@ -222,7 +222,8 @@ class Link(LinkReader):
         # The logcat hot path: the session numbers the event, the codec packs it as a plain
         # map (no Evt model). Frames the session queued before it go out first, in order.
         seq = self.session.next_seq(channel)
-        self._flush()
+        if self.session.has_frames:
+            self._flush()
         try:
             self._out.append(self.codec.encode_event(channel, seq, data))
         except (FrameTooLarge, EncodeError) as exc:  # a producer's bug, never a crash

@@ -45,6 +45,8 @@ __all__ = [
     "encode",
     "encode_event",
     "encode_result",
+    "event_of",
+    "frame_of",
     "peek_kind",
 ]
 
@@ -288,7 +290,12 @@ def decode_raw(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) 
 
 def decode(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> Frame:
     """Bytes to a validated frame, or :class:`DecodeError` (``kind``/``frame_id`` when known)."""
-    obj = decode_raw(data, max_frame_bytes=max_frame_bytes)
+    return frame_of(decode_raw(data, max_frame_bytes=max_frame_bytes))
+
+
+def frame_of(obj: dict[str, Any]) -> Frame:
+    """The frame of a map :func:`decode_raw` gave, validated (the second half of
+    :func:`decode`), or :class:`DecodeError`."""
     kind: str = obj["t"]
     if kind == "evt":
         return _fast_event(obj)
@@ -301,14 +308,21 @@ def decode(data: bytes, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> F
         ) from exc
 
 
-def _fast_event(obj: dict[str, Any]) -> Evt:
-    ch = obj.get("ch")
+def event_of(obj: dict[str, Any]) -> tuple[str, int, Any]:
+    """An ``evt`` map's (channel, seq, data), checked as :func:`decode` checks them, without
+    building the frame (the logcat relay's path), or :class:`DecodeError`."""
+    ch: Any = obj.get("ch")
     seq = obj.get("seq", 0)
     if not is_channel(ch):
         raise DecodeError("invalid evt frame: bad channel", kind="evt")
     if type(seq) is not int or seq < 0:
         raise DecodeError("invalid evt frame: bad seq", kind="evt")
-    return Evt.trusted(channel=ch, seq=seq, data=obj.get("d"))  # ch and seq checked above
+    return ch, seq, obj.get("d")
+
+
+def _fast_event(obj: dict[str, Any]) -> Evt:
+    ch, seq, data = event_of(obj)
+    return Evt.trusted(channel=ch, seq=seq, data=data)  # ch and seq checked
 
 
 def _id_of(obj: dict[str, Any]) -> str | None:

@@ -262,6 +262,23 @@ class LogBatch:
         return parse_log_batch(evt.data, seq=evt.seq)
 
 
+# Up to this many lines, a batch's lines are checked by joining them (one C pass, a third of
+# the cost of collecting their types); the joined copy is at most this many lines long.
+_JOIN_CHECK_LINES = 512
+
+
+def _all_str(lines: list[Any]) -> bool:
+    """Whether every item of ``lines`` is a ``str``, without a Python step per line."""
+    if len(lines) <= _JOIN_CHECK_LINES:
+        try:
+            "".join(lines)
+        except TypeError:
+            return False
+        return True
+    # map(type, …) runs in C: a tenth of a generator's cost on a 100-line batch.
+    return set(map(type, lines)) <= {str}
+
+
 def parse_log_batch(d: Any, *, seq: int = 0) -> LogBatch:
     """Validate one batch at once (no per-line model); :class:`RpcError` ``bad_request``."""
     if not isinstance(d, dict):
@@ -270,8 +287,7 @@ def parse_log_batch(d: Any, *, seq: int = 0) -> LogBatch:
     dropped = d.get("dropped", 0)
     eof = d.get("eof", False)
     reason = d.get("reason")
-    # map(type, …) runs in C: a tenth of a generator's cost on a 100-line batch.
-    if not isinstance(lines, list) or not set(map(type, lines)) <= {str}:
+    if not isinstance(lines, list) or not _all_str(lines):
         raise RpcError(ErrorCode.BAD_REQUEST, "log batch lines must be a list of strings")
     if type(dropped) is not int or dropped < 0:
         raise RpcError(ErrorCode.BAD_REQUEST, "log batch dropped must be a non-negative int")

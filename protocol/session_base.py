@@ -81,6 +81,11 @@ class BaseSession:
         self._move(State.DISCONNECTED)
         self._out.clear()
 
+    @property
+    def has_frames(self) -> bool:
+        """Whether :meth:`frames_to_send` has anything (without draining it)."""
+        return bool(self._out)
+
     def frames_to_send(self) -> list[Frame]:
         """Drain the frames the I/O layer must send now, in order."""
         out, self._out = self._out, []

@@ -303,7 +303,7 @@ class ControllerSession(BaseSession):
             session=hello.session,
             resumed=resumed,
             waiting=[*self._pending, *(r for r in sorted(self.foreign) if r not in self._pending)],
-            settings=SharedSettings.from_settings(self.settings),
+            settings=_shared_settings(self.settings),
         )
         self._move(State.OPEN)
         self._touch(now)
@@ -333,6 +333,13 @@ class ControllerSession(BaseSession):
         self._expect(evt, State.OPEN)
         self._touch(now)
         return evt
+
+    def event_arrived(self, now: float) -> None:
+        """What :meth:`receive` does for an ``evt``, for a reader that did not build the frame
+        (the logcat relay): :class:`UnexpectedFrame` unless the session is open."""
+        if self.state is not State.OPEN:
+            raise UnexpectedFrame(f"unexpected evt frame in state {self.state.name}", kind="evt")
+        self._touch(now)
 
     def on_pong(self, pong: Pong, now: float) -> None:
         self._expect(pong, State.OPEN)
@@ -412,3 +419,16 @@ class ControllerSession(BaseSession):
         self._out.clear()
         self._move(State.CLOSED)
         return self.fail_all(err)
+
+
+# The settings a welcome carries, made once per Settings object (the hub's, shared by every
+# bridge): a storm of thousands of hellos builds thousands of welcomes.
+_SHARED: tuple[Settings, SharedSettings] | None = None
+
+
+def _shared_settings(settings: Settings) -> SharedSettings:
+    global _SHARED
+    cached = _SHARED
+    if cached is None or cached[0] is not settings:
+        cached = _SHARED = (settings, SharedSettings.from_settings(settings))
+    return cached[1]

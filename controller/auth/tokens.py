@@ -16,6 +16,7 @@ import hashlib
 import logging
 import re
 import secrets
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.auth.authorization import ALL_SCOPES, Principal, Scope, effective_scopes
 from controller.store import Bridge, Store, Token, TokenKind, User, utcnow
+from controller.store.batched import BatchedReads
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -140,8 +142,10 @@ async def authenticate(store: Store, header: str | None) -> Principal:
     thousand after a restart all come through here).
     """
     digest = hash_token(parse_bearer(header))
-    async with store.engine.connect() as conn:
-        row = (await conn.execute(_TOKEN_BY_HASH, {"digest": digest})).one_or_none()
+    reads = _TOKEN_READS.get(store)
+    if reads is None:
+        reads = _TOKEN_READS[store] = BatchedReads(lambda digests: _tokens_by_hash(store, digests))
+    row = await reads.get(digest)
     if row is None or row.revoked_at is not None or row.disabled_at is not None:
         # A disabled user's tokens answer as revoked ones do (docs/security.md, "Accounts").
         raise Unauthenticated("invalid or revoked token")
@@ -161,9 +165,23 @@ async def authenticate(store: Store, header: str | None) -> Principal:
     return principal
 
 
+async def _tokens_by_hash(store: Store, digests: Sequence[str]) -> dict[str, Any]:
+    """The rows of the tokens with these hashes, in one indexed read (authentications that
+    wait at the same moment — a reconnect storm — share it: :mod:`controller.store.batched`)."""
+    async with store.engine.connect() as conn:
+        result = await conn.execute(_TOKENS_BY_HASH, {"digests": list(digests)})
+        return {row.hash: row for row in result}
+
+
+# Lookups coalesced per store (one reader at a time each; nothing cached).
+_TOKEN_READS: weakref.WeakKeyDictionary[Store, BatchedReads[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
 # Core, not ORM: the handshake needs these columns, not Token and User objects in a session.
-_TOKEN_BY_HASH = (
+_TOKENS_BY_HASH = (
     select(
+        Token.hash,
         Token.id,
         Token.kind,
         Token.name,
@@ -177,7 +195,7 @@ _TOKEN_BY_HASH = (
         User.disabled_at,
     )
     .join(User, Token.owner_id == User.id)
-    .where(Token.hash == bindparam("digest"))
+    .where(Token.hash.in_(bindparam("digests", expanding=True)))
 )
 
 

@@ -69,7 +69,13 @@ from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.envelope import DEVICES_CHANNEL, Evt
 from protocol.errors import ErrorCode, RpcError
-from protocol.methods import LOGCAT_SUBSCRIBE, METHODS, DevicesChanged, LogBatch, Method
+from protocol.methods import (
+    LOGCAT_SUBSCRIBE,
+    METHODS,
+    DevicesChanged,
+    Method,
+    parse_log_batch,
+)
 from protocol.session import Completion, ControllerSession, Liveness, Pending, Resume
 from protocol.settings import Settings
 
@@ -659,34 +665,33 @@ class Hub:
         await self._persist_devices(entry)
         self.store.seen.bridge(entry.id, entry.last_seen_at)
 
-    async def _on_event(self, entry: BridgeEntry, evt: Evt) -> None:
-        if evt.channel == DEVICES_CHANNEL:
-            try:
-                changed = DevicesChanged.model_validate(evt.data)
-            except ValidationError as exc:
-                log.warning("bridge %s: malformed inventory event: %s", entry.name,
-                            exc.error_count())
-                return
-            entry.devices = admissible(entry.name, {d.serial: d for d in changed.devices})
-            log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
-            await self._persist_devices(entry)
-            return
-        screen = entry.screens.get(evt.channel)
+    def _on_event(
+        self, entry: BridgeEntry, channel: str, seq: int, data: Any
+    ) -> Awaitable[None] | None:
+        """Hand one ``evt`` (its checked channel, seq and data) to its channel's end, in the
+        reader's step; what the reader must still await before it reads the next frame, if
+        anything (an inventory's store work, or a turn of the event loop for a stream's
+        consumer). For a log batch: no coroutine and no frame model, only the batch
+        (docs/benchmarks.md)."""
+        if channel == DEVICES_CHANNEL:
+            return self._on_inventory(entry, data)
+        screen = entry.screens.get(channel)
         if screen is not None:
-            screen.on_event(evt)  # never blocks: each viewer keeps only what it can show
-            return
-        stream = entry.streams.get(evt.channel)
+            # never blocks: each viewer keeps only what it can show
+            screen.on_event(Evt.trusted(channel=channel, seq=seq, data=data))
+            return None
+        stream = entry.streams.get(channel)
         if stream is None:
-            log.debug("bridge %s: event on unknown channel %s", entry.name, evt.channel)
-            return
+            log.debug("bridge %s: event on unknown channel %s", entry.name, channel)
+            return None
         try:
-            batch = LogBatch.from_event(evt)
+            batch = parse_log_batch(data, seq=seq)
         except RpcError as exc:
-            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, evt.channel, exc)
-            return
+            log.warning("bridge %s: malformed log batch on %s: %s", entry.name, channel, exc)
+            return None
         stream.feed(batch)
         if stream.ended:
-            entry.streams.pop(evt.channel, None)
+            entry.streams.pop(channel, None)
             entry.subscriptions.discard(stream)
         elif stream.queued * 2 >= stream.max_batches:
             # Let the stream's consumer run before the next frame is read: a burst read in one
@@ -694,7 +699,19 @@ class Hub:
             # half full: a turn of the event loop per batch was a tenth of the relay's cost
             # (docs/benchmarks.md), and the reader gives the consumer its turn anyway whenever
             # it waits for the socket.
-            await asyncio.sleep(0)
+            return asyncio.sleep(0)
+        return None
+
+    async def _on_inventory(self, entry: BridgeEntry, data: Any) -> None:
+        try:
+            changed = DevicesChanged.model_validate(data)
+        except ValidationError as exc:
+            log.warning("bridge %s: malformed inventory event: %s", entry.name,
+                        exc.error_count())
+            return
+        entry.devices = admissible(entry.name, {d.serial: d for d in changed.devices})
+        log.info("bridge %s: inventory now %d devices", entry.name, len(entry.devices))
+        await self._persist_devices(entry)
 
     async def _persist_devices(self, entry: BridgeEntry) -> None:
         await self._persist(self.hooks.inventory(entry))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from controller.hub.connection import BridgeSocket, Connection
 from controller.hub.entry import BridgeEntry
 from protocol.closecodes import CloseCode
-from protocol.codec import Codec
+from protocol.codec import Codec, event_of, frame_of
 from protocol.envelope import PROTOCOL_VERSION, Evt, Hello, Req, Res
 from protocol.errors import (
     DecodeError,
@@ -41,6 +41,9 @@ _LARGE_DECODES = 2
 # Results up to this size may be handled in the read callback (BridgeLink.result_now); larger
 # ones are left to the reader.
 FAST_RESULT_BYTES = 64 * 1024
+# How a ``res`` frame starts as the bridge's encoders write it (a map whose first key is
+# ``t``): anything else is left to the reader, without decoding it here first.
+_RES_HEAD = b"\xa1t\xa3res"
 
 
 class BridgeLink:
@@ -108,10 +111,12 @@ class BridgeLink:
         message: Any = None
         frame: Any = None
         outcome: Any = None
+        raw: Any = None
+        payload: Any = None
         while True:
             # Nothing of the previous frame stays alive while this waits (for hours, on an
             # idle bridge: the hello, the welcome): about 2.5 KB per idle bridge.
-            message = frame = outcome = data = None
+            message = frame = outcome = data = raw = payload = None
             if first:
                 frame = hello
                 del hello  # not kept for the connection's life (~2 KB per idle bridge)
@@ -124,7 +129,29 @@ class BridgeLink:
                     conn.kick(CloseCode.BAD_REQUEST, "frames are binary msgpack maps")
                     return
                 try:
-                    frame = await self.decode(data)
+                    if len(data) <= LARGE_FRAME_BYTES:
+                        raw = self.codec.decode_raw(data)
+                        if raw["t"] == "evt":
+                            # The relay's path (a log batch): no frame model, no outcome.
+                            channel, seq, payload = event_of(raw)
+                            raw = None
+                            if entry.conn is not conn:
+                                return
+                            try:
+                                session.event_arrived(loop.time())
+                            except UnexpectedFrame as exc:
+                                conn.kick(CloseCode.BAD_REQUEST, str(exc))
+                                return
+                            first = False
+                            pending = self.hub._on_event(entry, channel, seq, payload)
+                            payload = None
+                            if pending is not None:
+                                await pending
+                            continue
+                        frame = frame_of(raw)
+                        raw = None
+                    else:
+                        frame = await self.decode(data)
                 except DecodeError as exc:
                     if not self._bad_frame(entry, conn, exc, first):
                         return
@@ -151,8 +178,10 @@ class BridgeLink:
             elif isinstance(outcome, Duplicate):
                 log.debug("bridge %s: duplicate result %s (acked)", entry.name, outcome.id)
                 self.ack(entry, conn)
-            elif isinstance(outcome, Evt):
-                await self.hub._on_event(entry, outcome)
+            elif isinstance(outcome, Evt):  # a large one, decoded in a worker thread
+                pending = self.hub._on_event(entry, outcome.channel, outcome.seq, outcome.data)
+                if pending is not None:
+                    await pending
             elif isinstance(outcome, Resume):
                 conn.wake()  # welcome and re-sent requests go first
                 await self.hub._on_resume(entry, outcome)
@@ -166,9 +195,9 @@ class BridgeLink:
         wake the reader. The same steps as :meth:`read` for a result; False (anything else:
         hello, events, pongs, a frame that does not decode, a large one): the reader reads
         it as usual."""
-        if (len(data) > FAST_RESULT_BYTES or entry.conn is not conn or conn.ending
-                or not entry.session.is_open):
-            return False
+        if (len(data) > FAST_RESULT_BYTES or data[1:7] != _RES_HEAD or entry.conn is not conn
+                or conn.ending or not entry.session.is_open):
+            return False  # not a result as our encoders write one (a log batch …): the reader's
         try:
             frame = self.codec.decode(data)
         except DecodeError:

@@ -104,26 +104,33 @@ class LogStream:
         replica passes its own markers on this way)."""
         if self._eof is not None:
             return
-        if batch.seq < self.next_seq:
-            self.duplicates += 1
-            return
-        self._lost += max(0, lost_batches)
-        if batch.seq > self.next_seq:
-            self._lost += batch.seq - self.next_seq
-        self.next_seq = batch.seq + 1
-        self._dropped += batch.dropped
+        seq = batch.seq
+        if seq != self.next_seq:
+            if seq < self.next_seq:
+                self.duplicates += 1
+                return
+            self._lost += seq - self.next_seq
+        if lost_batches > 0:
+            self._lost += lost_batches
+        self.next_seq = seq + 1
+        if batch.dropped:
+            self._dropped += batch.dropped
         lines = batch.lines
         if self._held is not None:
             lines = self._resynced(lines, final=batch.eof)
         if lines:
-            if len(self._queue) >= self.max_batches:
+            queue = self._queue
+            if len(queue) >= self.max_batches:
                 # Full: the lines are lost, and said so by the next chunk — at the latest the
                 # consumer's next get(), even if no other line ever comes.
                 self._dropped += len(lines)
                 self.dropped_total += len(lines)
-            else:
-                self._queue.append(LogChunk(lines, self._dropped, self._lost))
+            elif self._dropped or self._lost:
+                queue.append(LogChunk(lines, self._dropped, self._lost))
                 self._dropped = self._lost = 0
+                self._anchor.extend(lines[-self.ANCHOR_LINES:])
+            else:  # the usual case, on every batch: nothing lost to report
+                queue.append(LogChunk(lines))
                 self._anchor.extend(lines[-self.ANCHOR_LINES:])
         if batch.eof:
             self._eof = batch.reason or "eof"

@@ -286,3 +286,37 @@ async def test_a_disabled_users_work_no_longer_passes_its_re_check(store: Store)
         user = (await session.execute(select(User).where(User.name == "dora"))).scalar_one()
         user.disabled_at = None
     await check_access(store, dora)
+
+
+async def test_handshakes_at_once_share_one_token_read_and_revocations_still_count(
+    store: Store,
+) -> None:
+    """A reconnect storm: authentications waiting at the same moment are answered by one
+    read (controller.store.batched), each with its own principal; an unknown or revoked
+    token among them is refused, and a token revoked before its authentication began is
+    refused even while a read is under way."""
+    from controller.auth.tokens import _TOKEN_READS
+
+    boss = await admin(store)
+    issued = [await create_token(store, boss, TokenKind.BRIDGE, f"pi-{i}") for i in range(20)]
+    await revoke_token(store, boss, issued[5].id)
+    headers = [f"Bearer {t.secret}" for t in issued] + [f"Bearer {generate_token(TokenKind.BRIDGE)}"]
+    reads = _TOKEN_READS[store]
+    before = reads.fetches
+    outcomes = await asyncio.gather(*(authenticate(store, h) for h in headers),
+                                    return_exceptions=True)
+    assert reads.fetches - before == 1
+    for i, outcome in enumerate(outcomes[:20]):
+        if i == 5:
+            assert isinstance(outcome, Unauthenticated)
+        else:
+            assert isinstance(outcome, Principal) and outcome.token_id == issued[i].id
+    assert isinstance(outcomes[20], Unauthenticated)
+
+    # One read under way; a token revoked now, then authenticated: refused.
+    slow = asyncio.ensure_future(authenticate(store, headers[0]))
+    await asyncio.sleep(0)
+    await revoke_token(store, boss, issued[1].id)
+    with pytest.raises(Unauthenticated):
+        await authenticate(store, headers[1])
+    assert (await slow).token_id == issued[0].id

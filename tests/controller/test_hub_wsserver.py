@@ -179,3 +179,36 @@ async def test_a_burst_of_log_batches_reaches_a_slow_consumer_whole(tmp_path: Pa
             assert got == [f"line {i}" for i in range(total)]
         finally:
             await bridge.close()
+
+
+def test_the_read_callback_leaves_anything_but_a_result_to_the_reader_undecoded() -> None:
+    """``BridgeLink.result_now`` runs for the first frame of every read while the reader waits:
+    a log batch (or anything not a ``res``) is handed back without being decoded there — the
+    reader decodes it, once."""
+    from types import SimpleNamespace
+
+    from controller.hub.link import BridgeLink
+    from protocol.codec import Codec, encode_event, encode_result
+    from protocol.envelope import new_request_id
+
+    decoded: list[bytes] = []
+
+    class CountingCodec(Codec):
+        def decode(self, data: bytes) -> object:  # type: ignore[override]
+            decoded.append(data)
+            return super().decode(data)
+
+    hub = SimpleNamespace(settings=SimpleNamespace(max_frame_bytes=1 << 20))
+    link = BridgeLink(hub)  # type: ignore[arg-type]
+    link.codec = CountingCodec()
+    failures: list[BaseException] = []
+    conn = SimpleNamespace(ending=False, failed=failures.append)
+    entry = SimpleNamespace(conn=conn, session=SimpleNamespace(is_open=True))
+    batch = encode_event("logcat-1", 0, {"lines": ["a"], "dropped": 0})
+    assert link.result_now(entry, conn, batch) is False  # type: ignore[arg-type]
+    assert decoded == []
+    # A result is decoded there, and handled (here: no running loop, so a failure).
+    result = encode_result(new_request_id(), {"ok": True})
+    assert link.result_now(entry, conn, result) is True  # type: ignore[arg-type]
+    assert decoded == [result]
+    assert len(failures) == 1

@@ -233,11 +233,17 @@ def test_log_batch_validates_per_batch() -> None:
     end = LogBatch(lines=[], eof=True, reason="device offline")
     assert parse_log_batch(end.to_wire()) == end
     assert parse_log_batch({}) == LogBatch(lines=[])
+    for n in (512, 513, 2000):
+        assert parse_log_batch({"lines": ["x"] * n}).lines == ["x"] * n
     for bad in [
         None,
         [],
         {"lines": "abc"},
         {"lines": ["a", 1]},
+        # Both ways the lines are checked: short batches by joining them, long ones by type.
+        {"lines": ["a"] * 511 + [b"bytes"]},
+        {"lines": ["a"] * 600 + [None]},
+        {"lines": [None] + ["a"] * 600},
         {"lines": [], "dropped": -1},
         {"lines": [], "dropped": True},
         {"lines": [], "eof": 1},

@@ -712,3 +712,37 @@ def test_welcome_settings_are_adopted_by_the_bridge() -> None:
     assert adopted.ping_interval_s == 3.0
     assert adopted.max_frame_bytes == 1 << 20
     assert adopted.rpc_timeout_s == DEFAULTS.rpc_timeout_s
+
+
+def test_each_welcome_carries_its_own_controllers_settings() -> None:
+    """The welcome's settings are made once per Settings object (a storm builds thousands of
+    welcomes), never carried over from another controller's settings."""
+    links = [Link(ping_interval_s=s) for s in (3.0, 4.0, 3.0)]
+    for link in links:
+        link.connect()
+        assert link.b.shared is not None
+    assert [link.b.shared.ping_interval_s for link in links if link.b.shared] == [3.0, 4.0, 3.0]
+    again = Link(ping_interval_s=5.0)
+    again.connect()
+    again.drop()
+    again.c = ControllerSession(bridge_id="bridge-1", settings=links[1].settings)
+    again.connect()
+    assert again.b.shared is not None and again.b.shared.ping_interval_s == 4.0
+
+
+def test_an_event_read_without_its_frame_model_follows_the_same_rules() -> None:
+    """``event_arrived`` (the hub's relay path for log batches) is ``receive`` of an ``evt``:
+    unexpected before the handshake and after the connection is lost, and it counts as
+    hearing from the bridge."""
+    c = ControllerSession(bridge_id="x")
+    c.connection_made()
+    with pytest.raises(UnexpectedFrame) as info:
+        c.event_arrived(0)
+    assert info.value.kind == "evt"
+    link = Link()
+    link.connect()
+    link.c.event_arrived(123.0)
+    assert link.c._last_rx == 123.0
+    link.c.connection_lost()
+    with pytest.raises(UnexpectedFrame):
+        link.c.event_arrived(124.0)
