@@ -101,7 +101,7 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
                 f.write(os.urandom(MIB))
         laptop = start_adb_server()
         try:
-            async with device_stack(1, processes=True) as stack:
+            async with device_stack(1, processes=True, controller_process=True) as stack:
                 serial = stack.serials[0]
                 async with _tunnel_cli(stack.url, stack.admin_token, serial) as port:
                     address = f"127.0.0.1:{port}"
@@ -138,5 +138,5 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
 
 def run(quick: bool, *, size_mib: int | None = None, reps: int | None = None,
         shells: int | None = None) -> list[dict[str, Any]]:
-    return asyncio.run(_run((size_mib or (4 if quick else 20)) * MIB, reps or (2 if quick else 3),
+    return asyncio.run(_run((size_mib or (4 if quick else 20)) * MIB, reps or (2 if quick else 5),
                             shells or (20 if quick else 100)))

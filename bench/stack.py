@@ -365,10 +365,13 @@ class DeviceStack:
 
 
 @contextlib.asynccontextmanager
-async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIterator[DeviceStack]:
+async def device_stack(devices: int = 1, *, processes: bool = False,
+                       controller_process: bool = False) -> AsyncIterator[DeviceStack]:
     """Everything ``droidwire demo`` starts, with ``devices`` simulated devices: threads of
     this process, or (``processes``) each in a process of its own, as a lab's devices are
-    separate machines."""
+    separate machines. ``controller_process``: the controller too runs in a process of its
+    own (``python -m bench.stack controller``, ``app`` is None), as it runs on another machine
+    than the bridge; the bridge stays in this process."""
     import httpx
     import uvicorn
 
@@ -387,13 +390,25 @@ async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIte
         start = _connected_sim_process if processes else connected_sim
         sims = [sync.enter_context(start(adb)) for _ in range(devices)]
         serials = [s.address for s in sims]
-        config = ControllerConfig(db_url=f"sqlite:///{tmp / 'controller.db'}",
-                                  bootstrap_token=admin)
-        sock = _listen(0)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        uv = uvicorn_config(config, log_level="warning", log_config=None)
-        server = uvicorn.Server(uv)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
+        db_url = f"sqlite:///{tmp / 'controller.db'}"
+        own: ServerProcess | None = None
+        app: Any = None
+        if controller_process:
+            probe = _listen(0)
+            port = probe.getsockname()[1]
+            probe.close()  # the controller binds it again (SO_REUSEPORT)
+            own = ServerProcess("controller", port, db_url=db_url, admin_token=admin,
+                                log=tmp / "controller.log")
+            await own.start()
+            url = f"http://127.0.0.1:{port}"
+        else:
+            config = ControllerConfig(db_url=db_url, bootstrap_token=admin)
+            sock = _listen(0)
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            uv = uvicorn_config(config, log_level="warning", log_config=None)
+            app = uv.app
+            server = uvicorn.Server(uv)
+            task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=300.0,
                                          headers={"Authorization": f"Bearer {admin}"}) as http:
@@ -408,13 +423,16 @@ async def device_stack(devices: int = 1, *, processes: bool = False) -> AsyncIte
                 async with Bridge(host, token=created.json()["token"]) as bridge:
                     await bridge.wait_open(START_TIMEOUT_S)
                     await _wait_devices(http, set(serials))
-                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=uv.app,
+                    yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=app,
                                       sims=sims, admin_token=admin)
         finally:
-            server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, START_TIMEOUT_S)
-            sock.close()
+            if own is not None:
+                await own.stop()
+            else:
+                server.should_exit = True
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, START_TIMEOUT_S)
+                sock.close()
 
 
 async def _wait_devices(http: Any, serials: set[str]) -> None:
