@@ -156,33 +156,21 @@ class StateCollector(Collector):
             "droidwire_rpc_pending", "Calls to bridges not yet answered (sent or queued)",
             value=snap.rpc_pending,
         )
-        streams = GaugeMetricFamily(
+        yield _by_kind(
             "droidwire_logcat_streams",
             "Live logcat streams: on this controller's bridges (local), of those read by another "
             "replica (served), read here from another replica's bridge (relayed)",
-            labels=["kind"],
-        )
-        for kind in STREAM_KINDS:
-            streams.add_metric([kind], snap.logcat_streams.get(kind, 0))
-        yield streams
-        tunnels = GaugeMetricFamily(
+            snap.logcat_streams)
+        yield _by_kind(
             "droidwire_tunnels",
             "Live remote adb tunnels: on this controller's bridges (local), of those for a "
             "client of another replica (served), relayed here from another replica (relayed)",
-            labels=["kind"],
-        )
-        for kind in STREAM_KINDS:
-            tunnels.add_metric([kind], snap.tunnels.get(kind, 0))
-        yield tunnels
-        viewers = GaugeMetricFamily(
+            snap.tunnels)
+        yield _by_kind(
             "droidwire_screen_viewers",
             "Live screen viewers: of feeds on this controller's bridges (local), of those for a "
             "viewer of another replica (served), relayed here from another replica (relayed)",
-            labels=["kind"],
-        )
-        for kind in STREAM_KINDS:
-            viewers.add_metric([kind], snap.screen_viewers.get(kind, 0))
-        yield viewers
+            snap.screen_viewers)
         busy = CounterMetricFamily(
             "droidwire_device_busy_seconds",
             "Seconds this replica's runs held the device, by device uid", labels=["device"],
@@ -217,6 +205,14 @@ class StateCollector(Collector):
         for uid, count in sorted(snap.device_queue.items()):
             queue.add_metric([uid], count)
         yield queue
+
+
+def _by_kind(name: str, documentation: str, counts: Mapping[str, int]) -> GaugeMetricFamily:
+    """A gauge of live things by :data:`STREAM_KINDS` (every kind, 0 when none)."""
+    gauge = GaugeMetricFamily(name, documentation, labels=["kind"])
+    for kind in STREAM_KINDS:
+        gauge.add_metric([kind], counts.get(kind, 0))
+    return gauge
 
 
 def _version() -> str:

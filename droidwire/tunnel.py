@@ -42,7 +42,15 @@ from droidwire.client import (
     TokenOption,
     cli_errors,
 )
-from protocol.adbwire import A_VERSION, HEADER, Command, FramingError, Message, encode
+from protocol.adbwire import (
+    A_VERSION,
+    HEADER,
+    Command,
+    FramingError,
+    Message,
+    encode,
+    read_header,
+)
 from protocol.alloc import keep_freed_memory
 from protocol.errors import RpcError
 from protocol.tunnel_methods import (
@@ -166,15 +174,7 @@ class _Transport(asyncio.BufferedProtocol):
         """Every message whole in ``_small``; a payload that is not goes on in place."""
         small, pos = self._small, 0
         while self._payload is None and self._have - pos >= HEADER.size:
-            cmd, arg0, arg1, length, _check, magic = HEADER.unpack_from(small, pos)
-            if magic != cmd ^ 0xFFFFFFFF:
-                raise FramingError(f"bad magic {magic:#x} for command {cmd:#x}")
-            try:
-                command = Command(cmd)
-            except ValueError:
-                raise FramingError(f"unknown command {cmd:#x}") from None
-            if length > MAX_PAYLOAD:
-                raise FramingError(f"payload of {length} bytes exceeds {MAX_PAYLOAD}")
+            command, arg0, arg1, length = read_header(small, pos, MAX_PAYLOAD)
             pos += HEADER.size
             if not length:
                 self._dispatch(Message(command, arg0, arg1))

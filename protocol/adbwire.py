@@ -28,6 +28,7 @@ __all__ = [
     "Message",
     "MessageReader",
     "encode",
+    "read_header",
 ]
 
 A_VERSION = 0x01000001  # "skip checksum" protocol version (Dec 2017)
@@ -75,6 +76,23 @@ def encode(command: Command, arg0: int, arg1: int, data: bytes = b"", *,
     return HEADER.pack(command, arg0, arg1, len(data), check, command ^ 0xFFFFFFFF) + data
 
 
+def read_header(buf: bytes | bytearray | memoryview, pos: int,
+                max_payload: int) -> tuple[Command, int, int, int]:
+    """The message header at ``buf[pos:]`` (at least :data:`HEADER` ``.size`` bytes there):
+    ``(command, arg0, arg1, payload length)``; :class:`FramingError` for a bad magic, an
+    unknown command or a payload over ``max_payload``."""
+    cmd, arg0, arg1, length, _check, magic = HEADER.unpack_from(buf, pos)
+    if magic != cmd ^ 0xFFFFFFFF:
+        raise FramingError(f"bad magic {magic:#x} for command {cmd:#x}")
+    try:
+        command = Command(cmd)
+    except ValueError:
+        raise FramingError(f"unknown command {cmd:#x}") from None
+    if length > max_payload:
+        raise FramingError(f"payload of {length} bytes exceeds {max_payload}")
+    return command, arg0, arg1, length
+
+
 class MessageReader:
     """Reassemble messages from a byte stream.
 
@@ -91,15 +109,7 @@ class MessageReader:
         self._buf += chunk
         out: list[Message] = []
         while len(self._buf) >= HEADER.size:
-            cmd, arg0, arg1, length, _check, magic = HEADER.unpack_from(self._buf)
-            if magic != cmd ^ 0xFFFFFFFF:
-                raise FramingError(f"bad magic {magic:#x} for command {cmd:#x}")
-            try:
-                command = Command(cmd)
-            except ValueError:
-                raise FramingError(f"unknown command {cmd:#x}") from None
-            if length > self._max_payload:
-                raise FramingError(f"payload of {length} bytes exceeds {self._max_payload}")
+            command, arg0, arg1, length = read_header(self._buf, 0, self._max_payload)
             end = HEADER.size + length
             if len(self._buf) < end:
                 break

@@ -10,8 +10,9 @@ revoked ends the borrower's view (1008); A dying ends it with ``replica_lost``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -57,6 +58,15 @@ def open_screen(replica: ReplicaProcess, device_id: str, codec: str,
     url = (f"{replica.url.replace('http://', 'ws://')}/v1/devices/{device_id}"
            f"/screen/stream?codec={codec}")
     return connect(url, additional_headers=bearer(token), open_timeout=WAIT_S, max_size=None)
+
+
+@contextlib.asynccontextmanager
+async def watching(replica: ReplicaProcess, device_id: str) -> AsyncIterator[ClientConnection]:
+    """A jpeg view of the device through ``replica``, past its hello and first picture."""
+    async with open_screen(replica, device_id, "jpeg") as ws:
+        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
+        await frames(ws, 1)
+        yield ws
 
 
 def _header(message: bytes) -> tuple[dict[str, Any], bytes]:
@@ -158,9 +168,7 @@ async def test_the_holder_dying_ends_the_view_with_replica_lost(
     cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     a, _api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
-    async with open_screen(b, device_id, "jpeg") as ws:
-        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
-        await frames(ws, 1)
+    async with watching(b, device_id) as ws:
         await a.kill9()
         last = await eof(ws)
     assert last == {"type": "eof", "reason": "replica_lost"}
@@ -171,9 +179,7 @@ async def test_the_holder_stopping_ends_the_view_with_replica_shutdown(
     cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     a, _api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
-    async with open_screen(b, device_id, "jpeg") as ws:
-        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
-        await frames(ws, 1)
+    async with watching(b, device_id) as ws:
         await a.stop()  # SIGTERM: A leaves the cluster in order, and says why
         last = await eof(ws)
     # The web server closes the bridge's WebSocket as it stops: the feed may end with it first.
@@ -186,9 +192,7 @@ async def test_the_bridge_moving_ends_the_view_with_bridge_moved(
 ) -> None:
     _a, api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
     token = cluster.bridges[0].env["DROIDWIRE_BRIDGE_TOKEN"]
-    async with open_screen(b, device_id, "jpeg") as ws:
-        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
-        await frames(ws, 1)
+    async with watching(b, device_id) as ws:
         # A newer session of the same bridge, on B: A's is closed (4409), A serves no more.
         await cluster.bridge([b.url], token)
         last = await eof(ws)
@@ -202,9 +206,7 @@ async def test_the_viewers_replica_dying_stops_the_viewer_on_the_holder(
     cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     _a, api_a, b, _api_b, device_id = await two_replicas_bridge_on_a(cluster)
-    async with open_screen(b, device_id, "jpeg") as ws:
-        assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "hello"
-        await frames(ws, 1)
+    async with watching(b, device_id):
         assert await viewers(api_a) == {"local": 1, "served": 1, "relayed": 0}
         await b.kill9()
     # Tap the phone so its screen changes: A's next PUBLISH to B's channel reaches nobody (or,
