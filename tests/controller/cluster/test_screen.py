@@ -26,7 +26,11 @@ from tests.controller.cluster.test_cluster import (  # noqa: F401 - fixtures
     redis_ns,
     until,
 )
-from tests.controller.cluster.test_streams import two_replicas_bridge_on_a
+from tests.controller.cluster.test_streams import (
+    by_kind,
+    kinds_are,
+    two_replicas_bridge_on_a,
+)
 from tests.controller.conftest import ADMIN_TOKEN, bearer, pg_url  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.adb, pytest.mark.timeout(180)]
@@ -36,21 +40,11 @@ NONE = {"local": 0, "served": 0, "relayed": 0}
 
 async def viewers(api: httpx.AsyncClient) -> dict[str, int]:
     """``droidwire_screen_viewers`` of one replica, by kind."""
-    found: dict[str, int] = {}
-    for line in (await api.get("/metrics")).text.splitlines():
-        if line.startswith("droidwire_screen_viewers{"):
-            labels, _, number = line.partition("} ")
-            found[labels.split('"')[1]] = int(float(number))
-    return found
+    return await by_kind(api, "droidwire_screen_viewers")
 
 
 def viewers_are(api: httpx.AsyncClient, expected: dict[str, int]) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        try:
-            return await viewers(api) == expected
-        except httpx.TransportError:
-            return False
-    return check
+    return kinds_are(api, "droidwire_screen_viewers", expected)
 
 
 def open_screen(replica: ReplicaProcess, device_id: str, codec: str,

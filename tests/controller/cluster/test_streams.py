@@ -36,23 +36,33 @@ TAG = "ClusterTail"
 NONE = {"local": 0, "served": 0, "relayed": 0}
 
 
-async def streams(api: httpx.AsyncClient) -> dict[str, int]:
-    """``droidwire_logcat_streams`` of one replica, by kind."""
+async def by_kind(api: httpx.AsyncClient, metric: str) -> dict[str, int]:
+    """A ``local``/``served``/``relayed`` gauge (``metric``) of one replica, by kind."""
     found: dict[str, int] = {}
     for line in (await api.get("/metrics")).text.splitlines():
-        if line.startswith("droidwire_logcat_streams{"):
+        if line.startswith(metric + "{"):
             labels, _, number = line.partition("} ")
             found[labels.split('"')[1]] = int(float(number))
     return found
 
 
-def streams_are(api: httpx.AsyncClient, expected: dict[str, int]) -> Callable[[], Awaitable[bool]]:
+def kinds_are(api: httpx.AsyncClient, metric: str,
+              expected: dict[str, int]) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         try:
-            return await streams(api) == expected
+            return await by_kind(api, metric) == expected
         except httpx.TransportError:
             return False
     return check
+
+
+async def streams(api: httpx.AsyncClient) -> dict[str, int]:
+    """``droidwire_logcat_streams`` of one replica, by kind."""
+    return await by_kind(api, "droidwire_logcat_streams")
+
+
+def streams_are(api: httpx.AsyncClient, expected: dict[str, int]) -> Callable[[], Awaitable[bool]]:
+    return kinds_are(api, "droidwire_logcat_streams", expected)
 
 
 async def two_replicas_bridge_on_a(

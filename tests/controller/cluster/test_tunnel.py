@@ -28,7 +28,11 @@ from tests.controller.cluster.test_cluster import (  # noqa: F401 - fixtures
     redis_ns,
     until,
 )
-from tests.controller.cluster.test_streams import two_replicas_bridge_on_a
+from tests.controller.cluster.test_streams import (
+    by_kind,
+    kinds_are,
+    two_replicas_bridge_on_a,
+)
 from tests.controller.conftest import ADMIN_TOKEN, pg_url  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.adb, pytest.mark.timeout(240)]
@@ -48,21 +52,11 @@ def laptop() -> Iterator[AdbServer]:
 
 async def tunnels(api: httpx.AsyncClient) -> dict[str, int]:
     """``droidwire_tunnels`` of one replica, by kind."""
-    found: dict[str, int] = {}
-    for line in (await api.get("/metrics")).text.splitlines():
-        if line.startswith("droidwire_tunnels{"):
-            labels, _, number = line.partition("} ")
-            found[labels.split('"')[1]] = int(float(number))
-    return found
+    return await by_kind(api, "droidwire_tunnels")
 
 
 def tunnels_are(api: httpx.AsyncClient, expected: dict[str, int]) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        try:
-            return await tunnels(api) == expected
-        except httpx.TransportError:
-            return False
-    return check
+    return kinds_are(api, "droidwire_tunnels", expected)
 
 
 async def adb(laptop: AdbServer, *args: str) -> tuple[int, str]:
