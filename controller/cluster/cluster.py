@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -243,6 +244,30 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, Sc
                 continue
             self._dispatch(body)
 
+    def _start_serving(
+        self,
+        body: dict[str, Any],
+        serve: Callable[[tuple[str, str]], Coroutine[Any, Any, None]],
+        served: dict[tuple[str, str], Any] | None = None,
+    ) -> None:
+        """Serve another replica's request ``body`` (a call, a stream, a tunnel, a screen) in
+        a task of its own, known by (sender, id) while it runs — a ``cancel`` or the shutdown
+        finds it there — and dropped from ``served`` too when it ends. A body without a
+        sender or an id is ignored."""
+        sender, relay_id = body.get("from"), body.get("id")
+        if not isinstance(sender, str) or not isinstance(relay_id, str):
+            return
+        key = (sender, relay_id)
+        task = asyncio.get_running_loop().create_task(serve(key))
+        self._serving[key] = task
+
+        def done(_t: asyncio.Task[None]) -> None:
+            self._serving.pop(key, None)
+            if served is not None:
+                served.pop(key, None)
+
+        task.add_done_callback(done)
+
     def _dispatch(self, body: dict[str, Any]) -> None:
         kind = body.get("k")
         if kind == "res":
@@ -258,13 +283,7 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, Sc
                 result = body.get("r")
                 future.set_result(result if isinstance(result, dict) else {})
         elif kind == "req":
-            sender, request_id = body.get("from"), body.get("id")
-            if not isinstance(sender, str) or not isinstance(request_id, str):
-                return
-            task = asyncio.get_running_loop().create_task(self._serve(body))
-            key = (sender, request_id)
-            self._serving[key] = task
-            task.add_done_callback(lambda _t: self._serving.pop(key, None))
+            self._start_serving(body, lambda _key: self._serve(body))
         elif kind == "cancel":
             serving = self._serving.get((str(body.get("from")), str(body.get("id"))))
             if serving is not None:
@@ -272,19 +291,12 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, Sc
         elif kind == "chunk":
             self._chunk(body)
         elif kind == "sub":
-            sender, stream_id = body.get("from"), body.get("id")
-            if not isinstance(sender, str) or not isinstance(stream_id, str):
-                return
-            key = (sender, stream_id)
-            served = self._served[key] = Served()
-            task = asyncio.get_running_loop().create_task(self._serve_stream(body, served))
-            self._serving[key] = task
 
-            def done(_t: asyncio.Task[None]) -> None:
-                self._serving.pop(key, None)
-                self._served.pop(key, None)
+            def stream(key: tuple[str, str]) -> Coroutine[Any, Any, None]:
+                served = self._served[key] = Served()
+                return self._serve_stream(body, served)
 
-            task.add_done_callback(done)
+            self._start_serving(body, stream, self._served)
         elif kind == "unsub":
             self._stop_serving(body)
         elif kind in ("tout", "tfin"):
@@ -294,32 +306,18 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, Sc
         elif kind == "tend":
             self._tunnel_end(body)
         elif kind == "topen":
-            sender, relay_id = body.get("from"), body.get("id")
-            if not isinstance(sender, str) or not isinstance(relay_id, str):
-                return
-            key = (sender, relay_id)
-            task = asyncio.get_running_loop().create_task(self._serve_tunnel(body))
-            self._serving[key] = task
-            task.add_done_callback(lambda _t: self._serving.pop(key, None))
+            self._start_serving(body, lambda _key: self._serve_tunnel(body))
         elif kind == "vframe":
             self._screen_frame(body)
         elif kind == "vend":
             self._stop_screen(body)
         elif kind == "vopen":
-            sender, relay_id = body.get("from"), body.get("id")
-            if not isinstance(sender, str) or not isinstance(relay_id, str):
-                return
-            key = (sender, relay_id)
-            served_screen = self._served_screens[key] = ServedScreen()
-            task = asyncio.get_running_loop().create_task(
-                self._serve_screen(body, served_screen))
-            self._serving[key] = task
 
-            def screen_done(_t: asyncio.Task[None]) -> None:
-                self._serving.pop(key, None)
-                self._served_screens.pop(key, None)
+            def screen(key: tuple[str, str]) -> Coroutine[Any, Any, None]:
+                served = self._served_screens[key] = ServedScreen()
+                return self._serve_screen(body, served)
 
-            task.add_done_callback(screen_done)
+            self._start_serving(body, screen, self._served_screens)
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":
