@@ -135,11 +135,9 @@ async def serve_screen(
 async def _view(hub: Hub, principal: Principal, ref: DeviceRef, codec: str) -> ScreenView:
     """A viewer: here when this replica holds the device's bridge (or none does), else on the
     replica that holds it, its frames relayed (cluster mode, docs/screen.md)."""
-    entry = hub.entry(ref.bridge_id)
-    if entry is None or entry.conn is None:
-        replica = await hub.hooks.owner_elsewhere(ref.bridge_id)
-        if replica is not None:
-            return await hub.hooks.screen(replica, principal, ref, codec)
+    replica = await hub.held_elsewhere(ref.bridge_id)
+    if replica is not None:
+        return await hub.hooks.screen(replica, principal, ref, codec)
     return await hub.screens.watch(ref, codec)
 
 

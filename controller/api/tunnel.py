@@ -96,11 +96,9 @@ async def _session(hub: Hub, principal: Principal, ref: DeviceRef) -> TunnelSess
     """The tunnel: here when this replica holds the device's bridge (or none does: the bridge
     may come back here), else run by the replica that holds it, its frames relayed (cluster
     mode, docs/tunnel.md)."""
-    entry = hub.entry(ref.bridge_id)
-    if entry is None or entry.conn is None:
-        replica = await hub.hooks.owner_elsewhere(ref.bridge_id)
-        if replica is not None:
-            return hub.hooks.tunnel(replica, principal, ref)
+    replica = await hub.held_elsewhere(ref.bridge_id)
+    if replica is not None:
+        return hub.hooks.tunnel(replica, principal, ref)
     return hub.tunnels.open(principal, ref)
 
 

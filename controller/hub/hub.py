@@ -181,6 +181,15 @@ class Hub:
     def entry(self, bridge_id: str) -> BridgeEntry | None:
         return self._entries.get(bridge_id)
 
+    async def held_elsewhere(self, bridge_id: str) -> str | None:
+        """The replica that holds ``bridge_id``'s session when this one does not (cluster
+        mode): where its calls, streams, tunnels and screens are served. None when the bridge
+        is connected here, or nowhere (it may come back here)."""
+        local = self._entries.get(bridge_id)
+        if local is not None and local.conn is not None:
+            return None
+        return await self.hooks.owner_elsewhere(bridge_id)
+
     def _entry_for(self, bridge_id: str, name: str, owner_id: str) -> BridgeEntry:
         entry = self._entries.get(bridge_id)
         if entry is None:
@@ -256,13 +265,11 @@ class Hub:
         """
         if route and on_result is None:
             bridge_id = target.bridge_id if isinstance(target, DeviceRef) else target
-            local = self._entries.get(bridge_id)
-            if local is None or local.conn is None:
-                replica = await self.hooks.owner_elsewhere(bridge_id)
-                if replica is not None:
-                    return await self.hooks.forward(
-                        replica, target, method, dict(params or {}), timeout_s=timeout_s
-                    )
+            replica = await self.held_elsewhere(bridge_id)
+            if replica is not None:
+                return await self.hooks.forward(
+                    replica, target, method, dict(params or {}), timeout_s=timeout_s
+                )
         p = dict(params or {})
         if isinstance(target, DeviceRef):
             p["serial"] = target.serial

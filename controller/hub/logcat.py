@@ -61,11 +61,9 @@ class LogcatStreams:
 
         params = {k: v for k, v in (params or {}).items() if k != "serial"}
         if route:
-            local = self.hub.entry(device.bridge_id)
-            if local is None or local.conn is None:
-                replica = await self.hub.hooks.owner_elsewhere(device.bridge_id)
-                if replica is not None:
-                    return await self.hub.hooks.stream(replica, device, params)
+            replica = await self.hub.held_elsewhere(device.bridge_id)
+            if replica is not None:
+                return await self.hub.hooks.stream(replica, device, params)
 
         def register(result: dict[str, Any]) -> None:
             channel = result.get("channel")
