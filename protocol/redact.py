@@ -72,30 +72,37 @@ def redact(text: str) -> str:
 
 
 def _redact_record(record: logging.LogRecord) -> None:
-    # The message and its string arguments are masked where they are, so formatters that
-    # read the arguments (uvicorn's access log unpacks its five) still find them; a secret
-    # left only in what an argument formats to (a repr, bytes) flattens the record to text.
-    if isinstance(record.msg, str):
-        record.msg = redact(record.msg)
-    if isinstance(record.args, tuple):
-        record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
-    elif isinstance(record.args, dict):
-        record.args = {k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
     try:
         message = record.getMessage()
     except Exception:  # a broken format string: keep what there is, as text
         message = f"{record.msg!s} {record.args!r}"
         record.msg, record.args = redact(message), None
     else:
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, None
+        if redact(message) != message:
+            _mask_in_place(record)
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
         record.exc_text = redact(record.exc_text)
     if record.stack_info:
         record.stack_info = redact(record.stack_info)
+
+
+def _mask_in_place(record: logging.LogRecord) -> None:
+    """A record whose text holds a secret: its message and string arguments are masked where
+    they are, so formatters that read the arguments (uvicorn's access log unpacks its five)
+    still find them; a secret left only in what an argument formats to (a repr, bytes)
+    flattens the record to its masked text."""
+    if isinstance(record.msg, str):
+        record.msg = redact(record.msg)
+    if isinstance(record.args, tuple):
+        record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+    elif isinstance(record.args, dict):
+        record.args = {k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
+    message = record.getMessage()
+    clean = redact(message)
+    if clean != message:
+        record.msg, record.args = clean, None
 
 
 class RedactSecrets(logging.Filter):

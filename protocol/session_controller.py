@@ -330,8 +330,7 @@ class ControllerSession(BaseSession):
         return Completion(id=res.id, method=pending.method, result=res.result, error=error)
 
     def on_event(self, evt: Evt, now: float) -> Evt:
-        self._expect(evt, State.OPEN)
-        self._touch(now)
+        self.event_arrived(now)
         return evt
 
     def event_arrived(self, now: float) -> None:
