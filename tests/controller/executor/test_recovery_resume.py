@@ -163,8 +163,10 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
             s["kind"] == "device_busy" for s in r["steps"]))
         adb.release.set()  # the result comes while the controller is away or back
         run = await _until_run(http, run_id, lambda r: r["status"] != "running")
-        left = packages_on(sim) & installed
         after = await _until_run(http, second_id, lambda r: r["status"] == "finished")
+        # Read once both runs are done: the second run installs the same two packages as soon
+        # as the first one's turn ends, so the device between the two shows the second run's.
+        left = packages_on(sim) & installed
     assert run["status"] == "finished" and run["verdict"] == "CONFIRMED", run
     result = run["result"]
     assert result["run_id"] == run_id and result["resumed"] is True
@@ -177,7 +179,11 @@ async def test_kill_9_mid_run_then_restart_resumes_the_run(
     instrument = [s for s in run["steps"] if s["detail"].get("method") == "device.instrument"]
     assert [s["status"] for s in instrument] == ["ok"] and instrument[0]["detail"]["resumed"]
     assert all(s["status"] != "running" for s in run["steps"])
-    assert not left  # cleaned up as a run that was never interrupted
+    # Cleaned up as a run that was never interrupted: it uninstalled both of its packages.
+    uninstalled = {s["detail"]["params"]["package"] for s in run["steps"]
+                   if s["detail"].get("method") == "device.uninstall" and s["status"] == "ok"}
+    assert uninstalled == installed, run["steps"]
+    assert not left
 
 
 @pytest.mark.adb
