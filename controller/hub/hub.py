@@ -37,8 +37,9 @@ docs/design.md §3–4, docs/protocol.md. The delivery rules live in
   readers with the link, so after a resume the hub subscribes again and the stream skips
   what its consumer already got.
 
-Device calls from users go through :meth:`Hub.device_call`: THE authorization check
-(:func:`controller.auth.authorize`), the call, and an audit entry, in that order.
+Device calls from users go through :meth:`Hub.device_call` (:mod:`controller.hub.user_calls`):
+THE authorization check (:func:`controller.auth.authorize`), the call, and an audit entry, in
+that order.
 """
 
 from __future__ import annotations
@@ -46,31 +47,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ValidationError
 
 from controller.audit import AuditLog
-from controller.auth.authorization import Action, DeviceRef, Principal, authorize
+from controller.auth.authorization import DeviceRef, Principal
 from controller.config import DEFAULT_BORROWER_STREAMS_PER_BRIDGE, DEFAULT_STREAMS_PER_USER
 from controller.hub.connection import BridgeSocket, Connection
 from controller.hub.entry import EXPIRED, BridgeEntry, BridgeState, Handshake, Waiter
 from controller.hub.hooks import ClusterHooks, LocalHooks
 from controller.hub.inventory import admissible
 from controller.hub.link import BridgeLink, is_disconnect
-from controller.hub.logcat import LogcatStreams, StreamHold
+from controller.hub.logcat import LogcatStreams
 from controller.hub.metrics import HubMetrics
 from controller.hub.screen import ScreenFeeds
 from controller.hub.streams import LogStream
 from controller.hub.tunnel import Tunnels
+from controller.hub.user_calls import UserCalls
 from controller.store import Store, Token, devices_seen, utcnow
 from protocol.closecodes import CloseCode
 from protocol.envelope import DEVICES_CHANNEL, Evt
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import (
-    LOGCAT_SUBSCRIBE,
     METHODS,
     DevicesChanged,
     Method,
@@ -92,7 +93,7 @@ _LIVENESS_TICKS = 4
 _NO_HOOK = object()
 
 
-class Hub:
+class Hub(UserCalls):
     """The registry of bridges and the one way to call them. Use as an async context."""
 
     def __init__(
@@ -427,85 +428,6 @@ class Hub:
         if following is not None:
             self._arm(entry, following)
 
-    async def device_call(
-        self,
-        principal: Principal,
-        device: DeviceRef,
-        method: Method[P, R],
-        params: P | Mapping[str, Any],
-        *,
-        timeout_s: float | None = None,
-        action: str | None = None,
-        audited: bool = True,
-    ) -> R:
-        """A user's call on a device: authorize, call, audit (refusals and failures too).
-
-        ``params``: the params model, or the user's plain params without ``serial``
-        (validated here: invalid ones are a ``bad_request`` audited as such).
-        ``audited=False``: a step of something audited once as a whole (a stream's periodic
-        reads): authorized all the same, and only a refusal is audited."""
-        name = action or method.name
-        try:
-            await authorize(principal, device, Action.USE, store=self.store)
-            if self.gate is not None:
-                self.gate(device)
-        except RpcError as exc:
-            await self.audit_device(principal, name, device, exc)
-            raise
-        try:
-            typed = params if isinstance(params, BaseModel) else method.parse_params(
-                {**params, "serial": device.serial})
-            result = await self.call(device, method, _vouched(principal, device, typed),
-                                     timeout_s=timeout_s)
-        except RpcError as exc:
-            if audited or exc.code is ErrorCode.FORBIDDEN:
-                await self.audit_device(principal, name, device, exc)
-            raise
-        if audited:
-            await self.audit_device(principal, name, device, None)
-        return result
-
-    async def audit_device(
-        self, principal: Principal, action: str, device: DeviceRef, error: RpcError | None
-    ) -> None:
-        detail: dict[str, Any] = {}
-        if error is not None and error.data and "rule" in error.data:
-            detail["rule"] = str(error.data["rule"])[:128]
-        try:
-            await self.audit.record(
-                principal,
-                action,
-                device=str(device),
-                outcome="ok" if error is None else error.code.value,
-                detail=detail,
-            )
-        except Exception:  # a failing audit write is logged; it never hides the call's outcome
-            log.exception("audit write failed for %s on %s", action, device)
-
-    async def device_stream(
-        self, principal: Principal, device: DeviceRef, params: dict[str, Any] | None = None
-    ) -> LogStream:
-        """A user's logcat stream on a device: authorize, subscribe, audit (here, also when
-        the bridge is held by another replica, which then relays it: :meth:`subscribe_logcat`)."""
-        action = "device.logcat.stream"
-        hold = StreamHold(principal.user_id, device.bridge_id,
-                           principal.user_id != device.owner_id and not principal.is_admin)
-        try:
-            await authorize(principal, device, Action.USE, store=self.store)
-            self.logcat.reserve(hold)  # before the await: concurrent opens count too
-            stream = await self.subscribe_logcat(device, _vouch(
-                principal, device, LOGCAT_SUBSCRIBE.name, params))
-            hold.stream = stream
-        except RpcError as exc:
-            self.logcat.release(hold)
-            await self.audit_device(principal, action, device, exc)
-            raise
-        except BaseException:
-            self.logcat.release(hold)
-            raise
-        await self.audit_device(principal, action, device, None)
-        return stream
-
     async def subscribe_logcat(
         self, device: DeviceRef, params: dict[str, Any] | None = None, *, route: bool = True
     ) -> LogStream:
@@ -800,25 +722,3 @@ class Hub:
         task.add_done_callback(self._tasks.discard)
         return task
 
-
-def _vouch(
-    principal: Principal, device: DeviceRef, method: str, params: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """``params`` with ``as_owner`` when the caller owns the device (the bridge's ``full``
-    profile is the owner's alone): never for a borrower nor an admin acting on another's."""
-    if principal.user_id != device.owner_id or principal.bridge_id is not None:
-        return params
-    spec = METHODS.get(method)
-    fields = getattr(spec.params, "model_fields", {}) if spec is not None else {}
-    if "as_owner" not in fields:
-        return params
-    return {**(params or {}), "as_owner": True}
-
-
-def _vouched(principal: Principal, device: DeviceRef, params: P) -> P:
-    """:func:`_vouch` for a params model."""
-    if principal.user_id != device.owner_id or principal.bridge_id is not None:
-        return params
-    if "as_owner" not in type(params).model_fields:
-        return params
-    return params.model_copy(update={"as_owner": True})

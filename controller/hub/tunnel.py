@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
 from controller.hub.channels import FrameOutbox, attach, channel_in, close_later, next_event
+from controller.hub.user_calls import vouch, vouched
 from protocol.alloc import keep_freed_memory
 from protocol.envelope import Evt
 from protocol.errors import ErrorCode, RpcError
@@ -194,8 +195,8 @@ class Tunnel:
 
     async def start(self) -> bytes:
         """Ask the bridge for the device's features; the client's ``hello`` frame."""
-        result = await self.hub.call(self.device, TUNNEL_START, TUNNEL_START.parse_params(
-            _vouch(self.principal, self.device, {"serial": self.device.serial})))
+        result = await self.hub.call(self.device, TUNNEL_START, vouched(
+            self.principal, self.device, TUNNEL_START.parse_params({"serial": self.device.serial})))
         features = list(result.features)
         record = await self._record()
         props = ";".join(f"{k}={v}" for k, v in record.items() if v)
@@ -314,8 +315,8 @@ class Tunnel:
                         # Before any of them: the hub reads them right after this result.
                         self.push(encode_frame("opened", s=stream.s))
 
-                    params = _vouch(principal, device,
-                                    {"service": stream.service, "window": self.window})
+                    params = vouch(principal, device, TUNNEL_OPEN.name,
+                                   {"service": stream.service, "window": self.window})
                     await hub.call_wire(device, TUNNEL_OPEN.name, params, on_result=register)
                     if stream.channel is None:
                         raise RpcError(ErrorCode.INTERNAL,
@@ -525,14 +526,6 @@ class Tunnel:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-
-def _vouch(principal: Principal, device: DeviceRef, params: dict[str, Any]) -> dict[str, Any]:
-    """``as_owner`` when the caller owns the device (the bridge's ``full`` profile is the
-    owner's alone), as every device call the hub makes for a user."""
-    if principal.user_id == device.owner_id and principal.bridge_id is None:
-        return {**params, "as_owner": True}
-    return params
 
 
 def _service_label(service: str) -> str:
