@@ -16,10 +16,12 @@ Errors become HTTP problems here and nowhere else (errors are translated once, a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -232,6 +234,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         hooks.append(access.on_token_revoked)
         stack.callback(hooks.remove, access.on_token_revoked)
         cluster: Cluster | None = None
+        recovery_tasks: set[asyncio.Future[Any]] = set()  # a lost replica's runs, taken over
         if config.redis_url is not None:
             # Cluster mode: joins after the hub, leaves before it (releasing its bridges).
             # When a replica dies, one survivor ends the runs it left unfinished, or resumes
@@ -240,7 +243,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             from controller.cluster import Cluster
 
             async def replica_lost(_replicas: list[str]) -> None:
-                await sandbox.take_over(app, store, hub)
+                await sandbox.take_over(app, recovery_tasks, store, hub)
 
             cluster = await stack.enter_async_context(
                 Cluster(config.redis_url, hub=hub, on_replica_lost=replica_lost)
@@ -270,6 +273,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             config=config, store=store, audit=audit, web_sessions=web_sessions,
             hub=hub, access=access, loans=loans, health=health,
             executor=sandbox.build_executor(app, store, hub, access, cluster), cluster=cluster,
+            recovery_tasks=recovery_tasks,
         )
         stack.callback(setattr, app.state, "services", None)
         # Background sandbox runs (``?wait=false``) are cancelled before the hub closes.

@@ -118,15 +118,15 @@ async def recover(app: Any, store: Store | None = None, hub: Hub | None = None) 
         return []
 
 
-async def take_over(app: Any, store: Store | None = None, hub: Hub | None = None) -> None:
+async def take_over(app: Any, tasks: set[asyncio.Future[Any]], store: Store | None = None,
+                    hub: Hub | None = None) -> None:
     """Cluster mode: replicas died. Their unfinished runs are ended — or resumed here, when
     their bridge may hold their instrumentation result — and their cleanup done, in the
-    background (cancelled at shutdown, with the executor). ``store``, ``hub``: as for
-    :func:`recover`."""
+    background: in ``tasks`` (the services' ``recovery_tasks``, cancelled at shutdown with
+    the executor). ``store``, ``hub``: as for :func:`recover`."""
     recovered = await recover(app, store, hub)
     owed = [r for r in recovered if r.packages]
     loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Future[Any]] = app.state.__dict__.setdefault("recovery_tasks", set())
     started = [loop.create_task(_clean_up(app, owed))] if owed else []
     started += [asyncio.ensure_future(r.resumed) for r in recovered if r.resumed is not None]
     for task in started:
@@ -220,14 +220,15 @@ def _observer(state: Any) -> Callable[[RunResult], None] | None:
 
 async def close_executor(app: Any) -> None:
     """Cancel the executor's background runs (app shutdown, before the hub closes)."""
-    tasks = list(getattr(app.state, "recovery_tasks", ()))
+    services = services_of(app)
+    tasks = list(services.recovery_tasks)
     for task in tasks:
         task.cancel()
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     with contextlib.suppress(RpcError):  # never started
-        await services_of(app).executor.aclose()
+        await services.executor.aclose()
 
 
 async def _audit(app: Any, principal: Any, results: list[RunResult]) -> None:

@@ -10,7 +10,8 @@ none: ``unavailable``, never an ``AttributeError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends
@@ -48,6 +49,9 @@ class Services:
     health: HealthMonitor
     executor: SandboxExecutor
     cluster: Cluster | None = None  # cluster mode (docs/cluster.md)
+    # A lost replica's runs resumed or cleaned up here, in the background (cancelled at
+    # shutdown, before the executor closes).
+    recovery_tasks: set[asyncio.Future[Any]] = field(default_factory=set)
 
 
 def services_of(owner: Any) -> Services:
