@@ -11,6 +11,9 @@ The device (the real adb server accepts it with ``adb connect``):
 ``threaded``        :class:`~device_bridge.sim.threaded.ThreadedSimDevice`: one on its own loop
                     in a thread, for blocking callers (adbutils, tests, the demo)
 ``adbd``            the transport: handshake, streams, flow control, maxdata
+``auth``            adb's RSA authentication, as a secure phone asks it of a host
+``services``        adbd's services other than shell, exec and sync, as a user build answers
+``listener``        a TCP listener that closes every connection it accepted
 ``transport``       sans-I/O message framing
 ``sync``            the ``sync:`` service (STAT/STA2/LST2, LIST/LIS2, SEND, RECV, QUIT)
 ``shell``           the mini shell (lists, pipes, redirections, ``$?``, builtins); its grammar
@@ -24,10 +27,17 @@ The device (the real adb server accepts it with ``adb connect``):
 ``screen``          the on-screen layout (uiautomator XML, screenshots, tap targets)
 ``dumpsys``         ``dumpsys`` reports
 ``profiles``        named device profiles (``pixel-7``, ``galaxy-a52``, ``old-nexus``…)
+``ui_demo``         the demo app's UI: two screens, a switch, a toast, a keyboard
+``video``           ``screenrecord``'s H.264 stream
+``net``             the phone's own loopback (sockets between things on the device)
+``waiters``         coroutines parked until a condition holds
 ==================  ===========================================================================
 
-``apk`` is the simulated APK contract between the device and the simulated toolchain
+``instrument_output`` is what ``am instrument -w -r`` prints around a run. ``apk`` is the
+simulated APK contract between the device and the simulated toolchain
 (``toolchain``, ``player``, ``behaviour``; a test's steps come from ``toolchain_steps``,
-``toolchain_walker`` and ``toolchain_values``). Import submodules directly: this package imports
+``toolchain_walker`` and ``toolchain_values``; the compiler's parsing ``toolchain_kotlin``
+(tree-sitter), its name resolution ``toolchain_resolve`` and the classpath it knows
+``toolchain_libraries``). Import submodules directly: this package imports
 nothing, so the toolchain never pulls in the device (or the reverse).
 """
