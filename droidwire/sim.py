@@ -60,11 +60,18 @@ def sim_device(
                                     help="With --auth: tap 'Always allow' on every prompt at "
                                          "once. Without it, send SIGUSR1 to this process to "
                                          "allow the waiting hosts."),
+    pace: str = typer.Option("instant", "--pace",
+                             help="Wall time of installs, app starts and tests: instant, or "
+                                  "phone (as long as a fast phone takes)."),
 ) -> None:
     from device_bridge.sim.auth import AdbKeyError, PendingKey
     from device_bridge.sim.device import SimDevice
+    from device_bridge.sim.pace import PACES
     from device_bridge.sim.profiles import PROFILES
 
+    if pace not in PACES:
+        raise typer.BadParameter(f"unknown pace {pace!r}; known: {', '.join(sorted(PACES))}",
+                                 param_hint="--pace")
     if profile not in PROFILES:
         raise typer.BadParameter(
             f"unknown profile {profile!r}; known: {', '.join(sorted(PROFILES))}",
@@ -76,7 +83,7 @@ def sim_device(
     try:
         device = SimDevice(port=port, host=host, serial=serial, profile=profile,
                            noise_interval=noise or None, auth=auth or adb_keys is not None,
-                           adb_keys=keys, auto_allow=auto_allow)
+                           adb_keys=keys, auto_allow=auto_allow, pace=pace)
     except AdbKeyError as exc:
         raise typer.BadParameter(f"not an adb public key: {exc}", param_hint="--adb-keys") from None
 

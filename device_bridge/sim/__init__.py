@@ -31,6 +31,7 @@ The device (the real adb server accepts it with ``adb connect``):
 ``video``           ``screenrecord``'s H.264 stream
 ``net``             the phone's own loopback (sockets between things on the device)
 ``waiters``         coroutines parked until a condition holds
+``pace``            how long installs, app starts and tests take in wall time (``phone``)
 ==================  ===========================================================================
 
 ``instrument_output`` is what ``am instrument -w -r`` prints around a run. ``apk`` is the

@@ -117,6 +117,7 @@ async def _pm(p: Proc, args: list[str]) -> int:
             source = p.path(apk)
         # pm on Android 7 and later replaces by default (``-r`` is accepted and ignored);
         # ``-R`` disallows replacing an installed package.
+        await device.pace.installing(len(data))
         result = device.install(
             bytes(data), source=source, replace="-R" not in opts, allow_downgrade="-d" in opts
         )
@@ -127,6 +128,7 @@ async def _pm(p: Proc, args: list[str]) -> int:
         if not names:
             await p.err("Error: package name not specified\n")
             return 1
+        await device.pace.uninstalling()
         ok = device.uninstall(names[-1])
         await p.out("Success\n" if ok else "Failure [DELETE_FAILED_INTERNAL_ERROR]\n")
         return 0 if ok else 1

@@ -57,6 +57,7 @@ from device_bridge.sim.files import SimFiles
 from device_bridge.sim.listener import StreamListener
 from device_bridge.sim.logbuf import BUFFERS, LogBuffer
 from device_bridge.sim.net import DeviceNet, normalize
+from device_bridge.sim.pace import Pace, get_pace
 from device_bridge.sim.profiles import DeviceProfile, get_profile
 from device_bridge.sim.screen import Screen, hit, render_png, render_raw, render_ui_xml
 from device_bridge.sim.services import adbd_service, bridge
@@ -96,6 +97,7 @@ class SimDevice(DeviceApps):
         # Behaviour
         noise_interval: float | None = 1.0,
         seed: int | None = None,
+        pace: str | Pace = "instant",  # wall time of installs, app starts, tests (sim.pace)
         # Limits
         log_capacity: int = 256 * 1024,
         storage_quota: int = 512 * 1024 * 1024,
@@ -110,6 +112,7 @@ class SimDevice(DeviceApps):
         self.profile = profile if isinstance(profile, DeviceProfile) else get_profile(profile)
         self._serial = serial
         self.noise_interval = noise_interval
+        self.pace = pace if isinstance(pace, Pace) else get_pace(pace)
         self.maxdata = maxdata
         self.logbuf = LogBuffer(capacity=log_capacity)
         self.files = SimFiles(quota=storage_quota)

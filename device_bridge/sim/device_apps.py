@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from device_bridge.sim.apk import ApkError, read_apk
 from device_bridge.sim.device_core import AppProcess, DeviceCore, InstalledPackage
+from device_bridge.sim.pace import Pace
 from device_bridge.sim.ui_demo import DEMO_PACKAGE, DemoUi
 
 __all__ = ["DeviceApps"]
@@ -26,6 +27,7 @@ class DeviceApps(DeviceCore):
     typed_text: str
     keyboard_shown: bool
     app_ui: DemoUi
+    pace: Pace  # how long a step takes in wall time (device_bridge.sim.pace)
     _next_uid: int
 
     # -- packages and processes -------------------------------------------------------
@@ -213,12 +215,22 @@ class DeviceApps(DeviceCore):
             for piece in self._broken_instrumentation(inst, runner_full):
                 yield 1, piece
             return
+        await self.pace.starting_process()
         player = default_player()
         lines = player.play(inst.pkg, app.pkg if app else None, class_filter=class_filter,
                             device=self)
+        offset = self._clock_offset
         for line in lines:
             yield 1, line if line.endswith("\n") else line + "\n"
-            await asyncio.sleep(0)  # the player runs on the loop: let other streams breathe
+            owed = self._clock_offset - offset
+            if self.pace.real_time and owed > 0:
+                # The test's time passes for real: what it moved the clock by is slept
+                # instead, so later lines come when a phone would print them.
+                self._clock_offset = offset
+                await self.pace.wait(owed)
+            else:
+                offset = self._clock_offset
+                await asyncio.sleep(0)  # the player runs on the loop: let other streams breathe
 
     def _broken_instrumentation(self, inst: InstalledPackage, runner: str) -> list[str]:
         """A test package whose runner class cannot be loaded: the process crashes at start."""

@@ -249,6 +249,7 @@ async def pm_session(p: Proc, sub: str, rest: list[str]) -> int:
         if sub == "install-abandon":
             await p.out("Success\n")
             return 0
+        await device.pace.installing(sum(len(b) for b in session.files.values()))
         result = commit(device, session)
         await p.out(result + "\n")
         return 0 if result == "Success" else 1

@@ -105,3 +105,10 @@ def test_a_bad_key_file_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["sim-device", "--adb-keys", str(keys), "--port", "0"])
     assert result.exit_code == 2
     assert "not an adb public key" in result.output
+
+
+def test_an_unknown_pace_is_a_usage_error_naming_the_known_ones():
+    result = CliRunner().invoke(app, ["sim-device", "--pace", "snail", "--port", "0"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "unknown pace 'snail'; known: instant, phone" in " ".join(result.output.split())
