@@ -366,12 +366,14 @@ class DeviceStack:
 
 @contextlib.asynccontextmanager
 async def device_stack(devices: int = 1, *, processes: bool = False,
-                       controller_process: bool = False) -> AsyncIterator[DeviceStack]:
+                       controller_process: bool = False,
+                       pace: str = "instant") -> AsyncIterator[DeviceStack]:
     """Everything ``droidwire demo`` starts, with ``devices`` simulated devices: threads of
     this process, or (``processes``) each in a process of its own, as a lab's devices are
     separate machines. ``controller_process``: the controller too runs in a process of its
     own (``python -m bench.stack controller``, ``app`` is None), as it runs on another machine
-    than the bridge; the bridge stays in this process."""
+    than the bridge; the bridge stays in this process. ``pace``: the simulated phones' pace
+    (:mod:`device_bridge.sim.pace`)."""
     import httpx
     import uvicorn
 
@@ -388,7 +390,7 @@ async def device_stack(devices: int = 1, *, processes: bool = False,
         adb = start_adb_server()
         sync.callback(adb.kill)
         start = _connected_sim_process if processes else connected_sim
-        sims = [sync.enter_context(start(adb)) for _ in range(devices)]
+        sims = [sync.enter_context(start(adb, pace=pace)) for _ in range(devices)]
         serials = [s.address for s in sims]
         db_url = f"sqlite:///{tmp / 'controller.db'}"
         own: ServerProcess | None = None
@@ -469,12 +471,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-async def _serve_sim() -> None:
-    """One simulated device in this process, on a free port: says its address, then serves
-    until SIGTERM (or its parent's death)."""
+async def _serve_sim(pace: str) -> None:
+    """One simulated device (paced ``pace``) in this process, on a free port: says its
+    address, then serves until SIGTERM (or its parent's death)."""
     from device_bridge.sim.device import SimDevice
 
-    device = SimDevice(port=0, noise_interval=None)
+    device = SimDevice(port=0, noise_interval=None, pace=pace)
     await device.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -486,9 +488,9 @@ async def _serve_sim() -> None:
 class _SimProcess:
     """A simulated device in a process of its own, as :class:`ConnectedSim` wants it."""
 
-    def __init__(self) -> None:
+    def __init__(self, pace: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.stack", "sim", "--port", "0"], cwd=ROOT,
+            [sys.executable, "-m", "bench.stack", "sim", "--port", "0", "--pace", pace], cwd=ROOT,
             stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
@@ -510,10 +512,10 @@ class _SimProcess:
 
 
 @contextlib.contextmanager
-def _connected_sim_process(adb: Any) -> Iterator[Any]:
+def _connected_sim_process(adb: Any, pace: str = "instant") -> Iterator[Any]:
     from tests.adb_support import ConnectedSim
 
-    sim = _SimProcess()
+    sim = _SimProcess(pace)
     try:
         handle = ConnectedSim(adb, sim)
         handle.connect()
@@ -531,11 +533,12 @@ def _main(argv: list[str] | None = None) -> None:
     parser.add_argument("kind", choices=("controller", "bare", "sim"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--db")
+    parser.add_argument("--pace", default="instant")
     args = parser.parse_args(argv)
     if args.kind == "controller":
         asyncio.run(_serve_controller(args.port, args.db))
     elif args.kind == "sim":
-        asyncio.run(_serve_sim())
+        asyncio.run(_serve_sim(args.pace))
     else:
         asyncio.run(_serve_bare(args.port))
 

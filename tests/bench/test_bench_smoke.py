@@ -90,9 +90,11 @@ def test_shell() -> None:
 @pytest.mark.slow
 def test_sandbox() -> None:
     figs = check(bench_sandbox.run(quick=True, devices=2, reps=1),
-                 {"sandbox_overhead_ms", "fanout_cost"})
-    fanout = next(f for f in figs if f["name"] == "fanout_cost")
-    assert fanout["n"] == 2
+                 {"sandbox_overhead_ms", "fanout_cost", "fanout_cost_instant"})
+    fanouts = [f for f in figs if f["name"].startswith("fanout_cost")]
+    assert [f["n"] for f in fanouts] == [2, 2]
+    paced = next(f for f in fanouts if f["name"] == "fanout_cost")
+    assert "paced 'phone'" in paced["notes"]
 
 
 @pytest.mark.adb
@@ -100,8 +102,9 @@ def test_sandbox() -> None:
 def test_fleet() -> None:
     require_service("DATABASE_URL")
     require_service("REDIS_URL")
-    [fig] = check(bench_fleet.run(quick=True, devices=2, per_device=1), {"fleet_throughput"})
-    assert fig["n"] == 2 and fig["unit"] == "runs/min"
+    [fig] = check(bench_fleet.run(quick=True, devices=2, per_device=1, paces=("phone",)),
+                  {"fleet_throughput"})
+    assert fig["n"] == 2 and fig["unit"] == "runs/min" and "paced 'phone'" in fig["notes"]
 
 
 def test_fleet_is_skipped_without_its_services(monkeypatch: pytest.MonkeyPatch) -> None:
