@@ -340,6 +340,9 @@ class _State:
 
     def quiet_until(self) -> int:
         """The first line index at which ``feed`` may close a stale trace or ANR block."""
+        if not self.traces and not self.anr_open:
+            self.next_stale_check = _NEVER
+            return _NEVER
         self.next_stale_check = min(chain((tr.last for tr in self.traces.values()),
                                           (slot[0].line_no - 1 for slot in self.anr_open.values())),
                                     default=_NEVER - _STALE - 1) + _STALE + 1
