@@ -10,9 +10,9 @@ patterns run once over the log's bytes in native code:
   zeros, a tag starting with a printable character and ending at the line's first ``:``,
   followed by a space). A line of that shape is one that ``lines._THREADTIME_FAST`` matches;
   the pattern is the shape's complement, one alternative per place a line can leave it.
-* **keywords** (Hyperscan, one database): the keywords and tags ``wants`` looks for, lines over
-  2,000 bytes (the per-line path reads those over ``lines._HEAD`` differently), and the characters that
-  make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``, U+2028 …) or that
+* **keywords** (Hyperscan, one database): the keywords and tags ``wants`` looks for, lines
+  over 2,000 bytes (the per-line path reads those over ``lines._HEAD`` differently), and the
+  characters that make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``, U+2028 …) or that
   ``iter_lines`` rewrites (``\\x1b``) — one of those and the log takes the per-line path whole.
 
 Every other line is a plain threadtime line ``wants`` declines as long as no trace or ANR block
@@ -29,7 +29,7 @@ process map (``_State.started``), so between two lines read they are taken in bu
 ``processes.start_host`` is cached) and one ``dict.update``. The keyword scan sends the lines
 where that could read differently from ``feed`` the long way (``_LANE_LONG_WAY``): a ``proc``
 not inside ``Start proc``, a ``Start proc`` without the ``PID:NAME`` form or with a non-ASCII
-name, a `` for `` before it, a line over 2,000 bytes. Closing a stale trace or ANR block is
+name, a `` for `` or a ``% `` before it, a line over 2,000 bytes. Closing a stale trace or ANR block is
 ordered before the next line fed, a lane line included (``_State.quiet_until``): from the
 line where one may go stale, the gap's first ``Start proc`` line is read the long way. Without
 the native libraries (``available()`` false) ``analyze`` reads every line, as before.
