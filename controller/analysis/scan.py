@@ -12,8 +12,9 @@ patterns run once over the log's bytes in native code:
   the pattern is the shape's complement, one alternative per place a line can leave it.
 * **keywords** (Hyperscan, one database): the keywords and tags ``wants`` looks for, lines
   over 2,000 bytes (the per-line path reads those over ``lines._HEAD`` differently), and the
-  characters that make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``, U+2028 …) or that
-  ``iter_lines`` rewrites (``\\x1b``) — one of those and the log takes the per-line path whole.
+  characters that make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``,
+  U+2028 …) or that ``iter_lines`` rewrites (``\\x1b``) — one of those and the log takes the
+  per-line path whole.
 
 Every other line is a plain threadtime line ``wants`` declines as long as no trace or ANR block
 is open for its pid/tid; while one is, the gap is searched for that pid/tid (``_key_pattern``)
