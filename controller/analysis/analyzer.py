@@ -59,6 +59,7 @@ _MAX_PRE = 20          # non-stack lines a trace accepts before its first frame
 _IDE_SUFFIXES = (" (Fix with AI)", " (Ask Gemini)", " (Ask Studio Bot)")
 
 _STALE = 1000         # lines after which an open trace or ANR block is closed
+_NEVER = 1 << 62      # no line index reaches it
 _TAGS = frozenset({"TestRunner", "am_anr", "am_proc_start", "DroidUnblocker"})
 _TIMEOUT_SOURCE = "service_timeout"   # an ANR known from ActivityManager's service timeout
 
@@ -267,8 +268,8 @@ def analyze(
     p = scan.plan(text) if _PREFILTER else None
     lines: Iterator[LogLine]
     if p is not None:
-        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.proc_line,
-                                  state.proc_start)
+        lines = scan.iter_scanned(p, stats, state.wants, state.open_keys, state.quiet_until,
+                                  state.started)
     else:
         lines = iter_lines(decode(text) if isinstance(text, bytes) else text, stats, state.wants)
     for ln in lines:
@@ -294,7 +295,9 @@ class _State:
         self.procs: dict[int, str] = {}
         self.vm_deaths: list[LogLine] = []
         self.hosts: dict[int, str] = {}        # pid → package whose component it was started for
-        self.next_stale_check = 0
+        # No open trace or ANR block goes stale before this line: the oldest last line + _STALE
+        # + 1 (a lower bound between ``quiet_until`` calls: a trace's last line only moves on).
+        self.next_stale_check = _NEVER
         self.heuristics = Heuristics()  # hang, CPU with GC churn (over time)
         self._keys_sig: tuple[Key | None, ...] = ()
         self._keys: frozenset[tuple[int, int]] = _NO_KEYS
@@ -335,48 +338,29 @@ class _State:
                                    if p is not None and t is not None)
         return self._keys
 
-    def proc_line(self, index: int, pid: int, tid: int, msg: str) -> bool:
-        """``feed`` for a plain threadtime line whose message says ``proc`` and that holds no
-        other keyword of ``wants`` (nor the tag ``am_proc_start``): the same steps, without
-        building the line. False, having changed nothing but the stale check ``feed`` also
-        does first: the line continues an open trace or ANR block, and ``feed`` must have it."""
-        if index >= self.next_stale_check:
-            self.next_stale_check = index + 256
-            if self.traces or self.anr_open:
-                self._close_stale(index)
-        key = (pid, tid)
-        if self.traces and (key in self.traces or (None, None) in self.traces):
-            return False
-        if self.anr_open and key in self.anr_open:
-            return False
-        # No keyword but "proc": no header, no ANR, no timing, no test event, no death.
-        st = parse_start(msg, None)
-        if st is not None:
-            self.procs[st[0]] = st[1]
-            host = start_host(msg) if "Start proc" in msg else None
-            if host is not None:
-                self.hosts[st[0]] = host
-        return True
+    def quiet_until(self) -> int:
+        """The first line index at which ``feed`` may close a stale trace or ANR block."""
+        if not self.traces and not self.anr_open:
+            self.next_stale_check = _NEVER
+            return _NEVER
+        self.next_stale_check = min(chain((tr.last for tr in self.traces.values()),
+                                          (slot[0].line_no - 1 for slot in self.anr_open.values())),
+                                    default=_NEVER - _STALE - 1) + _STALE + 1
+        return self.next_stale_check
 
-    def proc_start(self, index: int, pid: int, name: str, host: str | None) -> None:
-        """``proc_line`` for a line the caller has already read: its message's first
-        ``Start proc PID:NAME`` and ``start_host``'s answer, and its (pid, tid) is not one of
-        ``open_keys()`` (so ``proc_line`` would take it)."""
-        if index >= self.next_stale_check:
-            self.next_stale_check = index + 256
-            if self.traces or self.anr_open:
-                self._close_stale(index)
-        self.procs[pid] = name
-        if host is not None:
-            self.hosts[pid] = host
+    def started(self, procs: Iterable[tuple[int, str]], hosts: Iterable[tuple[int, str]]) -> None:
+        """``feed`` for a run of plain ``Start proc`` lines (``scan``'s lane): their (pid,
+        process) and (pid, host) pairs in order. The caller makes sure that each line is one
+        ``feed`` would only store these from: no other keyword of ``wants``, no open key, no
+        trace or ANR block going stale before it (``quiet_until``)."""
+        self.procs.update(procs)
+        self.hosts.update(hosts)
 
     def feed(self, ln: LogLine) -> None:
         msg = ln.msg
         self.heuristics.feed(ln)
         if ln.index >= self.next_stale_check:
-            self.next_stale_check = ln.index + 256
-            if self.traces or self.anr_open:
-                self._close_stale(ln.index)
+            self._close_stale(ln.index)
         if ln.fmt in ("blank", "separator"):
             tr = self.traces.pop((None, None), None)
             if tr is not None:
@@ -428,6 +412,7 @@ class _State:
                              if not (x.source == _TIMEOUT_SOURCE and x.package == h2[0])]
                 self.anrs.append(a)
                 self.anr_open[key] = [a, anr_mod.FIELD_WINDOW]
+                self.next_stale_check = min(self.next_stale_check, ln.index + _STALE + 1)
                 return
         if "executing service" in msg:
             to = anr_mod.parse_service_timeout(msg, tag)
@@ -493,7 +478,8 @@ class _State:
                     self.vm_deaths.append(ln)
 
     def _close_stale(self, index: int) -> None:
-        # A stack arrives in one burst; a trace or ANR block silent this long is over.
+        # A stack arrives in one burst; a trace or ANR block silent this long is over. It is
+        # closed before the next line fed, whichever lines are fed (``scan`` feeds fewer).
         for key, tr in list(self.traces.items()):
             if tr.last < index - _STALE:
                 del self.traces[key]
@@ -501,6 +487,7 @@ class _State:
         for key, slot in list(self.anr_open.items()):
             if slot[0].line_no - 1 < index - _STALE:
                 del self.anr_open[key]
+        self.quiet_until()
 
     def close_all(self) -> None:
         for tr in sorted(self.traces.values(), key=lambda t: t.line_no):
@@ -554,6 +541,7 @@ class _State:
         if old is not None:
             self._close(old)
         self.traces[key] = _Trace(ln, is_crash, header, self._current_test(ln.pid))
+        self.next_stale_check = min(self.next_stale_check, ln.index + _STALE + 1)
 
     def _anr_field(self, key: Key, msg: str) -> None:
         slot = self.anr_open[key]

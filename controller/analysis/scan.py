@@ -10,10 +10,11 @@ patterns run once over the log's bytes in native code:
   zeros, a tag starting with a printable character and ending at the line's first ``:``,
   followed by a space). A line of that shape is one that ``lines._THREADTIME_FAST`` matches;
   the pattern is the shape's complement, one alternative per place a line can leave it.
-* **keywords** (Hyperscan, one database): the keywords and tags ``wants`` looks for, lines over
-  ``lines._HEAD`` bytes (the per-line path reads those differently), and the characters that
-  make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``, U+2028 …) or that
-  ``iter_lines`` rewrites (``\\x1b``) — one of those and the log takes the per-line path whole.
+* **keywords** (Hyperscan, one database): the keywords and tags ``wants`` looks for, lines
+  over 2,000 bytes (the per-line path reads those over ``lines._HEAD`` differently), and the
+  characters that make ``str.splitlines`` split where ``\\n`` does not (``\\r``, ``\\x0b``,
+  U+2028 …) or that ``iter_lines`` rewrites (``\\x1b``) — one of those and the log takes the
+  per-line path whole.
 
 Every other line is a plain threadtime line ``wants`` declines as long as no trace or ANR block
 is open for its pid/tid; while one is, the gap is searched for that pid/tid (``_key_pattern``)
@@ -22,27 +23,31 @@ console wrap may join it back). The lines read go through the same ``lines.Curso
 ``iter_lines``, so the results are the same by construction; a property test and the corpora
 hold them equal.
 
-The *lane*: plain lines whose only keyword is ``proc`` (a busy system's ``Start proc`` lines,
-about one line in eight of a test run's log). Each is read from the bytes where it lies — no
-``str``, no ``LogLine`` —: the first ``Start proc PID:NAME`` of its message, on an ASCII line of
-at most 2,000 bytes with no `` for `` before it, and ``processes.start_host`` of the rest (cached
-by the rest from its first `` for ``: in a run the same few endings repeat). Any other lane
-line, or one of an open key, goes through ``_State.proc_line`` or the cursor as before. Without the native libraries (``available()`` false) ``analyze`` reads every
-line, as before.
+The *lane*: plain lines that start a process (``Start proc PID:NAME …``, a busy system's
+chatter, about one line in eight of a test run's log). Their only effect is on the pid →
+process map (``_State.started``), so between two lines read they are taken in bulk: one
+``findall`` over the gap (``_LANE``: pid, name, and the rest from its first `` for ``, whose
+``processes.start_host`` is cached) and one ``dict.update``. The keyword scan sends the lines
+where that could read differently from ``feed`` the long way (``_LANE_LONG_WAY``): a ``proc``
+not inside ``Start proc``, a ``Start proc`` without the ``PID:NAME`` form or with a non-ASCII
+name, a `` for `` or a ``% `` before it, a line over 2,000 bytes. Closing a stale trace or ANR block is
+ordered before the next line fed, a lane line included (``_State.quiet_until``): from the
+line where one may go stale, the gap's first ``Start proc`` line is read the long way. Without
+the native libraries (``available()`` false) ``analyze`` reads every line, as before.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import chain
 from typing import Any
 
 from controller.analysis.lines import _HEAD, _THREADTIME_FAST, Cursor, LogLine, ParsedLog
-from controller.analysis.processes import start_host
+from controller.analysis.processes import _SCAN, start_host
 
 try:  # native scanners: without them (a platform with no wheel) every line is read
     import hyperscan
@@ -61,10 +66,27 @@ KEYWORDS = (
     "pause timeout", "GC freed",
 )
 
-_KEYWORD, _LONG, _ABORT, _PROC = 0, 1, 2, 3
-# A line whose only keyword is this one (the ``Start proc`` chatter of a busy system) takes a
-# shorter road when its message has it: ``_State.proc_line`` (the same steps as ``feed``).
-_PROC_KEYWORD = "proc"
+_KEYWORD, _ABORT = 0, 1
+# ``proc`` is looked for where it is not part of ``Start proc`` (the lane's word, which the
+# gaps' ``findall`` finds): preceded by anything but ``Start ``, byte by byte.
+_PROC_ELSEWHERE = (rb"(?:^|[^ ])proc|(?:^|[^t]) proc|(?:^|[^r])t proc|(?:^|[^a])rt proc"
+                   rb"|(?:^|[^t])art proc|(?:^|[^S])tart proc")
+# ``Start proc`` lines the lane must not take: a ``Start proc `` without the ``PID:NAME`` of
+# ``processes._START`` after it (the pre-7.0 form, one in a tag) or with a non-ASCII name
+# (``\d`` and ``\s`` differ there) — without the space it matches no form of ``parse_start``;
+# a `` for `` before it on the line (``start_host`` reads the message's first one); a ``% ``
+# before it (``feed`` also takes a CPU reading, ``heuristics``: one starts the message); a
+# line over ``processes._SCAN`` bytes (``parse_start`` reads a message's first 2,000
+# characters). (The log's last line is read anyway.) One alternation each where they share a
+# word: Hyperscan runs them faster so.
+_NAME = rb"[^\t\n\x0b-\x0d\x1c-\x1f /{]"
+_LANE_LONG_WAY = (
+    rb"Start proc (?:[^0-9]|[0-9]+[^0-9:]|[0-9]+:[\t\n\x0b-\x0d\x1c-\x1f /{]"
+    rb"|[0-9]+:" + _NAME + rb"*[\x80-\xff])",
+    rb" for [^\n]*Start proc",
+    rb"% [^\n]*Start proc",
+    rb"\n[^\n]{%d}" % (min(_SCAN, _HEAD) + 1),
+)
 
 # The plain shape, token by token: (byte class, repetition). Consecutive classes are disjoint
 # where a repetition meets its successor, so a prefix of the shape parses one way only.
@@ -119,12 +141,11 @@ def _engines() -> tuple[Any, Any]:
     opts.encoding = re2.Options.Encoding.LATIN1
     opts.never_capture = True
     shape = re2.compile(_not_shape().encode("ascii"), opts)
-    words = [k for k in KEYWORDS if k != _PROC_KEYWORD] + ["am_proc_start"]
+    words = [k for k in KEYWORDS if k != "proc"] + ["am_proc_start"]
     exprs = [re.escape(k).encode("ascii") for k in words]
-    exprs.append(_PROC_KEYWORD.encode("ascii"))
-    exprs.append(b"\\n[^\\n]{%d}" % (_HEAD + 1))
+    exprs += [_PROC_ELSEWHERE, *_LANE_LONG_WAY]
     exprs.append(rb"[\r\x0b\x0c\x1b\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
-    ids = [_KEYWORD] * len(words) + [_PROC, _LONG, _ABORT]
+    ids = [_KEYWORD] * (len(exprs) - 1) + [_ABORT]
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=ids, flags=0)
     return shape, db
@@ -153,8 +174,6 @@ class Plan:
     data: bytes
     errors: str            # how a line's bytes become its text: as ``decode`` does, or back
     starts: list[int]      # to the very ``str`` they were encoded from
-    lane: list[int]        # starts of plain lines whose only keyword is ``_PROC_KEYWORD``
-    ascii: bool            # the whole log is ASCII
 
     @property
     def total(self) -> int:
@@ -184,17 +203,13 @@ def plan(text: str | bytes) -> Plan | None:
         data = data.replace(b"\r\n", b"\n")     # a lone \r still sends the log down the
     shape, db = _engines()                      # per-line path (the scan aborts on it)
     ends: list[int] = []
-    proc_ends: list[int] = []
-    add, add_proc = ends.append, proc_ends.append
+    add = ends.append
 
     def hit(pattern: int, _start: int, end: int, _flags: int, _ctx: object) -> bool | None:
-        # ``end - 1`` is a byte of the line (for _LONG: the 2,049th after its \n).
-        if pattern == _PROC:
-            add_proc(end - 1)
-        elif pattern == _ABORT:
+        # ``end - 1`` is a byte of the line (for a long line: the 2,001st after its \n).
+        if pattern == _ABORT:
             raise _Abort
-        else:
-            add(end - 1)
+        add(end - 1)
         return None
 
     try:
@@ -214,13 +229,7 @@ def plan(text: str | bytes) -> Plan | None:
     if last != len(data) - 1:
         starts.add(last + 1)                       # an unterminated last line: read it
     starts.discard(len(data))
-    # The lane: the lines of the "proc" hits (their \n before, each once), less those read.
-    before = dict.fromkeys(map(rfind, proc_ends))
-    for s in starts:
-        before.pop(s - 1, None)
-    lane = [n + 1 for n in before]
-    lane.sort()                                    # hits come in order: already sorted
-    return Plan(data, errors, sorted(starts), lane, bool(lane) and data.isascii())
+    return Plan(data, errors, sorted(starts))
 
 
 @lru_cache(maxsize=64)
@@ -232,11 +241,12 @@ def _key_pattern(keys: frozenset[tuple[int, int]]) -> re.Pattern[bytes]:
     return re.compile(b" (?:" + b"|".join(alts) + b") [VDIWEFAS] ")
 
 
-# From a message's start: what precedes the first match of ``processes._START``
-# (``Start proc (\d+):([^\s/{]+)``), its groups, and the rest of the line — on an ASCII line,
-# where ``\d`` is [0-9] and ``\s`` what ``str.isspace`` says.
-_START_BYTES = re.compile(
-    rb"([^\n]*?)Start proc ([0-9]+):([^\t\n\x0b-\x0d\x1c-\x1f /{]+)([^\n]*)")
+# From ``Start proc``: the pid and name of ``processes._START`` (``Start proc (\d+):([^\s/{]+)``,
+# here on an ASCII name, where ``\s`` is what ``str.isspace`` says), then the rest of the line
+# from its first `` for `` (empty without one): every match of ``processes._HOST`` starts with
+# `` for ``, and none starts inside ``Start proc PID:NAME``.
+_LANE = re.compile(
+    rb"Start proc ([0-9]+):(" + _NAME + rb"+)[^ \n]*+(?: (?!for )[^ \n]*+)*+( for [^\n]*+)?")
 _HOSTS_MAX = 512
 
 
@@ -245,30 +255,25 @@ def iter_scanned(
     stats: ParsedLog,
     keep: Callable[[re.Match[str]], bool],
     open_keys: Callable[[], frozenset[tuple[int, int]] | None],
-    proc_line: Callable[[int, int, int, str], bool],
-    proc_start: Callable[[int, int, str, str | None], None],
+    quiet_until: Callable[[], int],
+    started: Callable[[Iterable[tuple[int, str]], Iterable[tuple[int, str]]], None],
 ) -> Iterator[LogLine]:
     """What ``iter_lines(text, stats, keep)`` yields, reading only the lines it must.
 
     ``open_keys()`` says, between lines, which plain threadtime lines ``keep`` would take
     whatever their message: those of these (pid, tid) keys, or (None) every line.
-    ``proc_line(index, pid, tid, msg)`` takes a plain line whose only keyword is in its
-    message and is ``_PROC_KEYWORD`` in place of yielding it, or declines it (False: it is
-    yielded as usual). ``proc_start(index, pid, name, host)`` is ``proc_line`` for such a line
-    of no open key whose message this module has read itself (``Start proc PID:NAME``, once, on
-    an ASCII line; ``host``: what ``processes.start_host`` says of the message).
+    ``quiet_until()``: the first line index at which feeding a line may close a stale trace or
+    ANR block. ``started(procs, hosts)`` takes lane lines at once: their (pid, process) and
+    (pid, host) pairs in order, as ``feed`` would store them one by one.
     """
     data, errors = p.data, p.errors
-    lane = p.lane
-    ascii_log = p.ascii
-    nlane = len(lane)
     size = len(data)
     cur = Cursor(stats, keep)
     fast = _THREADTIME_FAST.match
     count = data.count
     find = data.find
     rfind = data.rfind
-    start_match = _START_BYTES.match
+    lane_lines = _LANE.findall
     hosts: dict[bytes, str | None] = {}
 
     def text_at(start: int) -> tuple[str, int]:
@@ -296,69 +301,48 @@ def iter_scanned(
             return ln, idx + 2, min(text_at(nstart)[1], size)
         return ln, idx + 1, nstart
 
-    def read_lane(idx: int, start: int) -> LogLine | None:
-        """A lane line, one by one (as ``proc_line`` and ``read`` take it)."""
-        raw = text_at(start)[0]
-        # date, time, pid, tid, level, "tag: msg" — the plain shape, so the tag
-        # ends at the line's first ":" after the time, and ": " follows it
-        f = raw.split(None, 5)
-        tail = f[5]
-        msg = tail[tail.index(":") + 2:]
-        if _PROC_KEYWORD in msg and proc_line(idx, int(f[2]), int(f[3]), msg):
-            cur.kept(idx, raw)
+    def host_of(tail: bytes) -> str | None:
+        if not tail:
             return None
-        return read(idx, start)[0]
+        try:
+            return hosts[tail]
+        except KeyError:
+            host = start_host(tail.decode("utf-8", errors))
+            if len(hosts) >= _HOSTS_MAX:
+                hosts.clear()
+            hosts[tail] = host
+            return host
 
-    def started(idx: int, start: int) -> bool:
-        """A lane line of no open key, read here: False, it must go the long way."""
-        # The tag ends at the first ":" after the time ("MM-DD HH:MM:SS", 14 bytes).
-        m = start_match(data, find(b":", start + 14) + 2)
-        if m is None:
-            return False                # no ``Start proc PID:NAME``: the long way
-        head, pid, name, tail = m.groups()
-        if (m.end() - start > 2000      # ``parse_start`` reads a message's first 2,000
-                or b" for " in head):   # ``start_host`` could match before it
-            return False
-        if not ascii_log and not data[start:m.end()].isascii():
-            return False
-        at = tail.find(b" for ")
-        if at < 0:
-            host = None                 # every match of ``_HOST`` starts with " for "
+    def lane(start: int, stop: int) -> None:
+        """Take the ``Start proc`` lines from ``start`` to ``stop`` at once (plain lines, none of
+        an open key, where no trace or ANR block goes stale)."""
+        found = lane_lines(data, start, stop)
+        if not found:
+            return
+        pids, names, tails = zip(*found, strict=True)
+        numbers = list(map(int, pids))
+        of = {t: host_of(t) for t in set(tails)}
+        if any(of.values()):
+            owners = [(n, h) for n, h in zip(numbers, map(of.__getitem__, tails), strict=True)
+                      if h is not None]
         else:
-            # No match of ``_HOST`` starts before the tail's first " for " (nor inside
-            # "Start proc PID:NAME"): its first match in the message is this piece's.
-            tail = tail[at:]
-            try:
-                host = hosts[tail]
-            except KeyError:
-                host = start_host(tail.decode("ascii"))
-                if len(hosts) >= _HOSTS_MAX:
-                    hosts.clear()
-                hosts[tail] = host
-        proc_start(idx, int(pid), name.decode("ascii"), host)
-        return True
+            owners = []
+        started(zip(numbers, map(bytes.decode, names), strict=True), owners)
 
-    li = 0             # the next lane line: lane[li]
-
-    def one(idx: int, start: int) -> tuple[LogLine | None, int, int]:
-        """The line at ``start``, the long way (a lane line as ``proc_line`` takes it)."""
-        nonlocal li
-        if li < nlane and lane[li] == start:
-            li += 1
-            return read_lane(idx, start), idx + 1, (find(b"\n", start) + 1) or size
-        return read(idx, start)
+    def line_at(start: int, lines: int) -> int:
+        """Where the line ``lines`` lines below the one at ``start`` starts."""
+        for _ in range(lines):
+            start = find(b"\n", start) + 1
+        return start
 
     def region(idx: int, start: int, stop: int) -> Iterator[LogLine]:
         """Plain lines from ``start`` (line ``idx``) up to ``stop``: lane lines are taken,
         the others skipped unless a trace or ANR block is open for their key. Leaves
         ``state`` at the line at ``stop``."""
-        nonlocal li
-        while li < nlane and lane[li] < start:
-            li += 1                     # joined to a line read before
         while start < stop:
             keys = open_keys()
             if keys is None:            # every line is read
-                ln, idx, start = one(idx, start)
+                ln, idx, start = read(idx, start)
                 if ln is not None:
                     yield ln
                 continue
@@ -368,23 +352,26 @@ def iter_scanned(
                 if km is not None:
                     at = rfind(b"\n", 0, km.start()) + 1
             # No line before ``at`` is of an open key (closing a stale trace only shrinks
-            # the keys): its lane lines are taken here, up to one that must go the long way,
-            # and the others skipped.
-            pos, n = start, idx
-            while li < nlane and lane[li] < at:
-                s = lane[li]
-                n += count(b"\n", pos, s)
-                pos = s
-                if not started(n, s):
-                    at = s
-                    break
-                li += 1
+            # the keys): its lane lines are taken at once and the others skipped, up to the
+            # line from which feeding one may close a stale trace or ANR block; from there,
+            # the first ``Start proc`` line is read (``feed`` closes it first).
             if at > start:
-                n += count(b"\n", pos, at)
-                cur.skip(n - idx, n - 1, last_of(at))
-                idx, start = n, at
-            if start < stop:            # a line of an open key (or a false hit), or a lane
-                ln, idx, start = one(idx, start)     # line ``started`` declined
+                n = idx + count(b"\n", start, at)
+                quiet = quiet_until()
+                if quiet < n:
+                    cut = line_at(start, quiet - idx) if quiet > idx else start
+                    lane(start, cut)
+                    first = find(b"Start proc", cut, at)
+                    if first >= 0:
+                        at = rfind(b"\n", 0, first) + 1
+                        n = idx + count(b"\n", start, at)
+                else:
+                    lane(start, at)
+                if at > start:
+                    cur.skip(n - idx, n - 1, last_of(at))
+                    idx, start = n, at
+            if start < stop:            # a line of an open key (or a false hit), or a
+                ln, idx, start = read(idx, start)     # ``Start proc`` line after ``quiet``
                 if ln is not None:
                     yield ln
         state[0], state[1] = idx, start

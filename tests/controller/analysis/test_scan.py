@@ -89,6 +89,12 @@ EDGES = [
     "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc org.demo for activity "
     "org.demo/.Main: pid=4328 uid=10077 gids={}",
     "11-02 09:15:01.250  1300  1320 I Start proc 4329: org.demo for activity {org.demo/.M}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4341x for activity "
+    "org.demo/.Main: pid=4341 uid=10077 gids={}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc 4342: for activity "
+    "org.demo/.Main: pid=4342 uid=10077 gids={}",
+    "11-02 09:15:01.250  1300  1320 I ActivityManager: Start proc:4343:org.demo then "
+    "Start proc 4344:com.other/u0a1",
     # a message's first 2,000 characters are read: the name, or the host, cut there
     "11-02 09:15:01.250 1 1 I A: " + "y" * 1980 + " Start proc 4330:org.demo/u0a7",
     "11-02 09:15:01.250 1 1 I A: " + "y" * 1955 + " Start proc 4332:com.other/u0a7 for "
@@ -159,16 +165,60 @@ def test_start_proc_lines_read_by_the_scan() -> None:
             "~duration=5 ms: android.os.strictmode.DiskReadViolation\n")
     chatter = "".join(f"11-02 09:15:02.{i:03d}  1300  {1301 + i} D Chatty: x{i}\n"
                       for i in range(3))
+    # a timing from each pid counts unless the pid is known to be another app's
+    timings = "".join(f"11-02 09:15:03.000  {pid}  {pid} I DroidUnblocker: elapsed={pid % 100}ms\n"
+                      for pid in (*range(4320, 4345), 4999))
     for edge in starts:
-        for text in (chatter + edge + "\n" + chatter, head + chatter + edge + "\n" + chatter):
+        for text in (chatter + edge + "\n" + chatter + timings,
+                     head + chatter + edge + "\n" + chatter + timings):
             p = scan.plan(text)
             assert p is not None
             _same(text, "org.demo")
             _same(text, None)
-    text = chatter + "".join(e + "\n" + chatter for e in starts)
+    text = chatter + "".join(e + "\n" + chatter for e in starts) + timings
     p = scan.plan(text)
-    assert p is not None and len(p.lane) >= len(starts) - 2
+    assert p is not None
+    data = text.encode()
+    read = [data[s:data.find(b"\n", s)] for s in p.starts]
+    # the lane takes the plain ``Start proc PID:NAME`` lines (nine of these), never read
+    assert sum(b"Start proc" in line for line in read) <= len(starts) - 9
     _same(text, "org.demo")
+
+
+def test_a_trace_going_stale_among_start_proc_lines() -> None:
+    # A crash trace (its ``Process:`` line names the pid) and an ANR block go stale among
+    # ``Start proc`` lines naming that pid otherwise: closing them (which stores the crash's
+    # process) is ordered before the next line fed, one the lane would take in bulk included.
+    def line(i: int, pid: int, tid: int, tag: str, msg: str) -> str:
+        return f"11-02 09:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}  {pid}  {tid} I {tag}: {msg}\n"
+
+    head = [line(0, 5000, 5000, "AndroidRuntime", "FATAL EXCEPTION: main"),
+            line(1, 5000, 5000, "AndroidRuntime", "Process: org.demo, PID: 5000"),
+            line(2, 5000, 5000, "AndroidRuntime", "java.lang.RuntimeException: boom"),
+            line(3, 5000, 5000, "AndroidRuntime", "\tat org.demo.A.b(A.kt:1)"),
+            line(4, 1300, 1320, "ActivityManager", "ANR in com.other (com.other/.Main)")]
+    for step in (1, 7, 8, 9, 250):
+        body = [line(i, 1300, 1321 + i % 7, "ActivityManager",
+                     f"Start proc 5000:com.other{i % 3}/u0a1 for service")
+                if i % step == 0 else line(i, 1300, 1330, "Chatty", f"x{i}")
+                for i in range(5, 2600)]
+        text = "".join(head + body)
+        _same(text, "org.demo")
+        _same(text, None)
+
+
+def test_cpu_lines_that_say_proc() -> None:
+    # A CPU reading is read (and counts toward a GC-churn issue) when its line is fed: any
+    # ``proc`` makes it so, one in ``Start proc`` (a line the lane would take) included.
+    gcs = "".join(f"11-02 09:15:0{i}.000  4321  4330 I art: Background concurrent copying GC "
+                  f"freed 5(1KB) AllocSpace objects\n" for i in range(6))
+    for tail in ("/proc/stat", "a proc", "at proc", "a rt proc", "b art proc", "Xtart proc",
+                 "Start proc", "Start proc 4399:org.x/u0a1"):
+        cpu = ("11-02 09:15:06.000  1300  1320 I ActivityManager:   99% 4321/org.demo: "
+               f"90% user + 9% kernel, {tail}\n")
+        text = gcs + cpu
+        _same(text, "org.demo")
+        assert any(i.kind == "cpu_gc_churn" for i in analyze(text, package="org.demo").issues)
 
 
 def test_line_breaks_other_than_newline() -> None:
