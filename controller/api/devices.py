@@ -302,7 +302,8 @@ async def tunnel(websocket: WebSocket, device: str, principal: UserPrincipal) ->
 @router.get("/{device}/screen/latest", responses={200: {"content": {"image/jpeg": {}}}})
 async def screen_latest(device: str, principal: UserPrincipal, request: Request) -> Response:
     """The newest frame of the device's live screen as a picture, without a new ``screencap``
-    (409 ``conflict`` when nobody watches the screen, or only in H.264: take a screenshot)."""
+    (409 ``conflict`` when nobody watches the screen: take a screenshot); in cluster mode the
+    feed of whichever replica holds the device's bridge (docs/screen.md)."""
     hub = services_of(request).hub
     record = await resolve_device(hub, principal, device)
     action = "device.screen.latest"

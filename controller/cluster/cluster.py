@@ -318,6 +318,8 @@ class Cluster(Ownership, HeldResults, Forwarding, StreamRelays, TunnelRelays, Sc
                 return self._serve_screen(body, served)
 
             self._start_serving(body, screen, self._served_screens)
+        elif kind == "vlatest":
+            self._start_serving(body, lambda _key: self._serve_latest(body))
         elif kind == "replace":
             self._replaced(str(body.get("bridge")), str(body.get("by")))
         elif kind == "revoked":

@@ -14,6 +14,10 @@ are droppable, unlike a tunnel's bytes: a gap in the numbering (a message lost w
 subscription to Redis was re-established, or a malformed one) is harmless for pictures, and
 makes an H.264 viewer wait for the next key frame (a skipped picture breaks the ones that
 refer to it).
+
+The latest picture of a device whose bridge another replica holds (``GET
+…/screen/latest``, MCP ``live_frame``) is a ``vlatest`` to the holder, answered by a ``res``
+with the newest picture of its live feed, or none: :meth:`ScreenRelays.latest_picture`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,12 @@ from controller.cluster.wire import as_text, pack
 from controller.hub.screen import FrameQueue, Viewer
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
-from protocol.screen_methods import SCREEN_SUBSCRIBE, ScreenFrame, parse_screen_frame
+from protocol.screen_methods import (
+    MAX_FRAME_DATA,
+    SCREEN_SUBSCRIBE,
+    ScreenFrame,
+    parse_screen_frame,
+)
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -173,6 +182,38 @@ class ScreenRelays(ClusterCore):
             if not opened:  # failed or cancelled: the holder may have started its viewer
                 await viewer.close()
 
+    async def latest_picture(self, replica: str, device: DeviceRef) -> ScreenFrame | None:
+        """The newest picture of ``device``'s live screen on ``replica`` (which holds its
+        bridge; the caller is authorized here already): what its
+        :meth:`~controller.hub.screen.ScreenFeeds.latest_picture` answers there, a JPEG or PNG
+        of at most :data:`~protocol.screen_methods.MAX_FRAME_DATA` bytes. None when nobody
+        watches the screen there.
+
+        Raises :class:`RpcError`: ``unavailable`` when the holder is unreachable or dies before
+        it answers, ``timeout`` after ``rpc_timeout_s``, ``internal`` for a malformed answer."""
+        request_id = uuid.uuid4().hex
+        message = {"k": "vlatest", "id": request_id, "from": self.replica_id,
+                   "bridge": device.bridge_id, "serial": device.serial}
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        gone = RpcError(ErrorCode.UNAVAILABLE, f"the replica holding the bridge of {device} "
+                        "is unreachable", {"reason": "replica_unreachable"})
+        try:
+            answer = await self._ask(replica, message, future, self.settings.rpc_timeout_s,
+                                     gone, f"latest picture from replica {replica}")
+        finally:
+            self._waiting.pop(request_id, None)
+        if answer.get("frame") is None:
+            return None
+        try:
+            frame = parse_screen_frame(answer["frame"])  # bounded: MAX_FRAME_DATA
+            if frame.eof or frame.codec not in ("jpeg", "png"):
+                raise RpcError(ErrorCode.BAD_REQUEST, "not a picture")
+        except RpcError as exc:
+            log.warning("cluster: replica %s sent a malformed latest picture: %s", replica, exc)
+            raise RpcError(ErrorCode.INTERNAL, "a replica sent a malformed picture") from None
+        return frame
+
     @property
     def screens_relayed(self) -> int:
         """Screen viewers here whose frames come from another replica's bridge."""
@@ -300,6 +341,41 @@ class ScreenRelays(ClusterCore):
                 await viewer.close()
                 log.info("cluster: stopped relaying the screen of %s to replica %s (relay %s)",
                          viewer.feed.device, sender, relay_id[:12])
+
+    async def _serve_latest(self, body: dict[str, Any]) -> None:
+        """Answer a ``vlatest``: the newest picture of the device's live feed here (never a
+        new ``screencap``), or none. Only a live replica of this cluster (its liveness key
+        under our prefix) gets an answer, on its own channel; anything else is ignored. The
+        requester authorized its caller and audits the outcome, as for a forwarded call."""
+        sender = str(body["from"])
+        try:
+            if not await self.replica_alive(sender):
+                log.warning("cluster: ignored a latest-picture request from %r: not a live "
+                            "replica", sender[:64])
+                return
+        except (RedisError, OSError) as exc:
+            log.warning("cluster: latest picture for replica %s not served: %s", sender, exc)
+            return
+        reply: dict[str, Any] = {"k": "res", "id": body["id"]}
+        try:
+            bridge_id, serial = body.get("bridge"), body.get("serial")
+            if not isinstance(bridge_id, str) or not isinstance(serial, str):
+                raise RpcError(ErrorCode.BAD_REQUEST, "malformed latest-picture request")
+            frame = await self.hub.screens.latest_picture(DeviceRef(bridge_id, serial, ""),
+                                                          route=False)
+            if frame is not None and len(frame.data) > MAX_FRAME_DATA:
+                raise RpcError(ErrorCode.INTERNAL, "the live picture exceeds "
+                               f"{MAX_FRAME_DATA} bytes (take a screenshot instead)")
+            reply["r"] = {"frame": None if frame is None else frame.to_wire()}
+        except RpcError as exc:
+            reply["e"] = exc.to_wire()
+        except Exception:
+            log.exception("cluster: latest picture for replica %s failed", sender)
+            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
+        try:
+            await self.redis.publish(self.channel(sender), pack(reply))
+        except (RedisError, OSError, TypeError, ValueError) as exc:
+            log.warning("cluster: latest picture for replica %s not returned: %s", sender, exc)
 
     def _stop_screen(self, body: dict[str, Any]) -> None:
         """The requester's viewer left (``vend``)."""

@@ -39,7 +39,8 @@ client's side ends it, ``tfin`` when the holder's tunnel ended (:mod:`controller
 A live screen whose viewer reached a replica other than the bridge's holder: ``vopen``
 (answered by a ``res`` with the codec and source), then the holder's ``vframe`` messages
 (numbered: a gap makes an H.264 viewer wait for the next key frame), ``vend`` when the
-viewer leaves (:mod:`controller.cluster.screens`).
+viewer leaves; ``vlatest`` asks for the newest picture of a live screen, answered by a ``res``
+(:mod:`controller.cluster.screens`).
 Why pub/sub and not streams: docs/cluster.md.
 """
 

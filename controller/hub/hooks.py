@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from controller.hub.screen import ScreenView
     from controller.hub.streams import LogStream
     from controller.hub.tunnel import TunnelSession
+    from protocol.screen_methods import ScreenFrame
 
 __all__ = ["ClusterHooks", "LocalHooks", "RemoteBridge"]
 
@@ -47,9 +48,9 @@ class ClusterHooks(Protocol):
     ``awaiting``/``settled``/``adopt``/``foreign``/``relay`` share the waits for held results
     (a run resumed on another replica, a bridge that moved); ``stream``/``stop_stream`` relay
     a logcat stream from the replica holding the bridge, ``tunnel`` a remote adb tunnel's
-    frames, ``screen`` a live screen's frames; ``remote_devices``/``remote_bridges``
-    list what other replicas hold, and ``forgotten`` tells them a bridge or device was
-    forgotten here: docs/cluster.md.
+    frames, ``screen`` a live screen's frames, ``latest_picture`` its newest picture;
+    ``remote_devices``/``remote_bridges`` list what other replicas hold, and ``forgotten``
+    tells them a bridge or device was forgotten here: docs/cluster.md.
     """
 
     async def claimed(self, entry: BridgeEntry) -> None: ...
@@ -80,6 +81,9 @@ class ClusterHooks(Protocol):
     async def screen(
         self, replica: str, principal: Principal, device: DeviceRef, codec: str
     ) -> ScreenView: ...
+    async def latest_picture(
+        self, replica: str, device: DeviceRef
+    ) -> ScreenFrame | None: ...
     async def remote_devices(self) -> list[DeviceRecord]: ...
     async def remote_bridges(self) -> dict[str, RemoteBridge]: ...
     async def forgotten(self, bridge_id: str, serial: str | None) -> None: ...
@@ -146,6 +150,11 @@ class LocalHooks:
     async def screen(
         self, replica: str, principal: Principal, device: DeviceRef, codec: str
     ) -> ScreenView:
+        raise _elsewhere(f"screen of {device}")  # never asked: owner_elsewhere is None
+
+    async def latest_picture(
+        self, replica: str, device: DeviceRef
+    ) -> ScreenFrame | None:
         raise _elsewhere(f"screen of {device}")  # never asked: owner_elsewhere is None
 
     async def remote_devices(self) -> list[DeviceRecord]:

@@ -275,10 +275,20 @@ class ScreenFeeds:
         """The live feeds (each once, whatever codec it was asked for under)."""
         return list({id(f): f for f in self._feeds.values()}.values())
 
-    async def latest_picture(self, device: DeviceRef) -> ScreenFrame | None:
-        """The newest picture of a live feed of ``device`` (no new screencap): a JPEG/PNG
-        feed's last frame, or an H.264 feed's pictures since its last key frame decoded
-        (off the loop) into a JPEG. None when nobody watches."""
+    async def latest_picture(self, device: DeviceRef, *,
+                             route: bool = True) -> ScreenFrame | None:
+        """The newest picture of a live feed of ``device`` (no new screencap; the caller is
+        authorized already): a JPEG/PNG feed's last frame, or an H.264 feed's pictures since
+        its last key frame decoded (off the loop) into a JPEG. None when nobody watches.
+
+        In cluster mode, for a bridge another replica holds, that replica's answer (its feeds
+        are the device's; docs/cluster.md, "Live screens"); ``route=False``: the answering
+        end, which never routes again. Raises :class:`RpcError` only then (the holder
+        unreachable or silent: :meth:`controller.cluster.screens.ScreenRelays.latest_picture`)."""
+        if route:
+            replica = await self.hub.held_elsewhere(device.bridge_id)
+            if replica is not None:
+                return await self.hub.hooks.latest_picture(replica, device)
         for codec in ("jpeg", "png"):
             feed = self.feed(device, codec)
             if feed is not None and feed.ended is None and feed.latest is not None:

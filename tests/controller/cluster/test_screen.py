@@ -4,7 +4,8 @@ Two controller replicas (real processes) on a fresh PostgreSQL database and real
 real bridge on replica A only, a simulated phone behind its adb server. The screen's
 WebSocket goes to replica B, which relays the frames of a viewer running on A over Redis:
 JPEG pictures arrive, H.264 starts at a key frame; the viewer leaving stops A's viewer; a loan
-revoked ends the borrower's view (1008); A dying ends it with ``replica_lost``.
+revoked ends the borrower's view (1008); A dying ends it with ``replica_lost``. The latest
+picture asked of B is A's (409 while nobody watches).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ async def test_a_jpeg_view_on_b_shows_the_phone_on_a_and_stops_there(
     cluster: Cluster,  # noqa: F811 - fixture
 ) -> None:
     a, api_a, b, api_b, device_id = await two_replicas_bridge_on_a(cluster)
+    idle = await api_b.get(f"/v1/devices/{device_id}/screen/latest")  # A: nobody watches
+    assert idle.status_code == 409, idle.text
+    assert idle.json()["error"]["reason"] == "no_live_screen"
     async with open_screen(b, device_id, "jpeg") as ws:
         hello = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
         assert hello == {"type": "hello", "codec": "jpeg", "source": "screencap",
@@ -104,6 +108,11 @@ async def test_a_jpeg_view_on_b_shows_the_phone_on_a_and_stops_there(
         [(header, picture)] = await frames(ws, 1)
         assert picture.startswith(b"\xff\xd8") and header["codec"] == "jpeg"
         assert 0 < max(header["w"], header["h"]) <= 720
+        # B has no feed of its own: the latest picture is A's.
+        latest = await api_b.get(f"/v1/devices/{device_id}/screen/latest")
+        assert latest.status_code == 200, latest.text
+        assert latest.headers["content-type"] == "image/jpeg"
+        assert latest.content.startswith(b"\xff\xd8")
         # Input from B reaches the phone on A (a forwarded call).
         await ws.send(json.dumps({"id": 1, "action": "tap", "x": 0.5, "y": 0.5}))
         async with asyncio.timeout(WAIT_S):
@@ -124,6 +133,10 @@ async def test_an_h264_view_on_b_starts_at_a_key_frame(
         hello = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
         assert hello["type"] == "hello" and hello["codec"] == "h264", hello
         got = await frames(ws, 8)
+        # A decodes its feed's pictures since the last key frame.
+        latest = await api_b.get(f"/v1/devices/{device_id}/screen/latest")
+        assert latest.status_code == 200, latest.text
+        assert latest.headers["content-type"] == "image/jpeg"
     assert all(header["codec"] == "h264" for header, _ in got)
     first, data = got[0]
     assert first["key"] is True

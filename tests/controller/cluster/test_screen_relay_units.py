@@ -1,6 +1,8 @@
 """The screen relay's reading side without Redis (controller/cluster/screens.py): a relayed
 viewer reads like a local one, bounded; a gap in the numbering makes an H.264 viewer wait for
-the next key frame, a picture viewer does not care; the end is said once and first wins."""
+the next key frame, a picture viewer does not care; the end is said once and first wins. The
+holder answers a latest-picture request only from a live replica; what it answers is a bounded
+picture or none."""
 
 from __future__ import annotations
 
@@ -8,11 +10,15 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from controller.auth.authorization import DeviceRef, Principal
-from controller.cluster.screens import RemoteViewer
+from controller.cluster.screens import RemoteViewer, ScreenRelays
+from controller.cluster.wire import unpack
 from controller.hub.screen import MAX_BEHIND
 from controller.store import TokenKind
-from protocol.screen_methods import ScreenFrame
+from protocol.errors import ErrorCode, RpcError
+from protocol.screen_methods import MAX_FRAME_DATA, ScreenFrame
 
 BOB = Principal("t1", TokenKind.USER, "bob", "u-bob", "bob", False, None, ("devices:use",))
 DEVICE = DeviceRef("b1", "emulator-5554", "u-olivia", "desk")
@@ -102,3 +108,70 @@ async def test_the_first_end_wins_and_closing_tells_the_holder_once() -> None:
     await viewer.close()
     await viewer.close()
     assert told == [{"k": "vend", "id": viewer.relay, "from": "r-b"}]
+
+
+class _Holder:
+    """What :meth:`ScreenRelays._serve_latest` uses of its replica: who is alive, the hub's
+    latest picture, and what it publishes."""
+
+    def __init__(self, picture: ScreenFrame | None) -> None:
+        self.alive = {"r-b"}
+        self.asked: list[tuple[DeviceRef, bool]] = []
+        self.published: list[tuple[str, dict[str, Any]]] = []
+
+        async def latest_picture(device: DeviceRef, *, route: bool) -> ScreenFrame | None:
+            self.asked.append((device, route))
+            return picture
+
+        async def publish(channel: str, data: bytes) -> int:
+            self.published.append((channel, unpack(data) or {}))
+            return 1
+
+        self.hub = SimpleNamespace(screens=SimpleNamespace(latest_picture=latest_picture))
+        self.redis = SimpleNamespace(publish=publish)
+
+    async def replica_alive(self, replica: str) -> bool:
+        return replica in self.alive
+
+    def channel(self, replica: str) -> str:
+        return f"P:rpc:{replica}"
+
+
+async def test_the_latest_picture_is_served_only_to_a_live_replica() -> None:
+    picture = ScreenFrame(codec="jpeg", data=b"\xff\xd8pic", w=4, h=4, n=9, ts=1.0)
+    holder: Any = _Holder(picture)
+    ask = {"k": "vlatest", "bridge": DEVICE.bridge_id, "serial": DEVICE.serial}
+    # Not a live replica of this cluster (a stranger on the channel, or one that died): no
+    # answer at all, and the hub is not asked.
+    await ScreenRelays._serve_latest(holder, {**ask, "id": "q1", "from": "intruder"})
+    assert holder.published == [] and holder.asked == []
+    await ScreenRelays._serve_latest(holder, {**ask, "id": "q2", "from": "r-b"})
+    [(device, route)] = holder.asked
+    assert (device.bridge_id, device.serial, route) == (DEVICE.bridge_id, DEVICE.serial, False)
+    assert holder.published == [("P:rpc:r-b", {"k": "res", "id": "q2",
+                                                "r": {"frame": picture.to_wire()}})]
+    # A malformed request from a live replica is answered with a typed error.
+    await ScreenRelays._serve_latest(holder, {"k": "vlatest", "id": "q3", "from": "r-b"})
+    assert holder.published[-1][1]["e"]["code"] == "bad_request"
+
+
+async def test_the_holders_answer_is_a_bounded_picture_or_none() -> None:
+    answers: list[dict[str, Any]] = []
+
+    async def ask(_replica: str, message: dict[str, Any], *_rest: Any) -> dict[str, Any]:
+        assert message["k"] == "vlatest" and message["serial"] == DEVICE.serial
+        return answers.pop(0)
+
+    requester: Any = SimpleNamespace(_waiting={}, replica_id="r-b", _ask=ask,
+                                     settings=SimpleNamespace(rpc_timeout_s=1.0))
+    picture = ScreenFrame(codec="png", data=b"\x89PNG", w=4, h=4, n=3, ts=2.0)
+    answers += [{"frame": None}, {"frame": picture.to_wire()}]
+    assert await ScreenRelays.latest_picture(requester, "r-a", DEVICE) is None
+    assert (await ScreenRelays.latest_picture(requester, "r-a", DEVICE)) == picture
+    too_big = ScreenFrame(codec="jpeg", data=b"x" * (MAX_FRAME_DATA + 1))
+    for wrong in (too_big.to_wire(), {"codec": "h264", "data": b"x"}, {"eof": True}, "x"):
+        answers.append({"frame": wrong})
+        with pytest.raises(RpcError) as failed:
+            await ScreenRelays.latest_picture(requester, "r-a", DEVICE)
+        assert failed.value.code is ErrorCode.INTERNAL
+    assert requester._waiting == {}
