@@ -57,6 +57,7 @@ from protocol.tunnel_methods import (
     TunnelCloseParams,
     decode_frame,
     encode_frame,
+    parse_data_frame,
     parse_tunnel_chunk,
 )
 
@@ -117,7 +118,7 @@ class RelayStream:
     s: int
     service: str
     channel: str | None = None
-    pending: collections.deque[bytes] = field(default_factory=collections.deque)
+    pending: collections.deque[bytes | memoryview] = field(default_factory=collections.deque)
     pending_bytes: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     writer: asyncio.Task[None] | None = None
@@ -215,7 +216,17 @@ class Tunnel:
     # -- client frames (from the WebSocket's reader; never blocks) ---------------------------
 
     async def receive(self, data: bytes) -> None:
-        self.handle(decode_frame(data))
+        self.take(data)
+
+    def take(self, data: bytes) -> None:
+        """One client frame as it came (:class:`RpcError` ``bad_request`` when it does not
+        parse). A push's hot path: a data frame as the CLI lays it out, its payload a view of
+        the message (neither unpacked nor copied) that goes on to the bridge as it came."""
+        fast = parse_data_frame(data)
+        if fast is not None:
+            self.data(*fast)
+        else:
+            self.handle(decode_frame(data))
 
     async def finished(self) -> None:
         return None
@@ -237,15 +248,7 @@ class Tunnel:
             self._opening += 1
             self._spawn(self._open(stream))
         elif op == "data":
-            stream = self.streams.get(frame["s"])
-            if stream is None or stream.closed:
-                return  # data racing a close: dropped, as adbd drops it
-            data: bytes = frame["data"]
-            if stream.pending_bytes + len(data) > self.window + MAX_WRITE:
-                raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
-            stream.pending.append(data)
-            stream.pending_bytes += len(data)
-            stream.wake.set()
+            self.data(frame["s"], frame["data"])
         elif op == "ack":
             stream = self.streams.get(frame["s"])
             if stream is not None and not stream.closed and stream.channel is not None:
@@ -259,6 +262,17 @@ class Tunnel:
                 self.stream_ended(stream, "closed by the client", on_bridge=True, tell=False)
         else:
             raise RpcError(ErrorCode.BAD_REQUEST, f"a client does not send {op!r}")
+
+    def data(self, s: int, data: bytes | memoryview) -> None:
+        """Client bytes for stream ``s``: queued for the bridge, within the window."""
+        stream = self.streams.get(s)
+        if stream is None or stream.closed:
+            return  # data racing a close: dropped, as adbd drops it
+        if stream.pending_bytes + len(data) > self.window + MAX_WRITE:
+            raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
+        stream.pending.append(data)
+        stream.pending_bytes += len(data)
+        stream.wake.set()
 
     def _refuse_now(self, s: int, rule: str, message: str) -> None:
         self.push(encode_frame("refused", s=s, message=message, rule=rule))
@@ -401,7 +415,7 @@ class Tunnel:
                 await slots.acquire()
                 if stream.closed:
                     break
-                parts: list[bytes] = []
+                parts: list[bytes | memoryview] = []
                 size = 0
                 while stream.pending and (not parts
                                           or size + len(stream.pending[0]) <= MAX_WRITE):
@@ -410,8 +424,9 @@ class Tunnel:
                     size += len(part)
                 offset = stream.offset
                 stream.offset += size
+                data = parts[0] if len(parts) == 1 else b"".join(parts)  # most often one
                 call = asyncio.get_running_loop().create_task(
-                    self._write_one(stream, offset, b"".join(parts), slots))
+                    self._write_one(stream, offset, data, slots))
                 calls.add(call)
                 call.add_done_callback(calls.discard)
         except asyncio.CancelledError:
@@ -420,12 +435,15 @@ class Tunnel:
             for call in list(calls):
                 call.cancel()
 
-    async def _write_one(self, stream: RelayStream, offset: int, data: bytes,
+    async def _write_one(self, stream: RelayStream, offset: int, data: bytes | memoryview,
                          slots: asyncio.Semaphore) -> None:
         try:
-            # The hot path of a push: plain params, validated once by call_wire.
+            # The hot path of a push: plain params, checked as they were built (the channel the
+            # bridge gave, our offset, 1..MAX_WRITE bytes, maybe a view of the client's frame)
+            # and again by the bridge, which validates every request.
             await self.hub.call_wire(self.device.bridge_id, TUNNEL_WRITE.name,
-                                     {"channel": stream.channel, "offset": offset, "data": data})
+                                     {"channel": stream.channel, "offset": offset, "data": data},
+                                     validate=False)
         except RpcError as exc:
             if not stream.closed:
                 self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
