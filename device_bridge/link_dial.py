@@ -20,12 +20,15 @@ from websockets.protocol import Event
 
 from protocol.envelope import SUBPROTOCOL
 from protocol.settings import Settings
+from protocol.tunnel_methods import MAX_WRITE
 
 __all__ = ["BRIDGE_PATH", "FAST_FRAME_BYTES", "READ_BYTES", "LinkConnection", "bridge_url", "dial"]
 
 BRIDGE_PATH = "/v1/bridge"
-# Frames up to this size may be handled in the read callback (Link._frame_now).
-FAST_FRAME_BYTES = 64 * 1024
+# Frames up to this size may be handled in the read callback (Link._frame_now): up to a tunnel's
+# write (MAX_WRITE bytes and its envelope), decoded there rather than one wake-up later by the
+# reader, which would decode it the same way on the same thread.
+FAST_FRAME_BYTES = MAX_WRITE + 64 * 1024
 # The most one read of the link's socket takes (a tunnel write is up to 1 MiB and its envelope).
 READ_BYTES = 1 << 20
 
