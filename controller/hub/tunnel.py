@@ -120,8 +120,8 @@ class RelayStream:
     channel: str | None = None
     pending: collections.deque[bytes | memoryview] = field(default_factory=collections.deque)
     pending_bytes: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    writer: asyncio.Task[None] | None = None
+    writing: bool = False  # open on the bridge: pending bytes go down as they come
+    calls: set[asyncio.Task[None]] = field(default_factory=set)  # its writes in flight
     offset: int = 0
     ack_due: int = 0
     acking: bool = False
@@ -272,7 +272,7 @@ class Tunnel:
             raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
         stream.pending.append(data)
         stream.pending_bytes += len(data)
-        stream.wake.set()
+        self._pump(stream)
 
     def _refuse_now(self, s: int, rule: str, message: str) -> None:
         self.push(encode_frame("refused", s=s, message=message, rule=rule))
@@ -357,7 +357,8 @@ class Tunnel:
                 if self.ended is not None or stream.closed:
                     self._close_on_bridge(stream)
                 else:
-                    stream.writer = self._spawn(self._write(stream))
+                    stream.writing = True
+                    self._pump(stream)  # what the client sent meanwhile
                 await self._audit(action, "ok", detail)
         finally:
             answer()
@@ -399,44 +400,29 @@ class Tunnel:
         except Exception:  # an audit write that fails never hides the outcome
             log.exception("audit write failed for %s on %s", action, self.device)
 
-    async def _write(self, stream: RelayStream) -> None:
+    def _pump(self, stream: RelayStream) -> None:
         """Client bytes down to the bridge: up to :data:`WRITES_IN_FLIGHT` calls at once, at
         increasing offsets (the bridge writes them in order), each acknowledged to the client
-        once the bridge wrote it."""
-        assert stream.channel is not None
-        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)
-        calls: set[asyncio.Task[None]] = set()
-        try:
-            while not stream.closed:
-                if not stream.pending:
-                    stream.wake.clear()
-                    await stream.wake.wait()
-                    continue
-                await slots.acquire()
-                if stream.closed:
-                    break
-                parts: list[bytes | memoryview] = []
-                size = 0
-                while stream.pending and (not parts
-                                          or size + len(stream.pending[0]) <= MAX_WRITE):
-                    part = stream.pending.popleft()
-                    parts.append(part)
-                    size += len(part)
-                offset = stream.offset
-                stream.offset += size
-                data = parts[0] if len(parts) == 1 else b"".join(parts)  # most often one
-                call = asyncio.get_running_loop().create_task(
-                    self._write_one(stream, offset, data, slots))
-                calls.add(call)
-                call.add_done_callback(calls.discard)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for call in list(calls):
-                call.cancel()
+        once the bridge wrote it. Started as bytes come and as writes end, in their own steps:
+        no task of the stream's waits for them."""
+        loop = asyncio.get_running_loop()
+        while (stream.pending and stream.writing and not stream.closed
+               and len(stream.calls) < WRITES_IN_FLIGHT):
+            parts: list[bytes | memoryview] = []
+            size = 0
+            while stream.pending and (not parts or size + len(stream.pending[0]) <= MAX_WRITE):
+                part = stream.pending.popleft()
+                parts.append(part)
+                size += len(part)
+            offset = stream.offset
+            stream.offset += size
+            data = parts[0] if len(parts) == 1 else b"".join(parts)  # most often one
+            call = loop.create_task(self._write_one(stream, offset, data))
+            stream.calls.add(call)
 
-    async def _write_one(self, stream: RelayStream, offset: int, data: bytes | memoryview,
-                         slots: asyncio.Semaphore) -> None:
+    async def _write_one(self, stream: RelayStream, offset: int,
+                         data: bytes | memoryview) -> None:
+        me = asyncio.current_task()
         try:
             # The hot path of a push: plain params, checked as they were built (the channel the
             # bridge gave, our offset, 1..MAX_WRITE bytes, maybe a view of the client's frame)
@@ -449,10 +435,11 @@ class Tunnel:
                 self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
             return
         finally:
-            slots.release()
+            stream.calls.discard(me)
         stream.pending_bytes -= len(data)
         stream.sent_down += len(data)
         self.push(encode_frame("ack", s=stream.s, n=len(data)))
+        self._pump(stream)
 
     async def _acks(self, stream: RelayStream) -> None:
         try:
@@ -472,7 +459,6 @@ class Tunnel:
         if stream.closed:
             return
         stream.closed = True
-        stream.wake.set()
         self.streams.pop(stream.s, None)
         self._sync_refusals_over(stream)
         if stream.installs and not stream.learned and stream.channel is not None:
@@ -482,8 +468,10 @@ class Tunnel:
                                                   self.unroute, stream)
         else:
             self.unroute(stream)
-        if stream.writer is not None and stream.writer is not asyncio.current_task():
-            stream.writer.cancel()
+        for call in list(stream.calls):
+            if call is not asyncio.current_task():
+                call.cancel()
+        stream.calls.clear()
         if tell:
             self.push(encode_frame("close", s=stream.s, reason=reason[:200]))
         if on_bridge:
