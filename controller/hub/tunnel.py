@@ -15,9 +15,12 @@ the hub's reader). Rules:
 * what an install stream installed (an ``installed`` evt after it ended, learned from the
   device by the bridge) goes to :attr:`Tunnels.on_installed`: a borrower's is removed when
   their loan ends, as a REST install is; the stream's evts stay routed here until it comes;
-* client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
-  up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
-  (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
+* client → device bytes go down as ``device.tunnel.write`` calls, up to
+  :data:`WRITES_IN_FLIGHT` at once per stream at increasing offsets (chunks joined up to
+  :data:`~protocol.tunnel_methods.MAX_WRITE`; a data frame as the CLI lays it out is read in
+  place, :func:`~protocol.tunnel_methods.parse_data_frame`), and each is acknowledged to the
+  client (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes
+  unacked;
 * device → client bytes come within the bridge's window; the client's ``ack`` frames go up as
   ``device.tunnel.ack`` (one call in flight per stream, the rest added up meanwhile);
 * bounded: :attr:`Tunnels.per_user` tunnels per user, :attr:`Tunnels.max_streams` streams per
