@@ -8,7 +8,8 @@ the messages waiting for the app add up to :data:`QUEUE_HIGH_BYTES` (or
 all. Memory per connection stays bounded: reading stops in the read that crosses the budget,
 and the messages that read completes are queued as uvicorn queues them, so the queue holds
 less than the budget plus one message of at most ``ws_max_size`` plus one read (asyncio reads
-at most :data:`READ_MAX_BYTES` a time); uvicorn's own bound is the same without the budget.
+at most :data:`READ_MAX_BYTES` a time, a tunnel's WebSocket :data:`TUNNEL_READ_BYTES`);
+uvicorn's own bound is the same without the budget.
 
 uvicorn takes :class:`RoutingProtocol` as ``ws=`` (see
 :func:`droidwire.serve.uvicorn_config`): it serves ``/v1/bridge`` with websockets' own
@@ -19,16 +20,21 @@ server connection (:mod:`controller.hub.wsserver`) and every other WebSocket wit
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "READ_MAX_BYTES", "RoutingProtocol",
-           "WebSocketProtocol"]
+__all__ = ["QUEUE_HIGH_BYTES", "QUEUE_HIGH_MESSAGES", "READ_MAX_BYTES", "TUNNEL_READ_BYTES",
+           "RoutingProtocol", "WebSocketProtocol", "is_tunnel_upgrade"]
 
 QUEUE_HIGH_BYTES = 1 << 20
 QUEUE_HIGH_MESSAGES = 64
 READ_MAX_BYTES = 256 * 1024  # what asyncio's socket transport asks one recv() for
+# … and on a tunnel's WebSocket, whose client frames are up to 1 MiB (docs/tunnel.md): one or
+# two reads each instead of four or five, each a pass through the event loop and the parser.
+TUNNEL_READ_BYTES = 1 << 20
+_TUNNEL_TARGET = re.compile(rb"/v1/devices/[^/?]+/tunnel(?:\?.*)?")
 
 
 def _size(message: Any) -> int:
@@ -106,6 +112,8 @@ class RoutingProtocol(asyncio.Protocol):
                 bridges = BridgeServer(app, self.server_state)
                 self.server_state.droidwire_bridges = bridges
             return bridges.connection()
+        if is_tunnel_upgrade(request_head) and hasattr(self.transport, "max_size"):
+            self.transport.max_size = TUNNEL_READ_BYTES
         return WebSocketProtocol(config=self.config, server_state=self.server_state,
                                  app_state=self.app_state)
 
@@ -123,3 +131,11 @@ class RoutingProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.inner is not None:
             self.inner.resume_writing()
+
+
+def is_tunnel_upgrade(request_head: bytes) -> bool:
+    """Whether the HTTP request starting ``request_head`` is for a tunnel's WebSocket
+    (``/v1/devices/{device}/tunnel``, as uvicorn replays the request line)."""
+    line_end = request_head.find(b"\r\n")
+    parts = request_head[: line_end if line_end >= 0 else len(request_head)].split(b" ")
+    return len(parts) == 3 and _TUNNEL_TARGET.fullmatch(parts[1]) is not None

@@ -10,6 +10,7 @@ the settings) and ``max_size`` = the protocol's frame cap. The connection is a
 
 from __future__ import annotations
 
+import asyncio
 import ssl as _ssl
 from collections.abc import Callable
 
@@ -19,12 +20,17 @@ from websockets.protocol import Event
 
 from protocol.envelope import SUBPROTOCOL
 from protocol.settings import Settings
+from protocol.tunnel_methods import MAX_WRITE
 
-__all__ = ["BRIDGE_PATH", "FAST_FRAME_BYTES", "LinkConnection", "bridge_url", "dial"]
+__all__ = ["BRIDGE_PATH", "FAST_FRAME_BYTES", "READ_BYTES", "LinkConnection", "bridge_url", "dial"]
 
 BRIDGE_PATH = "/v1/bridge"
-# Frames up to this size may be handled in the read callback (Link._frame_now).
-FAST_FRAME_BYTES = 64 * 1024
+# Frames up to this size may be handled in the read callback (Link._frame_now): up to a tunnel's
+# write (MAX_WRITE bytes and its envelope), decoded there rather than one wake-up later by the
+# reader, which would decode it the same way on the same thread.
+FAST_FRAME_BYTES = MAX_WRITE + 64 * 1024
+# The most one read of the link's socket takes (a tunnel write is up to 1 MiB and its envelope).
+READ_BYTES = 1 << 20
 
 
 def bridge_url(url: str) -> str:
@@ -72,9 +78,18 @@ class LinkConnection(ClientConnection):
     """websockets' client connection, with one hook: a complete binary frame that arrives
     while the link's reader waits with nothing queued is offered to ``frame_hook`` in the
     read callback (True: handled, not queued). Saves the reader's wake-up — a trip through
-    the event loop — per request on the RPC path (docs/benchmarks.md)."""
+    the event loop — per request on the RPC path (docs/benchmarks.md).
+
+    Its socket is read :data:`READ_BYTES` at a time (asyncio's default: 256 KiB), so a tunnel's
+    1 MiB write arrives in one or two reads instead of four or five — each read a pass through
+    the event loop and websockets' parser (docs/benchmarks.md, the tunnel's section)."""
 
     frame_hook: Callable[[bytes], bool] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if hasattr(transport, "max_size"):  # asyncio's socket transport reads that much at most
+            transport.max_size = READ_BYTES
 
     def process_event(self, event: Event) -> None:
         hook = self.frame_hook

@@ -106,9 +106,10 @@ class LinkReader(LinkHandlers):
         return True
 
     def _frame_now(self, ws: ClientConnection, data: bytes) -> bool:
-        """A small ``req`` or ``ack`` handled in the transport's read callback — the reader
-        is idle with nothing queued (:class:`LinkConnection` checks that), so frames keep
-        their order — instead of one more trip through the event loop to wake the reader.
+        """A ``req`` (up to a tunnel's write) or ``ack`` handled in the transport's read
+        callback — the reader is idle with nothing queued (:class:`LinkConnection` checks
+        that), so frames keep their order — instead of one more trip through the event loop
+        to wake the reader.
         The same steps as :meth:`_on_frame`; False (anything else, or a frame that does not
         decode): the reader reads it as usual."""
         if self._ws is not ws or len(data) > FAST_FRAME_BYTES or not self.session.is_open:

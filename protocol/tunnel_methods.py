@@ -70,6 +70,7 @@ __all__ = [
     "data_frame_head",
     "decode_frame",
     "encode_frame",
+    "parse_data_frame",
     "parse_tunnel_chunk",
     "refusal_reply",
 ]
@@ -250,6 +251,43 @@ def data_frame_head(s: int, n: int) -> bytes:
     else:
         size = b"\xc6" + n.to_bytes(4, "big")
     return b"\x83" + _DATA_KEYS + msgpack.packb(s) + _DATA_KEY + size
+
+
+_DATA_PREFIX = b"\x83" + _DATA_KEYS
+_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4}  # msgpack's unsigned ints past a fixint: their widths
+_BIN = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # bin 8/16/32: the widths of their lengths
+
+
+def parse_data_frame(data: bytes) -> tuple[int, memoryview] | None:
+    """A ``data`` frame laid out as :func:`data_frame_head` lays it (what the CLI sends): its
+    stream id and its payload, a view of ``data`` — the payload is neither copied nor unpacked.
+    None for any other frame, or another layout of this one: :func:`decode_frame` decides
+    those. What it accepts, :func:`decode_frame` accepts with the same ``s`` and ``data``."""
+    if not data.startswith(_DATA_PREFIX) or len(data) > MAX_CLIENT_FRAME:
+        return None
+    at = len(_DATA_PREFIX)
+    if at >= len(data):
+        return None
+    tag = data[at]
+    if tag < 0x80:  # positive fixint
+        s, at = tag, at + 1
+    elif tag in _UINT:
+        width = _UINT[tag]
+        s = int.from_bytes(data[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    else:
+        return None
+    if not 0 < s < 1 << 31 or not data.startswith(_DATA_KEY, at):
+        return None
+    at += len(_DATA_KEY)
+    length = _BIN.get(data[at]) if at < len(data) else None
+    if length is None:
+        return None
+    n = int.from_bytes(data[at + 1 : at + 1 + length], "big")
+    at += 1 + length
+    if not 0 < n <= MAX_WRITE or at + n != len(data):
+        return None
+    return s, memoryview(data)[at:]
 
 
 def decode_frame(data: bytes | str) -> dict[str, Any]:

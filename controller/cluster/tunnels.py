@@ -38,7 +38,7 @@ from controller.store import TokenKind
 from protocol.alloc import keep_freed_memory
 from protocol.errors import ErrorCode, RpcError
 from protocol.methods import timeout_for
-from protocol.tunnel_methods import TUNNEL_START, decode_frame, encode_frame
+from protocol.tunnel_methods import TUNNEL_START, decode_frame, encode_frame, parse_data_frame
 
 log = logging.getLogger("droidwire.controller.cluster")
 
@@ -100,7 +100,8 @@ class RemoteTunnel:
     async def receive(self, data: bytes) -> None:
         """One client frame: checked here (``bad_request``), then sent to the holder, in
         order; returns once Redis took it (the client's back-pressure)."""
-        decode_frame(data)
+        if parse_data_frame(data) is None:  # a push's data frames: their head is enough
+            decode_frame(data)
         if self.ended is not None:
             return
         seq, self._seq_out = self._seq_out, self._seq_out + 1
@@ -365,7 +366,7 @@ class TunnelRelays(ClusterCore):
         self._tunnel_seq[key] = expected + 1
         data = body.get("f")
         try:
-            tunnel.handle(decode_frame(data if isinstance(data, bytes) else b""))
+            tunnel.take(data if isinstance(data, bytes) else b"")
         except RpcError as exc:
             tunnel.end(f"bad_request: {exc.message}")
 

@@ -249,9 +249,14 @@ class Hub(UserCalls):
         route: bool = True,
         request_id: str | None = None,
         settle: bool = True,
+        validate: bool = True,
     ) -> dict[str, Any]:
         """:meth:`call` by the method's wire name with plain params and result: what a call
         forwarded from another replica or adopted from a recorded step carries.
+
+        ``validate=False``: params this process built from values it checked already (a
+        tunnel's writes, whose bytes may be a view of the client's frame, which the params
+        model does not take); the bridge validates every request it gets in any case.
 
         ``settle=False`` (with a ``request_id``): the call's shared wait (cluster mode) is left
         for the caller to end with :meth:`settle`, once it has recorded the result — so a
@@ -301,7 +306,8 @@ class Hub(UserCalls):
         try:
             loop = asyncio.get_running_loop()
             pending = entry.session.register(
-                method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id
+                method, p, now=loop.time(), timeout_s=timeout_s, request_id=request_id,
+                validate=validate,
             )
             waiter = Waiter(loop.create_future(), on_result)
             entry.waiters[pending.id] = waiter

@@ -15,9 +15,12 @@ the hub's reader). Rules:
 * what an install stream installed (an ``installed`` evt after it ended, learned from the
   device by the bridge) goes to :attr:`Tunnels.on_installed`: a borrower's is removed when
   their loan ends, as a REST install is; the stream's evts stay routed here until it comes;
-* client → device bytes go down one ``device.tunnel.write`` at a time per stream (chunks joined
-  up to :data:`~protocol.tunnel_methods.MAX_WRITE`), and each is acknowledged to the client
-  (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes unacked;
+* client → device bytes go down as ``device.tunnel.write`` calls, up to
+  :data:`WRITES_IN_FLIGHT` at once per stream at increasing offsets (chunks joined up to
+  :data:`~protocol.tunnel_methods.MAX_WRITE`; a data frame as the CLI lays it out is read in
+  place, :func:`~protocol.tunnel_methods.parse_data_frame`), and each is acknowledged to the
+  client (``ack``) once the bridge wrote it: the client never has more than ``window`` bytes
+  unacked;
 * device → client bytes come within the bridge's window; the client's ``ack`` frames go up as
   ``device.tunnel.ack`` (one call in flight per stream, the rest added up meanwhile);
 * bounded: :attr:`Tunnels.per_user` tunnels per user, :attr:`Tunnels.max_streams` streams per
@@ -58,6 +61,7 @@ from protocol.tunnel_methods import (
     TunnelCloseParams,
     decode_frame,
     encode_frame,
+    parse_data_frame,
     parse_tunnel_chunk,
 )
 
@@ -118,10 +122,10 @@ class RelayStream:
     s: int
     service: str
     channel: str | None = None
-    pending: collections.deque[bytes] = field(default_factory=collections.deque)
+    pending: collections.deque[bytes | memoryview] = field(default_factory=collections.deque)
     pending_bytes: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    writer: asyncio.Task[None] | None = None
+    writing: bool = False  # open on the bridge: pending bytes go down as they come
+    calls: set[asyncio.Task[None]] = field(default_factory=set)  # its writes in flight
     offset: int = 0
     ack_due: int = 0
     acking: bool = False
@@ -216,7 +220,17 @@ class Tunnel:
     # -- client frames (from the WebSocket's reader; never blocks) ---------------------------
 
     async def receive(self, data: bytes) -> None:
-        self.handle(decode_frame(data))
+        self.take(data)
+
+    def take(self, data: bytes) -> None:
+        """One client frame as it came (:class:`RpcError` ``bad_request`` when it does not
+        parse). A push's hot path: a data frame as the CLI lays it out, its payload a view of
+        the message (neither unpacked nor copied) that goes on to the bridge as it came."""
+        fast = parse_data_frame(data)
+        if fast is not None:
+            self.data(*fast)
+        else:
+            self.handle(decode_frame(data))
 
     async def finished(self) -> None:
         return None
@@ -238,15 +252,7 @@ class Tunnel:
             self._opening += 1
             self._spawn(self._open(stream))
         elif op == "data":
-            stream = self.streams.get(frame["s"])
-            if stream is None or stream.closed:
-                return  # data racing a close: dropped, as adbd drops it
-            data: bytes = frame["data"]
-            if stream.pending_bytes + len(data) > self.window + MAX_WRITE:
-                raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
-            stream.pending.append(data)
-            stream.pending_bytes += len(data)
-            stream.wake.set()
+            self.data(frame["s"], frame["data"])
         elif op == "ack":
             stream = self.streams.get(frame["s"])
             if stream is not None and not stream.closed and stream.channel is not None:
@@ -260,6 +266,17 @@ class Tunnel:
                 self.stream_ended(stream, "closed by the client", on_bridge=True, tell=False)
         else:
             raise RpcError(ErrorCode.BAD_REQUEST, f"a client does not send {op!r}")
+
+    def data(self, s: int, data: bytes | memoryview) -> None:
+        """Client bytes for stream ``s``: queued for the bridge, within the window."""
+        stream = self.streams.get(s)
+        if stream is None or stream.closed:
+            return  # data racing a close: dropped, as adbd drops it
+        if stream.pending_bytes + len(data) > self.window + MAX_WRITE:
+            raise RpcError(ErrorCode.BAD_REQUEST, "the client overran its window")
+        stream.pending.append(data)
+        stream.pending_bytes += len(data)
+        self._pump(stream)
 
     def _refuse_now(self, s: int, rule: str, message: str) -> None:
         self.push(encode_frame("refused", s=s, message=message, rule=rule))
@@ -344,7 +361,8 @@ class Tunnel:
                 if self.ended is not None or stream.closed:
                     self._close_on_bridge(stream)
                 else:
-                    stream.writer = self._spawn(self._write(stream))
+                    stream.writing = True
+                    self._pump(stream)  # what the client sent meanwhile
                 await self._audit(action, "ok", detail)
         finally:
             answer()
@@ -386,56 +404,46 @@ class Tunnel:
         except Exception:  # an audit write that fails never hides the outcome
             log.exception("audit write failed for %s on %s", action, self.device)
 
-    async def _write(self, stream: RelayStream) -> None:
+    def _pump(self, stream: RelayStream) -> None:
         """Client bytes down to the bridge: up to :data:`WRITES_IN_FLIGHT` calls at once, at
         increasing offsets (the bridge writes them in order), each acknowledged to the client
-        once the bridge wrote it."""
-        assert stream.channel is not None
-        slots = asyncio.Semaphore(WRITES_IN_FLIGHT)
-        calls: set[asyncio.Task[None]] = set()
-        try:
-            while not stream.closed:
-                if not stream.pending:
-                    stream.wake.clear()
-                    await stream.wake.wait()
-                    continue
-                await slots.acquire()
-                if stream.closed:
-                    break
-                parts: list[bytes] = []
-                size = 0
-                while stream.pending and (not parts
-                                          or size + len(stream.pending[0]) <= MAX_WRITE):
-                    part = stream.pending.popleft()
-                    parts.append(part)
-                    size += len(part)
-                offset = stream.offset
-                stream.offset += size
-                call = asyncio.get_running_loop().create_task(
-                    self._write_one(stream, offset, b"".join(parts), slots))
-                calls.add(call)
-                call.add_done_callback(calls.discard)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for call in list(calls):
-                call.cancel()
+        once the bridge wrote it. Started as bytes come and as writes end, in their own steps:
+        no task of the stream's waits for them."""
+        loop = asyncio.get_running_loop()
+        while (stream.pending and stream.writing and not stream.closed
+               and len(stream.calls) < WRITES_IN_FLIGHT):
+            parts: list[bytes | memoryview] = []
+            size = 0
+            while stream.pending and (not parts or size + len(stream.pending[0]) <= MAX_WRITE):
+                part = stream.pending.popleft()
+                parts.append(part)
+                size += len(part)
+            offset = stream.offset
+            stream.offset += size
+            data = parts[0] if len(parts) == 1 else b"".join(parts)  # most often one
+            call = loop.create_task(self._write_one(stream, offset, data))
+            stream.calls.add(call)
 
-    async def _write_one(self, stream: RelayStream, offset: int, data: bytes,
-                         slots: asyncio.Semaphore) -> None:
+    async def _write_one(self, stream: RelayStream, offset: int,
+                         data: bytes | memoryview) -> None:
+        me = asyncio.current_task()
         try:
-            # The hot path of a push: plain params, validated once by call_wire.
+            # The hot path of a push: plain params, checked as they were built (the channel the
+            # bridge gave, our offset, 1..MAX_WRITE bytes, maybe a view of the client's frame)
+            # and again by the bridge, which validates every request.
             await self.hub.call_wire(self.device.bridge_id, TUNNEL_WRITE.name,
-                                     {"channel": stream.channel, "offset": offset, "data": data})
+                                     {"channel": stream.channel, "offset": offset, "data": data},
+                                     validate=False)
         except RpcError as exc:
             if not stream.closed:
                 self.stream_ended(stream, f"{exc.code.value}: {exc.message}", on_bridge=True)
             return
         finally:
-            slots.release()
+            stream.calls.discard(me)
         stream.pending_bytes -= len(data)
         stream.sent_down += len(data)
         self.push(encode_frame("ack", s=stream.s, n=len(data)))
+        self._pump(stream)
 
     async def _acks(self, stream: RelayStream) -> None:
         try:
@@ -455,7 +463,6 @@ class Tunnel:
         if stream.closed:
             return
         stream.closed = True
-        stream.wake.set()
         self.streams.pop(stream.s, None)
         self._sync_refusals_over(stream)
         if stream.installs and not stream.learned and stream.channel is not None:
@@ -465,8 +472,10 @@ class Tunnel:
                                                   self.unroute, stream)
         else:
             self.unroute(stream)
-        if stream.writer is not None and stream.writer is not asyncio.current_task():
-            stream.writer.cancel()
+        for call in list(stream.calls):
+            if call is not asyncio.current_task():
+                call.cancel()
+        stream.calls.clear()
         if tell:
             self.push(encode_frame("close", s=stream.s, reason=reason[:200]))
         if on_bridge:

@@ -14,8 +14,10 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.tunnel_methods import (
     MAX_WRITE,
     TunnelChunk,
+    data_frame_head,
     decode_frame,
     encode_frame,
+    parse_data_frame,
     parse_tunnel_chunk,
     refusal_reply,
 )
@@ -253,6 +255,35 @@ def test_frames_round_trip() -> None:
     frame = decode_frame(encode_frame("data", s=3, data=b"\x00\x01"))
     assert frame == {"op": "data", "s": 3, "data": b"\x00\x01"}
     assert decode_frame(encode_frame("close", s=3))["op"] == "close"
+
+
+@pytest.mark.parametrize("s", [1, 127, 128, 65_535, 65_536, (1 << 31) - 1])
+@pytest.mark.parametrize("n", [1, 255, 256, 65_535, 65_536, MAX_WRITE])
+def test_a_data_frame_as_the_cli_lays_it_out_is_read_in_place(s: int, n: int) -> None:
+    payload = bytes(range(256)) * (n // 256) + bytes(n % 256)
+    frame = data_frame_head(s, n) + payload
+    assert frame == encode_frame("data", s=s, data=payload)
+    parsed = parse_data_frame(frame)
+    assert parsed is not None
+    assert parsed[0] == s and parsed[1] == payload and parsed[1].obj is frame  # a view, no copy
+    assert decode_frame(frame) == {"op": "data", "s": s, "data": payload}
+
+
+@pytest.mark.parametrize("data", [
+    b"", encode_frame("ack", s=1, n=3), encode_frame("open", s=1, service="sync:"),
+    msgpack.packb({"op": "data", "data": b"x", "s": 1}),  # another key order: decode_frame's
+    msgpack.packb({"op": "data", "s": 1, "data": b"x", "extra": 1}),
+    msgpack.packb({"op": "data", "s": -1, "data": b"x"}),
+    msgpack.packb({"op": "data", "s": 0, "data": b"x"}),
+    msgpack.packb({"op": "data", "s": 1 << 31, "data": b"x"}),
+    msgpack.packb({"op": "data", "s": 1, "data": b""}),
+    msgpack.packb({"op": "data", "s": 1, "data": "x"}),
+    msgpack.packb({"op": "data", "s": 1, "data": b"x" * (MAX_WRITE + 1)}),
+    encode_frame("data", s=1, data=b"xy")[:-1], encode_frame("data", s=1, data=b"xy") + b"z",
+    data_frame_head(1, 2)[:-1],
+], ids=lambda d: d[:12].hex() or "empty")
+def test_any_other_frame_is_left_to_decode_frame(data: bytes) -> None:
+    assert parse_data_frame(data) is None
 
 
 def test_refusals_as_adb_clients_print_them() -> None:
