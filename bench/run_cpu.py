@@ -1,7 +1,7 @@
 """Where the CPU of one sandbox run goes, per process: ``python -m bench.run_cpu [-k K]``.
 
 Not a figure of ``make bench`` (no ``bench_`` prefix): a measuring tool for the fleet and
-fan-out sections of docs/benchmarks.md. The stack is ``fleet_throughput``'s, each piece in a
+fan-out figures (docs/benchmarks.md, "Where a run's CPU goes"). The stack is ``fleet_throughput``'s, each piece in a
 process of its own so that its CPU is its own: two controller replicas (cluster mode) on a
 fresh PostgreSQL database and a Redis key prefix, one simulated device (``python -m
 bench.stack sim``) behind a private adb server, one real bridge with the simulated toolchain
