@@ -18,7 +18,10 @@ replica where the revocation happened tells the others (the cluster's ``revoked`
 and each re-checks its own watches.
 
 One re-check is :func:`check_access`: the token read by id (live, not revoked), then
-:func:`controller.auth.authorize` for the device — the same rules, read at that moment.
+:func:`controller.auth.authorize` for the device — the same rules, read at that moment. Every
+device step of a run re-checks (docs/sandbox.md), so the token reads of re-checks that wait
+at the same moment (the runs of a fan-out, a fleet's runs) share one query
+(:mod:`controller.store.batched`: never answered by a read that started before the ask).
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from controller.auth.authorization import (
     Action,
@@ -44,6 +48,7 @@ from controller.auth.authorization import (
     now,
 )
 from controller.store import Bridge, Device, Grant, Store, Token, User
+from controller.store.batched import BatchedReads
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["ACCESS_REVOKED", "AccessWatch", "check_access", "lapse_reason", "until_lapsed"]
@@ -62,14 +67,12 @@ async def check_access(
 ) -> None:
     """Raise ``forbidden`` (rule ``access_revoked``) unless ``principal``'s token is live and
     — with a device — :func:`authorize` still allows ``action`` on it, now."""
-    async with store.session() as session:
-        revoked = (await session.execute(
-            select(Token.revoked_at, User.disabled_at)
-            .join(User, User.id == Token.owner_id)
-            .where(Token.id == principal.token_id)
-        )).one_or_none()
+    reads = _LIVE_READS.get(store)
+    if reads is None:
+        reads = _LIVE_READS[store] = BatchedReads(lambda ids: _token_states(store, ids))
+    state = await reads.get(principal.token_id)
     # A disabled user's tokens end their work as revoked ones do (docs/security.md).
-    if revoked is None or revoked[0] is not None or revoked[1] is not None:
+    if state is None or state.revoked_at is not None or state.disabled_at is not None:
         raise RpcError(ErrorCode.FORBIDDEN, "the token was revoked", {"rule": ACCESS_REVOKED,
                                                                         "why": "token"})
     if device is None:
@@ -82,6 +85,22 @@ async def check_access(
             ErrorCode.FORBIDDEN, "access to this device ended", {"rule": ACCESS_REVOKED,
                                                                   "why": why}
         ) from None
+
+
+async def _token_states(store: Store, ids: Sequence[str]) -> dict[str, Any]:
+    """Revocation and the owner's disabling of these tokens, by id, in one indexed read."""
+    async with store.engine.connect() as conn:
+        return {row.id: row for row in await conn.execute(_TOKEN_STATES, {"ids": list(ids)})}
+
+
+# Token reads of re-checks, coalesced per store (one reader at a time each; nothing cached).
+_LIVE_READS: weakref.WeakKeyDictionary[Store, BatchedReads[Any]] = weakref.WeakKeyDictionary()
+
+_TOKEN_STATES = (
+    select(Token.id, Token.revoked_at, User.disabled_at)
+    .join(User, User.id == Token.owner_id)
+    .where(Token.id.in_(bindparam("ids", expanding=True)))
+)
 
 
 def lapse_reason(exc: RpcError) -> str:

@@ -5,6 +5,8 @@ A :class:`StepLog` writes :class:`controller.store.RunStep` rows for one or seve
 progress listener. A step is written when it starts (status ``running``) and updated when it
 ends (``ok``, ``failed``, ``refused``, ``skipped``), so ``GET /v1/runs/{id}`` shows a run
 that is still going. A store failure never fails the run: it is logged and the run goes on.
+The writes go through the store's group commit (:mod:`controller.store.grouped`): the steps
+of runs going on at once share transactions, and each write still returns once committed.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import bindparam, insert, update
 
-from controller.store import RunStep, Store, utcnow
+from controller.store import RunStep, Store, new_id, utcnow
 
 __all__ = ["Progress", "Step", "StepLog", "StepStatus"]
 
@@ -41,6 +43,16 @@ class Progress:
 
 
 ProgressListener = Callable[[Progress], None]
+
+# Core statements, one per kind of write, so the group commit sends a batch's rows of each
+# as one executemany (controller.store.grouped); bound names differ from the columns'.
+_BEGIN = insert(RunStep)
+_END = (
+    update(RunStep)
+    .where(RunStep.run_id == bindparam("step_run"), RunStep.seq == bindparam("step_seq"))
+    .values(status=bindparam("step_status"), detail=bindparam("step_detail"),
+            finished_at=bindparam("step_finished_at"))
+)
 
 
 def _clip(value: Any) -> Any:
@@ -121,26 +133,20 @@ class StepLog:
         if self.store is None:
             return
         now = utcnow()
+        detail = dict(step.detail)
         try:
-            async with self.store.session() as session, session.begin():
-                for run_id in self.run_ids:
-                    if new:
-                        session.add(
-                            RunStep(
-                                run_id=run_id,
-                                seq=step.seq,
-                                kind=step.kind,
-                                status=step.status,
-                                detail=dict(step.detail),
-                                created_at=now,
-                                finished_at=now if finished else None,
-                            )
-                        )
-                    else:
-                        await session.execute(
-                            update(RunStep)
-                            .where(RunStep.run_id == run_id, RunStep.seq == step.seq)
-                            .values(status=step.status, detail=dict(step.detail), finished_at=now)
-                        )
+            if new:
+                await self.store.writes.execute(_BEGIN, [
+                    {"id": new_id(), "run_id": run_id, "seq": step.seq, "kind": step.kind,
+                     "status": step.status, "detail": detail, "created_at": now,
+                     "finished_at": now if finished else None}
+                    for run_id in self.run_ids
+                ])
+            else:
+                await self.store.writes.execute(_END, [
+                    {"step_run": run_id, "step_seq": step.seq, "step_status": step.status,
+                     "step_detail": detail, "step_finished_at": now}
+                    for run_id in self.run_ids
+                ])
         except Exception:  # the store is the record, not the run: keep going
             log.exception("could not store step %s of runs %s", step.kind, self.run_ids)

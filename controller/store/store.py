@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.pool import StaticPool
 
+from controller.store.grouped import GroupedWrites
 from controller.store.seen import SeenRecorder
 from controller.store.url import is_sqlite, to_async_url
 
@@ -124,6 +125,8 @@ class Store:
         )
         # Last seen / last used times, written behind (never on a handshake's path).
         self.seen = SeenRecorder(self.engine)
+        # Small writes of work going on at once (a run's steps), committed together.
+        self.writes = GroupedWrites(self.engine)
         # Background writes (device inventories on hello) take a connection only through this
         # gate: SQLite has one writer at a time anyway, and thousands of bridges saying hello
         # at once must not hold every pooled connection waiting for its lock, starving the
@@ -172,7 +175,9 @@ class Store:
             await conn.execute(text("SELECT 1"))
 
     async def close(self) -> None:
-        """Write the last seen/used times still pending, then let the connections go."""
+        """Write the grouped writes under way and the last seen/used times still pending,
+        then let the connections go."""
+        await self.writes.close()
         await self.seen.close()
         await self.engine.dispose()
 
