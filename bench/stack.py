@@ -291,15 +291,14 @@ async def start_all(*servers: ServerProcess) -> None:
 
 
 async def _serve_controller(port: int, db_url: str) -> None:
-    import uvicorn
-
     from controller.config import ControllerConfig
-    from droidwire.serve import uvicorn_config
+    from droidwire.serve import ControllerServer, uvicorn_config
 
     config = ControllerConfig(db_url=db_url, bootstrap_token=os.environ.get(
         "DROIDWIRE_BOOTSTRAP_TOKEN"))
-    # The same uvicorn configuration as `droidwire controller`, on a socket we made.
-    server = uvicorn.Server(uvicorn_config(config, log_level="warning", log_config=None))
+    # The same server and uvicorn configuration as `droidwire controller` (its heap settled
+    # once started: droidwire.serve.settle_heap), on a socket we made.
+    server = ControllerServer(uvicorn_config(config, log_level="warning", log_config=None))
     sock = _listen(port, reuse_port=True)
     monitor = LoopMonitor().start()
     loop = asyncio.get_running_loop()

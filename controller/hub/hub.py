@@ -89,6 +89,8 @@ log = logging.getLogger("droidwire.controller.hub")
 
 # Liveness is checked this many times per interval, so a ping goes out close to on time.
 _LIVENESS_TICKS = 4
+# Bridges checked per turn of the event loop (docs/benchmarks.md, "The storm's loop delay").
+_LIVENESS_STEP = 64
 # BridgeSocket.frame_hook where the socket has none (Starlette's).
 _NO_HOOK = object()
 
@@ -674,7 +676,13 @@ class Hub(UserCalls):
         while True:
             await asyncio.sleep(tick)
             now = loop.time()
-            for entry in list(self._entries.values()):
+            for done, entry in enumerate(list(self._entries.values()), 1):
+                if done % _LIVENESS_STEP == 0:
+                    # A turn of the event loop: a pass over 5,000 bridges was one step of
+                    # several ms, and of over 100 ms when they were all due a ping at once (15 s
+                    # after a reconnect storm: a Ping frame and a wake-up each).
+                    await asyncio.sleep(0)
+                    now = loop.time()
                 conn = entry.conn
                 if conn is None or not entry.session.is_open:
                     continue

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -104,3 +105,22 @@ def test_websocket_keepalive_comes_from_the_settings_object(tmp_path: Path) -> N
     )
     assert uv.ws_max_size == settings.max_frame_bytes
     assert uv.ws_per_message_deflate is False
+
+
+def test_settle_heap_freezes_start_up_and_still_collects_later_garbage() -> None:
+    # In a process of its own: a freeze here would keep the test run's objects forever.
+    script = (
+        "import gc, weakref\n"
+        "from droidwire.serve import FULL_COLLECTION_EVERY, settle_heap\n"
+        "class Node: pass\n"
+        "young, middle, _ = gc.get_threshold()\n"
+        "settle_heap()\n"
+        "assert gc.get_freeze_count() > 0\n"
+        "assert gc.get_threshold() == (young, middle, FULL_COLLECTION_EVERY)\n"
+        "node = Node(); node.me = node; gone = weakref.ref(node); del node\n"
+        "gc.collect()\n"
+        "assert gone() is None, 'a cycle made after start-up was not collected'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=STARTUP_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
