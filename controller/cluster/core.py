@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from controller.auth.authorization import DeviceRef
 from controller.cluster.scripts import (
     ADOPT_SCRIPT,
     AWAIT_TTLS,
@@ -43,6 +44,30 @@ if TYPE_CHECKING:
     from controller.hub.tunnel import Tunnel
 
 log = logging.getLogger("droidwire.controller.cluster")
+
+
+def device_in(body: dict[str, Any], what: str) -> DeviceRef:
+    """The device another replica's request names (``bridge``, ``serial``, and ``owner_id`` and
+    ``name`` where it has them); a request without a bridge and serial is ``bad_request``."""
+    bridge_id, serial = body.get("bridge"), body.get("serial")
+    if not isinstance(bridge_id, str) or not isinstance(serial, str):
+        raise RpcError(ErrorCode.BAD_REQUEST, f"malformed {what} request")
+    name = body.get("name")
+    return DeviceRef(bridge_id, serial, str(body.get("owner_id", "")),
+                     name if isinstance(name, str) else None)
+
+
+@contextlib.contextmanager
+def answering(reply: dict[str, Any], what: str, sender: str) -> Iterator[None]:
+    """Serve another replica's request: what the block raises becomes ``reply``'s error — a
+    typed error as it is, anything else logged and answered ``internal``."""
+    try:
+        yield
+    except RpcError as exc:
+        reply["e"] = exc.to_wire()
+    except Exception:
+        log.exception("cluster: %s for replica %s failed", what, sender)
+        reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
 
 
 class ClusterCore:

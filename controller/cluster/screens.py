@@ -30,7 +30,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from controller.auth.authorization import Action, DeviceRef, Principal, authorize
-from controller.cluster.core import ClusterCore
+from controller.cluster.core import ClusterCore, answering, device_in
 from controller.cluster.tunnels import principal_from, principal_wire
 from controller.cluster.wire import as_text, pack
 from controller.hub.screen import FrameQueue, Viewer
@@ -281,15 +281,12 @@ class ScreenRelays(ClusterCore):
         channel = self.channel(sender)
         reply: dict[str, Any] = {"k": "res", "id": relay_id}
         viewer: Viewer | None = None
-        try:
+        with answering(reply, "live screen", sender):
             principal = principal_from(body.get("principal"))
-            bridge_id, serial, codec = body.get("bridge"), body.get("serial"), body.get("codec")
-            if not isinstance(bridge_id, str) or not isinstance(serial, str) \
-                    or codec not in ("jpeg", "png", "h264"):
+            codec = body.get("codec")
+            if codec not in ("jpeg", "png", "h264"):
                 raise RpcError(ErrorCode.BAD_REQUEST, "malformed screen request")
-            name = body.get("name")
-            device = DeviceRef(bridge_id, serial, str(body.get("owner_id", "")),
-                               name if isinstance(name, str) else None)
+            device = device_in(body, "screen")
             try:
                 await authorize(principal, device, Action.USE, store=self.hub.store)
             except RpcError as exc:
@@ -297,11 +294,6 @@ class ScreenRelays(ClusterCore):
                 raise
             viewer = served.viewer = await self.hub.screens.watch(device, str(codec))
             reply["r"] = {"codec": viewer.codec, "source": viewer.source}
-        except RpcError as exc:
-            reply["e"] = exc.to_wire()
-        except Exception:
-            log.exception("cluster: live screen for replica %s failed", sender)
-            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
         try:
             if served.stopped or not await self.redis.publish(channel, pack(reply)) \
                     or viewer is None:
@@ -357,21 +349,13 @@ class ScreenRelays(ClusterCore):
             log.warning("cluster: latest picture for replica %s not served: %s", sender, exc)
             return
         reply: dict[str, Any] = {"k": "res", "id": body["id"]}
-        try:
-            bridge_id, serial = body.get("bridge"), body.get("serial")
-            if not isinstance(bridge_id, str) or not isinstance(serial, str):
-                raise RpcError(ErrorCode.BAD_REQUEST, "malformed latest-picture request")
-            frame = await self.hub.screens.latest_picture(DeviceRef(bridge_id, serial, ""),
-                                                          route=False)
+        with answering(reply, "latest picture", sender):
+            device = device_in(body, "latest-picture")
+            frame = await self.hub.screens.latest_picture(device, route=False)
             if frame is not None and len(frame.data) > MAX_FRAME_DATA:
                 raise RpcError(ErrorCode.INTERNAL, "the live picture exceeds "
                                f"{MAX_FRAME_DATA} bytes (take a screenshot instead)")
             reply["r"] = {"frame": None if frame is None else frame.to_wire()}
-        except RpcError as exc:
-            reply["e"] = exc.to_wire()
-        except Exception:
-            log.exception("cluster: latest picture for replica %s failed", sender)
-            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
         try:
             await self.redis.publish(self.channel(sender), pack(reply))
         except (RedisError, OSError, TypeError, ValueError) as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from controller.auth.authorization import DeviceRef
-from controller.cluster.core import ClusterCore
+from controller.cluster.core import ClusterCore, answering, device_in
 from controller.cluster.wire import as_text, pack
 from controller.hub.streams import LogChunk, LogStream
 from protocol.errors import ErrorCode, RpcError
@@ -217,22 +217,14 @@ class StreamRelays(ClusterCore):
         channel = self.channel(sender)
         reply: dict[str, Any] = {"k": "res", "id": stream_id}
         stream: LogStream | None = None
-        try:
-            params, bridge_id, serial = body.get("p"), body.get("bridge"), body.get("serial")
-            if not isinstance(params, dict) or not isinstance(bridge_id, str) \
-                    or not isinstance(serial, str):
+        with answering(reply, "logcat stream", sender):
+            params = body.get("p")
+            if not isinstance(params, dict):
                 raise RpcError(ErrorCode.BAD_REQUEST, "malformed stream request")
-            name = body.get("name")
-            device = DeviceRef(bridge_id, serial, str(body.get("owner_id", "")),
-                               name if isinstance(name, str) else None)
+            device = device_in(body, "stream")
             stream = served.stream = await self.hub.subscribe_logcat(device, params,
                                                                      route=False)
             reply["r"] = {"channel": stream.channel}
-        except RpcError as exc:
-            reply["e"] = exc.to_wire()
-        except Exception:
-            log.exception("cluster: logcat stream for replica %s failed", sender)
-            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
         try:
             if served.stopped or not await self.redis.publish(channel, pack(reply)) \
                     or stream is None:

@@ -31,7 +31,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from controller.auth.authorization import DeviceRef, Principal
-from controller.cluster.core import ClusterCore
+from controller.cluster.core import ClusterCore, answering, device_in
 from controller.cluster.wire import as_text, pack
 from controller.hub.channels import FrameOutbox
 from controller.store import TokenKind
@@ -293,22 +293,11 @@ class TunnelRelays(ClusterCore):
         channel = self.channel(sender)
         reply: dict[str, Any] = {"k": "res", "id": relay_id}
         tunnel = None
-        try:
+        with answering(reply, "tunnel", sender):
             principal = principal_from(body.get("principal"))
-            bridge_id, serial = body.get("bridge"), body.get("serial")
-            if not isinstance(bridge_id, str) or not isinstance(serial, str):
-                raise RpcError(ErrorCode.BAD_REQUEST, "malformed tunnel request")
-            name = body.get("name")
-            device = DeviceRef(bridge_id, serial, str(body.get("owner_id", "")),
-                               name if isinstance(name, str) else None)
-            tunnel = self.hub.tunnels.open(principal, device)
+            tunnel = self.hub.tunnels.open(principal, device_in(body, "tunnel"))
             self._served_tunnels[key] = tunnel
             reply["r"] = {"hello": await tunnel.start(), "tunnel": tunnel.id}
-        except RpcError as exc:
-            reply["e"] = exc.to_wire()
-        except Exception:
-            log.exception("cluster: tunnel for replica %s failed", sender)
-            reply["e"] = RpcError(ErrorCode.INTERNAL, "internal error").to_wire()
         seq = 0
         try:
             if "e" in reply and tunnel is not None:
