@@ -47,7 +47,20 @@ class HoldingProxy:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.server.getsockname()[1])
         self._socks: list[socket.socket] = []
+        # The accepting thread may open a socket while close() runs: whichever comes second
+        # closes it (an unclosed one is a ResourceWarning, failing whichever test is running).
+        self._lock = threading.Lock()
+        self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def _keep(self, sock: socket.socket) -> bool:
+        """Keep ``sock`` to close it with the proxy; False (and closed) if the proxy is."""
+        with self._lock:
+            if not self._closed:
+                self._socks.append(sock)
+                return True
+        sock.close()
+        return False
 
     def _accept(self) -> None:
         while True:
@@ -55,13 +68,18 @@ class HoldingProxy:
                 conn, _ = self.server.accept()
             except OSError:
                 return
-            self._socks.append(conn)
+            if not self._keep(conn):
+                return
             self.accepted += 1
             if self.accepted == self.hold:
                 self.on_hold()  # read nothing, answer nothing: the client waits
                 continue
-            up = socket.create_connection(("127.0.0.1", self.upstream))
-            self._socks.append(up)
+            try:
+                up = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                return
+            if not self._keep(up):
+                return
             for a, b in ((conn, up), (up, conn)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -74,8 +92,11 @@ class HoldingProxy:
             dst.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            socks, self._socks = self._socks, []
         self.server.close()
-        for s in self._socks:
+        for s in socks:
             s.close()
 
 
