@@ -22,33 +22,64 @@ from tests.adb_support import AdbServer, ConnectedSim, free_port
 from tests.controller.conftest import ADMIN_TOKEN, bearer
 from tests.security.support import WAIT_S, BridgeProcess
 
+PORT_ATTEMPTS = 5
 
-async def _serve(port: int, db: str, log_path: Path) -> asyncio.subprocess.Process:
+
+async def _serve(db: str, log_path: Path) -> tuple[asyncio.subprocess.Process, int]:
+    """The controller on a free port, and the port. Between ``free_port()`` and the
+    controller's bind, another test's server (another worker) or an outgoing connection may
+    take the port: then the controller exits saying so, and it starts again on another."""
+    for _ in range(PORT_ATTEMPTS):
+        port = free_port()
+        before = _size(log_path)
+        proc = await _start(port, db, log_path)  # appends: every attempt's log is searched
+        if await _healthy(proc, port):
+            return proc, port
+        if b"address already in use" not in _read_from(log_path, before):
+            break
+    raise AssertionError(f"the controller exited; see its log, {log_path}")
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read()
+
+
+async def _start(port: int, db: str, log_path: Path) -> asyncio.subprocess.Process:
     env = {**os.environ, "DROIDWIRE_BOOTSTRAP_TOKEN": ADMIN_TOKEN}
     with log_path.open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(
+        return await asyncio.create_subprocess_exec(
             sys.executable, "-c", "from droidwire import main; main()", "controller",
             "--port", str(port), "--db", db, "--log-level", "debug",
             env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
         )
+
+
+async def _healthy(proc: asyncio.subprocess.Process, port: int) -> bool:
+    """True once the controller answers ``/healthz``; False if it exited first."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=2.0) as http:
         async with asyncio.timeout(WAIT_S * 4):
-            while True:
-                assert proc.returncode is None, "the controller exited; see its log"
+            while proc.returncode is None:
                 with contextlib.suppress(httpx.TransportError):
                     if (await http.get("/healthz")).status_code == 200:
-                        return proc
+                        return True
                 await asyncio.sleep(0.05)
+    await proc.wait()
+    return False
 
 
 @pytest.mark.timeout(300)
 async def test_no_token_reaches_any_log_at_debug(
     tmp_path: Path, adb_server: AdbServer, sim_device: ConnectedSim
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     controller_log = tmp_path / "controller.log"
-    proc = await _serve(port, f"sqlite:///{tmp_path / 'c.db'}", controller_log)
+    proc, port = await _serve(f"sqlite:///{tmp_path / 'c.db'}", controller_log)
+    url = f"http://127.0.0.1:{port}"
     bridge: BridgeProcess | None = None
     try:
         async with httpx.AsyncClient(base_url=url, headers=bearer(ADMIN_TOKEN),
