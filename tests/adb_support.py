@@ -50,20 +50,43 @@ ADB_BINARY = str(Path(adbutils.__file__).parent / "binaries" / "adb")
 CONNECT_TIMEOUT = 15.0 * TIME_SCALE
 
 
-_HANDED_OUT: set[int] = set()
+# free_port() hands out ports below the kernel's ephemeral range (32768 and up on Linux), from
+# a slice of its own for each pytest-xdist worker: between the choice and the server's bind,
+# such a port is never taken by an outgoing connection's local port (the kernel picks those
+# from the ephemeral range) nor by another worker's choice. A port the kernel picked (bind to
+# port 0) could be, and a test's server then failed "address already in use".
+PORT_BASE = 20000
+PORT_SLICE = 500
+_OUTSIDE_XDIST = 23  # the last slice: 20000 + 24 × 500 stays below 32768
+_cursor: int | None = None
+
+
+def _port_slice() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", …
+    index = worker[2:]
+    if worker.startswith("gw") and index.isdigit() and int(index) < _OUTSIDE_XDIST:
+        return int(index)
+    return _OUTSIDE_XDIST
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel picks it), and never one this process
-    handed out before: the kernel may offer a just-released port again, and two servers a test
-    starts on "free" ports must not get the same one."""
-    while True:
+    """A TCP port free on 127.0.0.1 right now, from this worker's slice (above), and a
+    different one at each call: two servers a test starts on "free" ports never get the same
+    one. The slice is walked in turn; a port in use (or still closing) is skipped."""
+    global _cursor
+    base = PORT_BASE + _port_slice() * PORT_SLICE
+    if _cursor is None:
+        _cursor = os.getpid() % PORT_SLICE  # processes of one worker start apart
+    for _ in range(PORT_SLICE):
+        port = base + _cursor
+        _cursor = (_cursor + 1) % PORT_SLICE
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {base}-{base + PORT_SLICE - 1}")
 
 
 @dataclass
