@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,7 +47,7 @@ from controller.auth.authorization import (
     now,
 )
 from controller.store import Bridge, Device, Grant, Store, Token, User
-from controller.store.batched import BatchedReads
+from controller.store.batched import ReadsPerStore
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = ["ACCESS_REVOKED", "AccessWatch", "check_access", "lapse_reason", "until_lapsed"]
@@ -67,10 +66,7 @@ async def check_access(
 ) -> None:
     """Raise ``forbidden`` (rule ``access_revoked``) unless ``principal``'s token is live and
     — with a device — :func:`authorize` still allows ``action`` on it, now."""
-    reads = _LIVE_READS.get(store)
-    if reads is None:
-        reads = _LIVE_READS[store] = BatchedReads(lambda ids: _token_states(store, ids))
-    state = await reads.get(principal.token_id)
+    state = await _LIVE_READS.get(store, principal.token_id)
     # A disabled user's tokens end their work as revoked ones do (docs/security.md).
     if state is None or state.revoked_at is not None or state.disabled_at is not None:
         raise RpcError(ErrorCode.FORBIDDEN, "the token was revoked", {"rule": ACCESS_REVOKED,
@@ -94,7 +90,7 @@ async def _token_states(store: Store, ids: Sequence[str]) -> dict[str, Any]:
 
 
 # Token reads of re-checks, coalesced per store (one reader at a time each; nothing cached).
-_LIVE_READS: weakref.WeakKeyDictionary[Store, BatchedReads[Any]] = weakref.WeakKeyDictionary()
+_LIVE_READS: ReadsPerStore[Any] = ReadsPerStore(_token_states)
 
 _TOKEN_STATES = (
     select(Token.id, Token.revoked_at, User.disabled_at)

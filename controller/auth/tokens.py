@@ -16,7 +16,6 @@ import hashlib
 import logging
 import re
 import secrets
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controller.auth.authorization import ALL_SCOPES, Principal, Scope, effective_scopes
 from controller.store import Bridge, Store, Token, TokenKind, User, utcnow
-from controller.store.batched import BatchedReads
+from controller.store.batched import ReadsPerStore
 from protocol.errors import ErrorCode, RpcError
 
 __all__ = [
@@ -142,10 +141,7 @@ async def authenticate(store: Store, header: str | None) -> Principal:
     thousand after a restart all come through here).
     """
     digest = hash_token(parse_bearer(header))
-    reads = _TOKEN_READS.get(store)
-    if reads is None:
-        reads = _TOKEN_READS[store] = BatchedReads(lambda digests: _tokens_by_hash(store, digests))
-    row = await reads.get(digest)
+    row = await _TOKEN_READS.get(store, digest)
     if row is None or row.revoked_at is not None or row.disabled_at is not None:
         # A disabled user's tokens answer as revoked ones do (docs/security.md, "Accounts").
         raise Unauthenticated("invalid or revoked token")
@@ -174,9 +170,7 @@ async def _tokens_by_hash(store: Store, digests: Sequence[str]) -> dict[str, Any
 
 
 # Lookups coalesced per store (one reader at a time each; nothing cached).
-_TOKEN_READS: weakref.WeakKeyDictionary[Store, BatchedReads[Any]] = (
-    weakref.WeakKeyDictionary()
-)
+_TOKEN_READS: ReadsPerStore[Any] = ReadsPerStore(_tokens_by_hash)
 
 # Core, not ORM: the handshake needs these columns, not Token and User objects in a session.
 _TOKENS_BY_HASH = (

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-__all__ = ["BatchedReads"]
+if TYPE_CHECKING:
+    from controller.store.store import Store
+
+__all__ = ["BatchedReads", "ReadsPerStore"]
 
 log = logging.getLogger("droidwire.controller.store")
 
@@ -110,6 +114,36 @@ class BatchedReads(Generic[R]):
             waiting, self._waiting = self._waiting, {}
             _settle(batch, None)
             _settle(waiting, None)
+
+
+
+class ReadsPerStore(Generic[R]):
+    """One :class:`BatchedReads` per store, made at its first read: ``await reads.get(store,
+    key)`` with ``fetch(store, keys)``. It does not keep a store alive (tests make many)."""
+
+    def __init__(self, fetch: Callable[[Store, Sequence[str]], Awaitable[dict[str, R]]]) -> None:
+        self._fetch = fetch
+        self._reads: weakref.WeakKeyDictionary[Store, BatchedReads[R]] = (
+            weakref.WeakKeyDictionary())
+
+    async def get(self, store: Store, key: str) -> R | None:
+        return await self.of(store).get(key)
+
+    def of(self, store: Store) -> BatchedReads[R]:
+        """The store's reads (made now if it has none yet)."""
+        reads = self._reads.get(store)
+        if reads is None:
+            reads = self._reads[store] = BatchedReads(self._bound(weakref.ref(store)))
+        return reads
+
+    def _bound(self, ref: weakref.ref[Store]
+               ) -> Callable[[Sequence[str]], Awaitable[dict[str, R]]]:
+        """``fetch`` for the store ``ref`` points to, without a strong reference to it (the
+        map's value would otherwise keep its own key alive)."""
+        async def fetch(keys: Sequence[str]) -> dict[str, R]:
+            store = ref()
+            return {} if store is None else await self._fetch(store, keys)
+        return fetch
 
 
 def _settle(batch: dict[str, list[asyncio.Future[R | None]]], exc: Exception | None) -> None:

@@ -301,7 +301,7 @@ async def test_handshakes_at_once_share_one_token_read_and_revocations_still_cou
     issued = [await create_token(store, boss, TokenKind.BRIDGE, f"pi-{i}") for i in range(20)]
     await revoke_token(store, boss, issued[5].id)
     headers = [f"Bearer {t.secret}" for t in issued] + [f"Bearer {generate_token(TokenKind.BRIDGE)}"]
-    reads = _TOKEN_READS[store]
+    reads = _TOKEN_READS.of(store)
     before = reads.fetches
     outcomes = await asyncio.gather(*(authenticate(store, h) for h in headers),
                                     return_exceptions=True)
