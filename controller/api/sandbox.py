@@ -94,7 +94,7 @@ async def recover(app: Any, store: Store | None = None, hub: Hub | None = None) 
 
         async def alive(replica: str) -> bool:
             try:
-                return bool(await cluster.redis.exists(cluster._k("replica", replica)))
+                return bool(await cluster.replica_alive(replica))
             except Exception:  # Redis away: assume alive rather than end a live run
                 log.warning("cannot tell whether replica %s is alive", replica)
                 return True
