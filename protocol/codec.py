@@ -9,7 +9,9 @@ Hot path: ``evt`` frames (logcat batches, hundreds of lines each) skip pydantic 
 keys are checked by hand and ``d`` is left as plain msgpack structures, for the channel's
 consumer to validate once per batch (see :func:`protocol.methods.parse_log_batch`).
 :func:`encode_event` likewise packs a plain dict, and :func:`encode_result` a successful
-``res`` (the bridge's RPC hot path).
+``res`` (the bridge's RPC hot path). :func:`encode_parts` gives a request that carries a large
+payload (a tunnel's write) as a head and the payload, for a socket that writes the two without
+joining them.
 
 Set the WebSocket library's own ``max_size`` to the same cap, so an oversize frame is
 refused before it is buffered whole.
@@ -38,12 +40,14 @@ from protocol.settings import DEFAULTS
 
 __all__ = [
     "KIND_LIMITS",
+    "PARTS_MIN_PAYLOAD",
     "Codec",
     "KindLimits",
     "decode",
     "decode_raw",
     "encode",
     "encode_event",
+    "encode_parts",
     "encode_result",
     "event_of",
     "frame_of",
@@ -126,6 +130,47 @@ def encode(frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes) -> 
         except EncodeError:
             pass
     return _pack(frame.model_dump(exclude_none=True, by_alias=True), max_frame_bytes)
+
+
+#: The smallest payload :func:`encode_parts` keeps apart: below it, one joined message costs
+#: less than a second write. (At least 64 KiB: such a payload's ``bin`` header is bin 32.)
+PARTS_MIN_PAYLOAD = 64 * 1024
+_EMPTY_BIN_TAIL = b"\xc4\x00"  # msgpack's bin 8 of length 0: how an empty ``data`` ends a frame
+
+
+def encode_parts(
+    frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
+) -> tuple[bytes, bytes | bytearray | memoryview] | None:
+    """A ``req`` whose params end with a large bytes-like ``data`` (a tunnel's write) as two
+    parts, its head and that payload, so that the payload reaches the socket without being
+    copied into the frame: ``head + payload`` is exactly what :func:`encode` gives. None for
+    any other frame (or one :func:`encode` must judge: it raises what this would).
+
+    The head is the frame packed with an empty ``data`` — the params' last value, so the
+    frame's last bytes — and that empty ``bin`` replaced by the payload's ``bin`` header, in
+    msgpack's shortest form as ``packb`` writes it."""
+    if not isinstance(frame, Req):
+        return None
+    params = frame.params
+    payload = params.get("data")
+    if (not isinstance(payload, bytes | bytearray | memoryview)
+            or next(reversed(params)) != "data"):
+        return None
+    size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+    if size < PARTS_MIN_PAYLOAD or (isinstance(payload, memoryview) and not payload.contiguous):
+        return None
+    try:
+        head = msgpack.packb({"t": "req", "id": frame.id, "m": frame.method,
+                              "p": {**params, "data": b""}}, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not head.endswith(_EMPTY_BIN_TAIL):  # pragma: no cover - msgpack's own format
+        return None
+    # 64 KiB and more: msgpack's bin 32 (bin 16 ends at 64 KiB - 1, below PARTS_MIN_PAYLOAD).
+    head = head[: -len(_EMPTY_BIN_TAIL)] + b"\xc6" + size.to_bytes(4, "big")
+    if len(head) + size > max_frame_bytes:
+        raise FrameTooLarge(len(head) + size, max_frame_bytes)
+    return head, payload
 
 
 def encode_event(
@@ -355,6 +400,9 @@ class Codec:
 
     def encode_result(self, request_id: str, result: dict[str, Any]) -> bytes:
         return encode_result(request_id, result, max_frame_bytes=self.max_frame_bytes)
+
+    def encode_parts(self, frame: Frame) -> tuple[bytes, bytes | bytearray | memoryview] | None:
+        return encode_parts(frame, max_frame_bytes=self.max_frame_bytes)
 
     def decode(self, data: bytes) -> Frame:
         return decode(data, max_frame_bytes=self.max_frame_bytes)

@@ -251,6 +251,9 @@ class BridgeLink:
     async def write(self, entry: BridgeEntry, conn: Connection) -> None:
         """The only drain of the session's outgoing frames while ``conn`` is current: runs
         while there is something to send (``conn.writer``; see :meth:`Connection.wake`)."""
+        # websockets' own connection writes a large payload without joining it to its frame
+        # (controller.hub.wsserver.BridgeConnection.send_parts); Starlette's has no such call.
+        send_parts = getattr(conn.ws, "send_parts", None)
         try:
             while entry.conn is conn:
                 conn.again = False
@@ -258,11 +261,16 @@ class BridgeLink:
                 conn.ack_due = False
                 for frame in entry.session.frames_to_send(acks=acks):
                     try:
-                        data = self.codec.encode(frame)
+                        parts = self.codec.encode_parts(frame) if send_parts else None
+                        data = self.codec.encode(frame) if parts is None else b""
                     except (EncodeError, DecodeError) as exc:  # FrameTooLarge: a DecodeError
                         self._unsendable(entry, frame, exc)
                         continue
-                    await conn.ws.send_bytes(data)
+                    if parts is not None and send_parts is not None:
+                        # A tunnel's write: its megabyte goes to the socket as it came.
+                        await send_parts(*parts)
+                    else:
+                        await conn.ws.send_bytes(data)
                 if not conn.again:
                     return
         finally:

@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import operator
+import struct
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -47,7 +48,7 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.messages import Assembler
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, ProtocolError
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN, Event, State
@@ -294,3 +295,38 @@ class BridgeConnection(ServerConnection):
             await self.send(data)
         except ConnectionClosed as exc:
             raise WebSocketDisconnect(exc.rcvd.code if exc.rcvd is not None else 1006) from None
+
+    async def send_parts(self, head: bytes, payload: bytes | bytearray | memoryview) -> None:
+        """One binary message, ``head + payload``, written without joining the two: the frame's
+        header and ``head`` in one write, then ``payload`` as it is (a megabyte a tunnel's write
+        carries, no copy of it on its way to the socket). websockets' ``send`` would copy it
+        twice (into the frame, then into the frame's bytes). The same checks and flow control
+        as ``send``: after any fragmented message, inside its send context (the connection
+        open, what websockets queued written first, the transport drained after). With an
+        extension negotiated (none is: no compression) it is ``send`` of the joined bytes."""
+        protocol = self.protocol
+        if protocol.extensions:
+            await self.send_bytes(head + bytes(payload))
+            return
+        try:
+            while self.send_in_progress is not None:
+                await asyncio.shield(self.send_in_progress)
+            async with self.send_context():
+                if protocol.expect_continuation_frame:
+                    raise ProtocolError("expected a continuation frame")
+                self.send_data()  # what websockets queued (a pong …) goes first
+                size = len(head) + len(payload)
+                self.transport.write(_binary_frame_header(size) + head)
+                self.transport.write(payload)
+        except ConnectionClosed as exc:
+            raise WebSocketDisconnect(exc.rcvd.code if exc.rcvd is not None else 1006) from None
+
+
+def _binary_frame_header(size: int) -> bytes:
+    """A server's unmasked, final binary frame's header for a payload of ``size`` bytes
+    (RFC 6455 §5.2), as websockets' ``Frame.serialize`` writes it."""
+    if size < 126:
+        return struct.pack("!BB", 0x82, size)
+    if size < 1 << 16:
+        return struct.pack("!BBH", 0x82, 126, size)
+    return struct.pack("!BBQ", 0x82, 127, size)

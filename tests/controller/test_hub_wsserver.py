@@ -212,3 +212,53 @@ def test_the_read_callback_leaves_anything_but_a_result_to_the_reader_undecoded(
     assert link.result_now(entry, conn, result) is True  # type: ignore[arg-type]
     assert decoded == [result]
     assert len(failures) == 1
+
+
+async def test_a_large_payload_goes_to_the_bridge_unjoined_and_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request carrying a large ``data`` last (a tunnel's write) is written as its head and
+    the payload itself (BridgeConnection.send_parts, no copy into a frame); the bridge gets
+    the very frame ``encode`` makes, in order with the small frames around it."""
+    import os
+
+    from controller.hub import wsserver
+    from protocol.codec import PARTS_MIN_PAYLOAD
+
+    written: list[int] = []
+    send_parts = wsserver.BridgeConnection.send_parts
+
+    async def counted(self: BridgeConnection, head: bytes, payload: bytes | memoryview) -> None:
+        written.append(len(payload))
+        await send_parts(self, head, payload)
+
+    monkeypatch.setattr(wsserver.BridgeConnection, "send_parts", counted)
+    got: dict[int, bytes] = {}
+
+    async def handler(method: str, params: dict[str, object]) -> dict[str, object]:
+        if method == "ping":
+            return {"payload": params["payload"]}
+        data = params["data"]
+        assert method == "device.tunnel.write" and isinstance(data, bytes)
+        got[int(str(params["offset"]))] = data
+        return {"written": len(data)}
+
+    payloads = [os.urandom(n) for n in (PARTS_MIN_PAYLOAD - 1, PARTS_MIN_PAYLOAD, 1 << 20)]
+    async with in_loop_controller(tmp_path) as controller:
+        bridge = FakeBridge(controller.url, await controller.bridge_token("b1"), handler=handler)
+        await bridge.connect()
+        try:
+            [entry] = controller.hub.entries()
+            calls = []
+            for i, payload in enumerate(payloads):
+                view = memoryview(b"head" + payload)[4:]  # as a client's frame gives it
+                calls.append(controller.hub.call_wire(
+                    entry.id, "device.tunnel.write",
+                    {"channel": "tn-1", "offset": i, "data": view}, validate=False))
+                calls.append(controller.hub.call(entry.id, PING, PingParams(payload=b"p%d" % i)))
+            results = await asyncio.wait_for(asyncio.gather(*calls), WAIT_S)
+        finally:
+            await bridge.close()
+    assert [r["written"] for r in results[::2]] == [len(p) for p in payloads]
+    assert [r.payload for r in results[1::2]] == [b"p0", b"p1", b"p2"]
+    assert got == dict(enumerate(payloads))
+    assert written == [PARTS_MIN_PAYLOAD, 1 << 20]  # the smallest went joined, as before

@@ -7,7 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.codec import Codec, decode, decode_raw, encode, encode_event, encode_result
+from protocol.codec import (
+    PARTS_MIN_PAYLOAD,
+    Codec,
+    decode,
+    decode_raw,
+    encode,
+    encode_event,
+    encode_parts,
+    encode_result,
+)
 from protocol.envelope import (
     Ack,
     Evt,
@@ -330,3 +339,47 @@ def test_limits_follow_the_frame_kind() -> None:
     twice = msgpack.packb({"t": "res", "id": "z", "t2": 1}).replace(b"\xa2t2", b"\xa1t")
     with pytest.raises(DecodeError):
         decode_raw(twice)
+
+
+# -- a request with a large payload, in two parts ---------------------------------------------
+
+
+_ID = new_request_id()
+
+
+def _write(data: object, **params: object) -> Req:
+    return Req.trusted(id=_ID, method="device.tunnel.write",
+                       params={"channel": "tn-1", "offset": 7, **params, "data": data})
+
+
+@pytest.mark.parametrize("size", [PARTS_MIN_PAYLOAD, PARTS_MIN_PAYLOAD + 1, 1 << 20])
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_encode_parts_is_encode_without_the_join(size: int, kind: type) -> None:
+    payload = bytes(range(256)) * (size // 256) + b"\x01" * (size % 256)
+    parts = encode_parts(_write(kind(payload)))
+    assert parts is not None
+    head, body = parts
+    assert body is not None and bytes(body) == payload
+    assert head + bytes(body) == encode(_write(payload))
+    assert decode(head + bytes(body)) == _write(payload)
+
+
+def test_encode_parts_leaves_every_other_frame_to_encode() -> None:
+    big = b"x" * PARTS_MIN_PAYLOAD
+    assert encode_parts(_write(big[:-1])) is None  # small: one joined message
+    assert encode_parts(_write("text" * PARTS_MIN_PAYLOAD)) is None  # not bytes
+    tail = Req.trusted(id=_ID, method="m", params={"data": big, "offset": 1})
+    assert encode_parts(tail) is None  # not the last value: not the frame's last bytes
+    strided = memoryview(big + big)[::2]
+    assert encode_parts(_write(strided)) is None  # not contiguous
+    assert encode_parts(Res.trusted(id=_ID, result={"data": big})) is None
+    assert encode_parts(_write(big, when=object())) is None  # encode says why
+
+
+def test_encode_parts_refuses_what_encode_refuses() -> None:
+    frame = _write(b"x" * (1 << 20))
+    with pytest.raises(FrameTooLarge):
+        encode(frame, max_frame_bytes=1 << 20)
+    with pytest.raises(FrameTooLarge):
+        encode_parts(frame, max_frame_bytes=1 << 20)
+    assert Codec(max_frame_bytes=2 << 20).encode_parts(frame) is not None
