@@ -1,8 +1,9 @@
 """Through a tunnel to a simulated phone behind a bridge, the owner's adb works as on USB
 (issue 24, docs/tunnel.md): shell, push/pull byte-identical, install, logcat, forward.
 
-Sizes: push/pull here move 3 MiB (many windows and WRTEs, every flow-control path); the 20 MB
-push is `make bench`'s (bench/tunnel.py), where its speed is a figure.
+Sizes: push/pull move 20 MiB and an odd tail each way, byte-identical (many windows and WRTEs,
+every flow-control path); how fast a 20 MiB push goes is `make bench`'s figure
+(bench/bench_tunnel.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def test_owner_shell_getprop_and_exit_codes(stack: Stack) -> None:
 
 
 async def test_owner_push_pull_byte_identical(stack: Stack, tmp_path: Path) -> None:
-    payload = os.urandom(3 * 1024 * 1024 + 12345)
+    payload = os.urandom(20 * 1024 * 1024 + 12345)
     src = tmp_path / "payload.bin"
     src.write_bytes(payload)
     back = tmp_path / "back.bin"
