@@ -315,7 +315,8 @@ class BridgeConnection(ServerConnection):
                 if protocol.expect_continuation_frame:
                     raise ProtocolError("expected a continuation frame")
                 self.send_data()  # what websockets queued (a pong …) goes first
-                size = len(head) + len(payload)
+                size = len(head) + (payload.nbytes if isinstance(payload, memoryview)
+                                    else len(payload))
                 self.transport.write(_binary_frame_header(size) + head)
                 self.transport.write(payload)
         except ConnectionClosed as exc:
