@@ -140,11 +140,12 @@ _EMPTY_BIN_TAIL = b"\xc4\x00"  # msgpack's bin 8 of length 0: how an empty ``dat
 
 def encode_parts(
     frame: Frame, *, max_frame_bytes: int = DEFAULTS.max_frame_bytes
-) -> tuple[bytes, bytes | bytearray | memoryview] | None:
+) -> tuple[bytes, memoryview] | None:
     """A ``req`` whose params end with a large bytes-like ``data`` (a tunnel's write) as two
-    parts, its head and that payload, so that the payload reaches the socket without being
-    copied into the frame: ``head + payload`` is exactly what :func:`encode` gives. None for
-    any other frame (or one :func:`encode` must judge: it raises what this would).
+    parts, its head and a byte view of that payload, so that the payload reaches the socket
+    without being copied into the frame: ``head + payload`` is exactly what :func:`encode`
+    gives. None for any other frame (or one :func:`encode` must judge: it raises what this
+    would).
 
     The head is the frame packed with an empty ``data`` — the params' last value, so the
     frame's last bytes — and that empty ``bin`` replaced by the payload's ``bin`` header, in
@@ -156,9 +157,11 @@ def encode_parts(
     if (not isinstance(payload, bytes | bytearray | memoryview)
             or next(reversed(params)) != "data"):
         return None
-    size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-    if size < PARTS_MIN_PAYLOAD or (isinstance(payload, memoryview) and not payload.contiguous):
+    view = memoryview(payload)
+    if not view.contiguous or view.nbytes < PARTS_MIN_PAYLOAD:
         return None
+    view = view.cast("B")
+    size = view.nbytes
     try:
         head = msgpack.packb({"t": "req", "id": frame.id, "m": frame.method,
                               "p": {**params, "data": b""}}, use_bin_type=True)
@@ -170,7 +173,7 @@ def encode_parts(
     head = head[: -len(_EMPTY_BIN_TAIL)] + b"\xc6" + size.to_bytes(4, "big")
     if len(head) + size > max_frame_bytes:
         raise FrameTooLarge(len(head) + size, max_frame_bytes)
-    return head, payload
+    return head, view
 
 
 def encode_event(
@@ -401,7 +404,7 @@ class Codec:
     def encode_result(self, request_id: str, result: dict[str, Any]) -> bytes:
         return encode_result(request_id, result, max_frame_bytes=self.max_frame_bytes)
 
-    def encode_parts(self, frame: Frame) -> tuple[bytes, bytes | bytearray | memoryview] | None:
+    def encode_parts(self, frame: Frame) -> tuple[bytes, memoryview] | None:
         return encode_parts(frame, max_frame_bytes=self.max_frame_bytes)
 
     def decode(self, data: bytes) -> Frame:

@@ -296,28 +296,23 @@ class BridgeConnection(ServerConnection):
         except ConnectionClosed as exc:
             raise WebSocketDisconnect(exc.rcvd.code if exc.rcvd is not None else 1006) from None
 
-    async def send_parts(self, head: bytes, payload: bytes | bytearray | memoryview) -> None:
-        """One binary message, ``head + payload``, written without joining the two: the frame's
-        header and ``head`` in one write, then ``payload`` as it is (a megabyte a tunnel's write
-        carries, no copy of it on its way to the socket). websockets' ``send`` would copy it
-        twice (into the frame, then into the frame's bytes). The same checks and flow control
-        as ``send``: after any fragmented message, inside its send context (the connection
-        open, what websockets queued written first, the transport drained after). With an
-        extension negotiated (none is: no compression) it is ``send`` of the joined bytes."""
-        protocol = self.protocol
-        if protocol.extensions:
-            await self.send_bytes(head + bytes(payload))
-            return
+    async def send_parts(self, head: bytes, payload: memoryview) -> None:
+        """One binary message, ``head + payload`` (``payload`` a byte view), written without
+        joining the two: the frame's header and ``head`` in one write, then ``payload`` as it
+        is (a megabyte a tunnel's write carries, no copy of it on its way to the socket).
+        websockets' ``send`` would copy it twice (into the frame, then into the frame's bytes).
+        The same checks and flow control as ``send``: after any fragmented message, inside its
+        send context (the connection open, what websockets queued written first, the transport
+        drained after). The frame is a plain one (RSV1 clear), valid with or without an
+        extension (none is negotiated: no compression)."""
         try:
             while self.send_in_progress is not None:
                 await asyncio.shield(self.send_in_progress)
             async with self.send_context():
-                if protocol.expect_continuation_frame:
+                if self.protocol.expect_continuation_frame:
                     raise ProtocolError("expected a continuation frame")
                 self.send_data()  # what websockets queued (a pong …) goes first
-                size = len(head) + (payload.nbytes if isinstance(payload, memoryview)
-                                    else len(payload))
-                self.transport.write(_binary_frame_header(size) + head)
+                self.transport.write(_binary_frame_header(len(head) + payload.nbytes) + head)
                 self.transport.write(payload)
         except ConnectionClosed as exc:
             raise WebSocketDisconnect(exc.rcvd.code if exc.rcvd is not None else 1006) from None

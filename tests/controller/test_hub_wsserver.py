@@ -227,8 +227,8 @@ async def test_a_large_payload_goes_to_the_bridge_unjoined_and_whole(
     written: list[int] = []
     send_parts = wsserver.BridgeConnection.send_parts
 
-    async def counted(self: BridgeConnection, head: bytes, payload: bytes | memoryview) -> None:
-        written.append(len(payload))
+    async def counted(self: BridgeConnection, head: bytes, payload: memoryview) -> None:
+        written.append(payload.nbytes)
         await send_parts(self, head, payload)
 
     monkeypatch.setattr(wsserver.BridgeConnection, "send_parts", counted)
