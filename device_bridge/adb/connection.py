@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import re
 import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from device_bridge.adb.errors import AdbServerLost, translate
 from device_bridge.adb.streams import DEFAULT_STALL_S, LineStream
-from device_bridge.adb.wire import AdbConnection
+from device_bridge.adb.wire import (
+    CONNECT_TIMEOUT_S,
+    AdbConnection,
+    AdbConnectionError,
+    AdbError,
+    AdbTimeout,
+)
 from protocol.errors import ErrorCode, RpcError
 from protocol.settings import DEFAULTS, MIB
 
@@ -303,8 +310,85 @@ class AdbCore:
             raise
         return conn
 
+    async def _open_on_loop(self, serial: str, service: str) -> socket.socket:
+        """As :meth:`_open`, on the event loop (a non-blocking socket, no pool thread): a
+        connection switched to ``serial``'s transport with ``service`` opened on it. Nothing past
+        each ``OKAY`` is read: what the service sends first stays in the socket for its reader.
+        The same exceptions as the blocking client's, for :func:`.errors.translate`."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(min(self.connect_timeout_s, CONNECT_TIMEOUT_S)):
+                family, kind, proto, address = await _address(loop, self.host, self.port)
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                try:
+                    await loop.sock_connect(sock, address)
+                except BaseException:
+                    sock.close()
+                    raise
+        except TimeoutError as exc:
+            raise AdbTimeout("connect to adb server timeout") from exc
+        except OSError as exc:
+            raise AdbConnectionError(f"connect to adb server failed: {exc}") from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                await _request(loop, sock, f"host:transport:{serial}")
+            except (ConnectionError, EOFError) as exc:
+                # Still talking to the server, not the device: it went away (errors.py).
+                raise AdbServerLost(f"adb server hung up on host:transport: {exc}") from exc
+            await _request(loop, sock, service)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     @staticmethod
     def _check_serial(serial: str) -> str:
         if not isinstance(serial, str) or not _SERIAL.fullmatch(serial):
             raise RpcError(ErrorCode.BAD_REQUEST, "a serial is 1-128 printable ASCII characters")
         return serial
+
+
+async def _address(loop: asyncio.AbstractEventLoop, host: str,
+                   port: int) -> tuple[int, int, int, tuple[Any, ...]]:
+    """Where the adb server listens. An address given as digits (the usual ``127.0.0.1``) is
+    not looked up: a lookup runs in the loop's default executor, whose few threads may all be
+    taken by callers that wait for this very stream."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        family, kind, proto, _, address = (await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM))[0]
+        return family, kind, proto, address
+    if ip.version == 6:
+        return socket.AF_INET6, socket.SOCK_STREAM, 0, (host, port, 0, 0)
+    return socket.AF_INET, socket.SOCK_STREAM, 0, (host, port)
+
+
+async def _request(loop: asyncio.AbstractEventLoop, sock: socket.socket, text: str) -> None:
+    """One smart-socket request on a non-blocking socket: its length in four hex digits and its
+    text, then ``OKAY``, or ``FAIL`` and the server's message (:class:`AdbError`)."""
+    data = text.encode("utf-8")
+    await loop.sock_sendall(sock, f"{len(data):04x}".encode() + data)
+    status = await _read(loop, sock, 4)
+    if status == b"FAIL":
+        length = (await _read(loop, sock, 4)).decode("ascii", errors="replace")
+        try:
+            size = int(length, 16)
+        except ValueError:
+            raise AdbError(f"Unknown data: {length!r}") from None
+        raise AdbError((await _read(loop, sock, size)).decode("utf-8", errors="replace"))
+    if status != b"OKAY":
+        raise AdbError(f"Unknown data: {status!r}")
+
+
+async def _read(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes, or fewer if the stream ends first; never more (what follows is not ours)."""
+    buffer = bytearray()
+    while len(buffer) < n:
+        chunk = await loop.sock_recv(sock, n - len(buffer))
+        if not chunk:
+            break
+        buffer += chunk
+    return bytes(buffer)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-import socket
 from collections.abc import Iterable, Sequence
 
 from device_bridge.adb.connection import _Abort
+from device_bridge.adb.errors import translate
 from device_bridge.adb.host import HostCalls
 from device_bridge.adb.models import DeviceFacts, ShellSocket
 from device_bridge.adb.streams import LineStream, RawDecoder, ShellV2Decoder
@@ -334,20 +334,32 @@ class ShellCalls(HostCalls):
 
     async def open_socket(self, serial: str, service: str, *, what: str) -> ShellSocket:
         """A raw socket on ``service`` of ``serial`` (a persistent shell, ``exec:`` output
-        read as bytes). It counts as one of the bridge's device streams until closed."""
+        read as bytes, a tunnel's stream), in blocking mode. It counts as one of the bridge's
+        device streams until closed. Opened on the event loop, not in the pool: a stream's
+        open is on the path of its client's first answer, and a pool thread waiting for the
+        interpreter behind a busy loop took milliseconds more (docs/benchmarks.md)."""
         self._check_serial(serial)
+        if self._closed:
+            raise RpcError(ErrorCode.UNAVAILABLE, "the device layer is closed")
         if not self._streams.acquire(blocking=False):
             raise RpcError(ErrorCode.BUSY, "too many device streams open on this bridge")
         try:
-            conn = await self._call(
-                lambda abort: self._open(abort, serial, service, self.connect_timeout_s),
-                serial=serial,
-                what=what,
-                release=lambda abandoned: abandoned.close(),
-            )
+            async with asyncio.timeout(self.call_timeout_s):
+                sock = await self._open_on_loop(serial, service)
+        except TimeoutError as exc:
+            self._streams.release()
+            raise RpcError(ErrorCode.TIMEOUT,
+                           f"{what} on {serial} took longer than {self.call_timeout_s:g} s",
+                           {"serial": serial}) from exc
+        except Exception as exc:
+            self._streams.release()
+            raise translate(exc, serial) from exc
         except BaseException:
             self._streams.release()
             raise
-        sock: socket.socket = conn.conn
-        sock.settimeout(None)
+        if self._closed:  # closed meanwhile: nothing may outlive aclose()
+            sock.close()
+            self._streams.release()
+            raise RpcError(ErrorCode.UNAVAILABLE, "the device layer is closed")
+        sock.setblocking(True)
         return ShellSocket(sock, self._streams.release)
