@@ -303,3 +303,89 @@ async def test_kill_server_returns_only_once_the_server_has_exited() -> None:
         await devices.aclose()
         sock.close()
         thread.join(10)
+
+
+# -- a stream's socket, opened on the event loop -----------------------------------------------
+
+
+class FailingServer:
+    """Answers ``host:transport:`` with OKAY, then FAILs the service with ``message``."""
+
+    def __init__(self, message: bytes) -> None:
+        self.message = message
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)  # host:transport:…
+                conn.sendall(b"OKAY")
+                conn.recv(4096)  # the service
+                conn.sendall(b"FAIL" + b"%04x" % len(self.message) + self.message)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_open_socket_without_a_server_is_unavailable_and_frees_its_slot() -> None:
+    devices = AdbDevices(port=free_port(), call_timeout_s=5, max_streams=1)
+    try:
+        for _ in range(2):  # the one stream slot is free again after each failure
+            with pytest.raises(RpcError) as info:
+                await devices.open_socket("s1", "shell:echo hi", what="open shell")
+            assert info.value.code is ErrorCode.UNAVAILABLE
+    finally:
+        await devices.aclose()
+
+
+async def test_open_socket_on_a_silent_server_times_out_and_frees_its_slot() -> None:
+    server = SilentServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=0.3, max_streams=1)
+    try:
+        for _ in range(2):
+            with pytest.raises(RpcError) as info:
+                await devices.open_socket("s1", "shell:echo hi", what="open shell")
+            assert info.value.code is ErrorCode.TIMEOUT
+            assert "open shell on s1" in info.value.message
+        assert server.closed.wait(10), "the socket of the abandoned open was not closed"
+    finally:
+        await devices.aclose()
+        server.close()
+
+
+async def test_open_socket_on_a_server_dying_mid_request_is_unavailable() -> None:
+    server = DyingServer()
+    devices = AdbDevices(port=server.port, call_timeout_s=10)
+    try:
+        with pytest.raises(RpcError) as info:
+            await devices.open_socket("s1", "shell:echo hi", what="open shell")
+        assert info.value.code is ErrorCode.UNAVAILABLE, info.value
+        assert server.requests == [b"0011host:transport:s1"]
+    finally:
+        await devices.aclose()
+        server.close()
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    (b"device 's1' not found", ErrorCode.NOT_FOUND),
+    (b"device offline", ErrorCode.DEVICE_OFFLINE),
+    (b"closed", ErrorCode.DEVICE_OFFLINE),
+])
+async def test_open_socket_refused_by_the_server_says_why(message: bytes,
+                                                          code: ErrorCode) -> None:
+    server = FailingServer(message)
+    devices = AdbDevices(port=server.port, call_timeout_s=10)
+    try:
+        with pytest.raises(RpcError) as info:
+            await devices.open_socket("s1", "shell:echo hi", what="open shell")
+        assert info.value.code is code, info.value
+        assert info.value.data is not None and info.value.data["adb"] == message.decode()
+    finally:
+        await devices.aclose()
+        server.close()
