@@ -361,6 +361,7 @@ class DeviceStack:
     app: Any
     sims: list[Any] = field(default_factory=list)  # tests.adb_support.ConnectedSim
     admin_token: str = ""
+    bridge: Any = None  # the device_bridge.bridge.Bridge serving them, in this process
 
 
 @contextlib.asynccontextmanager
@@ -425,7 +426,7 @@ async def device_stack(devices: int = 1, *, processes: bool = False,
                     await bridge.wait_open(START_TIMEOUT_S)
                     await _wait_devices(http, set(serials))
                     yield DeviceStack(url=url, http=http, serials=serials, adb=adb, app=app,
-                                      sims=sims, admin_token=admin)
+                                      sims=sims, admin_token=admin, bridge=bridge)
         finally:
             if own is not None:
                 await own.stop()

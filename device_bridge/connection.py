@@ -211,6 +211,15 @@ class Link(LinkReader):
         self._room.set()  # wake stream producers: they see the link is not open
         return True
 
+    async def round_trip(self) -> float:
+        """The link's round trip now, in seconds: a WebSocket ping and its pong (answered by
+        the controller's WebSocket layer, not its application). :class:`LinkError` when the
+        link is not open."""
+        ws = self._ws
+        if ws is None or not self.is_open:
+            raise LinkError("the link is not open")
+        return float(await (await ws.ping()))
+
     async def emit(self, channel: str, data: Any) -> bool:
         """Send an ``evt`` on ``channel`` (the session numbers it); waits while the send queue is
         full (backpressure). ``False`` if the link is not open: the producer ends its stream."""

@@ -364,6 +364,11 @@ class TunnelClient:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def round_trip(self) -> float:
+        """The tunnel's WebSocket round trip now, in seconds: a ping and its pong (answered by
+        the controller's WebSocket layer)."""
+        return float(await (await self._ws.ping()))
+
     @property
     def ended(self) -> bool:
         return self._ended.is_set()

@@ -77,6 +77,12 @@ def test_tunnel() -> None:
     figures = check(bench_tunnel.run(quick=True, size_mib=1, reps=1, shells=2),
                     {"tunnel_push_mb_per_s", "tunnel_shell_rtt_ms"})
     assert all(f["value"] > 0 and f["baseline"] > 0 for f in figures)
+    shell = next(f for f in figures if f["name"] == "tunnel_shell_rtt_ms")
+    # The bound is measured in the same run: twice the direct figure plus the link's round
+    # trip, which is the tunnel's WebSocket's and the bridge's link's pings added.
+    assert shell["link_rtt_ms"] > 0
+    assert shell["bound"] == pytest.approx(2 * shell["baseline"] + shell["link_rtt_ms"],
+                                           abs=1e-3)
 
 
 @pytest.mark.adb
@@ -194,6 +200,19 @@ def test_each_figure_is_judged_against_its_target(
     fig = judged({"name": name, "value": value, "unit": "x", "baseline": 1.0, "ratio": ratio})
     assert fig.get("met") is met
     assert ("target" in fig) is (met is not None)
+
+
+@pytest.mark.parametrize(("value", "bound", "met"), [
+    (4.0, 4.0, True), (4.1, 4.0, False), (1.0, None, False), (1.0, float("nan"), False)])
+def test_a_bound_measured_in_the_run_is_read_from_the_figure(
+        value: float, bound: float | None, met: bool) -> None:
+    from bench.common import judged
+
+    fig = judged({"name": "tunnel_shell_rtt_ms", "value": value, "unit": "ms", "baseline": 1.0,
+                  "ratio": value, "bound": bound})
+    assert fig["met"] is met
+    measured = bound is not None and bound == bound
+    assert fig["target"] == (f"value ≤ {bound:g}" if measured else "value ≤ bound")
 
 
 def test_the_table_shows_targets(
