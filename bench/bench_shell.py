@@ -1,12 +1,13 @@
 """``remote_shell_p50``: ``POST /v1/devices/{serial}/shell`` running ``echo`` through the
-controller, the bridge and adb, against local adbutils ``shell`` on the same device.
+controller, the bridge and adb, against ``adb shell echo`` on the same device.
 
 One simulated device behind a private adb server, a controller on uvicorn and a real bridge,
 all in this process (:func:`bench.stack.device_stack`). The remote call is what a client pays:
 an HTTP request with a bearer token, authorization, an RPC over the bridge's WebSocket, the
-bridge's policy check and adbutils in a worker thread, and back. The baseline is what a script
-on the bridge's host pays: ``AdbDevice.shell(["echo", …])`` against the same adb server and
-device. Repetitions alternate a batch of each (5 full, 5 quick); the figure is the median of
+bridge's policy check and the adb client, and back. The baseline is what ``adb shell echo …`` on
+the bridge's host pays against the same adb server and device (:func:`bench.stack.adb_shell`;
+until the fourth round of docs/benchmarks.md it was adbutils' ``shell()``, whose 10 ms sleep on
+closing each connection made the baseline about 20 ms). Repetitions alternate a batch of each (5 full, 5 quick); the figure is the median of
 the batches' medians.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from bench.common import figure, median
-from bench.stack import device_stack, noted
+from bench.stack import adb_shell, device_stack, noted
 
 __all__ = ["run"]
 
@@ -28,7 +29,6 @@ WORD = "droidwire-bench"
 async def _run(batch: int, reps: int) -> list[dict[str, Any]]:
     async with device_stack(1) as stack:
         serial = stack.serials[0]
-        device = stack.adb.client().device(serial)
         path = f"/v1/devices/{quote(serial, safe=':')}/shell"
 
         async def remote() -> float:
@@ -43,7 +43,7 @@ async def _run(batch: int, reps: int) -> list[dict[str, Any]]:
         def local() -> float:
             # Blocking on purpose: what a local script pays (nothing else runs meanwhile).
             started = time.perf_counter()
-            out = device.shell(["echo", WORD])
+            out = adb_shell(stack.adb.port, serial, f"echo {WORD}").decode()
             elapsed = time.perf_counter() - started
             if out.strip() != WORD:
                 raise RuntimeError(f"local echo answered {out!r}")
@@ -60,7 +60,7 @@ async def _run(batch: int, reps: int) -> list[dict[str, Any]]:
     ms = 1000.0
     return [noted(figure("remote_shell_p50", median(ours) * ms, "ms", median(base) * ms),
                   f"{reps} alternating batches of {batch} echo calls each; REST shell through "
-                  "controller + bridge + adb vs local adbutils shell, same simulated device and "
+                  "controller + bridge + adb vs local `adb shell` on the adb server, same simulated device and "
                   f"adb server; batch medians {[round(x * ms, 2) for x in ours]} ms vs "
                   f"{[round(x * ms, 2) for x in base]} ms")]
 

@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import figure, median
-from bench.stack import device_stack, noted
+from bench.stack import adb_shell, device_stack, noted
 
 __all__ = ["run"]
 
@@ -67,26 +66,11 @@ def _shell_rtts(port: int, serial: str, n: int) -> list[float]:
     out = []
     for i in range(n):
         started = time.perf_counter()
-        answer = _shell_echo(port, serial, i)
+        answer = adb_shell(port, serial, f"echo {i}")
         out.append((time.perf_counter() - started) * 1000)
         if answer.strip() != str(i).encode():
             raise RuntimeError(f"shell echo answered {answer!r}")
     return out
-
-
-def _shell_echo(port: int, serial: str, i: int) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for request in (f"host:transport:{serial}", f"shell:echo {i}"):
-            data = request.encode()
-            sock.sendall(b"%04x" % len(data) + data)
-            status = sock.recv(4)
-            if status != b"OKAY":
-                raise RuntimeError(f"{request}: {status!r} {sock.recv(1024)!r}")
-        output = bytearray()
-        while chunk := sock.recv(4096):
-            output += chunk
-    return bytes(output)
 
 
 async def _link_rtt(stack: Any, serial: str, n: int) -> float:

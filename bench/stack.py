@@ -72,6 +72,25 @@ def noted(fig: Figure, notes: str, **extra: Any) -> dict[str, Any]:
     return {**fig, **extra, "notes": notes}
 
 
+def adb_shell(port: int, serial: str, command: str) -> bytes:
+    """``command``'s output, run as ``adb shell`` runs it on the adb server at ``port``: connect,
+    ``host:transport:SERIAL``, ``shell:COMMAND``, read to the end. Not adbutils' ``shell()``,
+    which sleeps 10 ms as it closes each connection — more than the whole round trip to a
+    simulated phone."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for request in (f"host:transport:{serial}", f"shell:{command}"):
+            data = request.encode()
+            sock.sendall(b"%04x" % len(data) + data)
+            status = sock.recv(4)
+            if status != b"OKAY":
+                raise RuntimeError(f"{request}: {status!r} {sock.recv(1024)!r}")
+        output = bytearray()
+        while chunk := sock.recv(4096):
+            output += chunk
+    return bytes(output)
+
+
 def raise_nofile(want: int) -> int:
     """Raise this process's open-file limit (soft, up to the hard limit); children inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
