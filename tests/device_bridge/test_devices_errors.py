@@ -238,9 +238,12 @@ class DyingServer:
             except OSError:
                 return
             with conn:
-                self.requests.append(conn.recv(4096))
-                # SO_LINGER 0: close() sends RST, like a process killed mid-request.
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self._serve(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        self.requests.append(conn.recv(4096))
+        # SO_LINGER 0: close() sends RST, like a process killed mid-request.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     def close(self) -> None:
         self.sock.close()
@@ -308,29 +311,18 @@ async def test_kill_server_returns_only_once_the_server_has_exited() -> None:
 # -- a stream's socket, opened on the event loop -----------------------------------------------
 
 
-class FailingServer:
+class FailingServer(DyingServer):
     """Answers ``host:transport:`` with OKAY, then FAILs the service with ``message``."""
 
     def __init__(self, message: bytes) -> None:
         self.message = message
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._run, daemon=True).start()
+        super().__init__()
 
-    def _run(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(4096)  # host:transport:…
-                conn.sendall(b"OKAY")
-                conn.recv(4096)  # the service
-                conn.sendall(b"FAIL" + b"%04x" % len(self.message) + self.message)
-
-    def close(self) -> None:
-        self.sock.close()
+    def _serve(self, conn: socket.socket) -> None:
+        self.requests.append(conn.recv(4096))  # host:transport:…
+        conn.sendall(b"OKAY")
+        self.requests.append(conn.recv(4096))  # the service
+        conn.sendall(b"FAIL" + b"%04x" % len(self.message) + self.message)
 
 
 async def test_open_socket_without_a_server_is_unavailable_and_frees_its_slot() -> None:
