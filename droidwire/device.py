@@ -13,8 +13,12 @@ other reason (``bridge_moved``, the bridge gone, sharing paused, a shutdown).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -286,18 +290,27 @@ def _api_error(status: int, body: bytes) -> ApiError:
         return ApiError(status, "http_error", f"HTTP {status}")
 
 
+_POLL_S = 0.25  # how often a followed stream looks whether Ctrl-C was pressed
+
+
 def _follow(url: str, token: str, *, json_out: bool = False) -> None:
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
     from websockets.sync.client import connect
 
     try:
-        with connect(
+        with _ctrl_c() as pressed, connect(
             url,
             additional_headers={"Authorization": f"Bearer {token}"},
             compression=None,
             open_timeout=DEFAULT_TIMEOUT_S,
         ) as ws:
-            for message in ws:
+            while not pressed():
+                try:
+                    message = ws.recv(timeout=_POLL_S)
+                except TimeoutError:
+                    continue
+                except ConnectionClosedOK:
+                    return
                 chunk = json.loads(message)
                 if json_out:
                     sys.stdout.write(json.dumps(chunk, sort_keys=True) + "\n")
@@ -321,8 +334,32 @@ def _follow(url: str, token: str, *, json_out: bool = False) -> None:
         raise ApiError(0, "unavailable", f"the log stream was cut: {exc}") from exc
     except OSError as exc:
         raise ApiError(0, "unavailable", f"cannot reach the controller: {exc}") from exc
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the stream was open, or off the main thread
         return
+
+
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[Callable[[], bool]]:
+    """While in it, Ctrl-C (SIGINT) only sets a flag, which the caller reads between messages.
+
+    The default raises KeyboardInterrupt wherever the main thread happens to be, which can be
+    inside websockets between taking its message queue's lock and the ``try`` that frees it:
+    its reader thread then blocks on that lock forever, and the closing handshake with it — the
+    process hung after Ctrl-C. Off the main thread (a test runner's) signals are not ours to
+    take: nothing changes there."""
+    pressed = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: pressed[0]
+        return
+
+    def press(signum: int, frame: object) -> None:
+        pressed[0] = True
+
+    previous = signal.signal(signal.SIGINT, press)
+    try:
+        yield lambda: pressed[0]
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def _stream_ended(reason: str) -> ApiError:

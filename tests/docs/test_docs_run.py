@@ -128,17 +128,16 @@ def _substitute(argv: list[str], stack: Stack, ids: dict[str, str]) -> list[str]
 def _follow(stack: Stack, argv: list[str], first_line: str) -> tuple[int, str]:
     """``logcat -f`` and ``device tunnel`` run until Ctrl-C: each runs, prints its first line
     (a chunk of log; the ``adb connect`` address), and stops on SIGINT."""
-    proc = subprocess.Popen([DROIDWIRE, *argv], env=stack.env, cwd=stack.root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        proc.send_signal(2)
-        _, err = proc.communicate(timeout=60 * TIME_SCALE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen([DROIDWIRE, *argv], env=stack.env, cwd=stack.root,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            proc.send_signal(2)
+            _, err = proc.communicate(timeout=60 * TIME_SCALE)
+        finally:
+            if proc.poll() is None:
+                proc.kill()  # leaving the block closes its pipes and waits for it
     assert first.startswith(first_line), (first, err)
     return proc.returncode, err
 
