@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -523,10 +524,12 @@ def tunnel(
             urls = list(client.urls)
         try:
             reason = asyncio.run(_serve(urls, token or "", device, port, json_out))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # before the tunnel was open
             return
         except TunnelEnded as exc:
             raise _ended(exc.reason) from None
+        if reason is None:  # Ctrl-C
+            return
         raise _ended(reason)
 
 
@@ -547,8 +550,28 @@ async def open_tunnel(urls: list[str], token: str, device: str, *, port: int = 0
     raise TunnelEnded("unavailable: cannot reach " + "; ".join(failures)[:1000])
 
 
-async def _serve(urls: list[str], token: str, device: str, port: int, json_out: bool) -> str:
+async def _serve(urls: list[str], token: str, device: str, port: int,
+                 json_out: bool) -> str | None:
+    """Serve the tunnel until it ends: its reason, or None after Ctrl-C.
+
+    Once the tunnel is open, Ctrl-C is the loop's own signal handler: it ends the tunnel as the
+    controller's end does, and the closing runs as usual. Without it, asyncio cancels the main
+    task from the signal, wherever the loop is — under load once the process was still running
+    a minute after Ctrl-C (a docs test)."""
     t = await open_tunnel(urls, token, device, port=port)
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def interrupt() -> None:
+        nonlocal interrupted
+        interrupted = True
+        t._finish("interrupted (Ctrl-C)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        handled = True
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, not POSIX
+        handled = False
     try:
         address = f"{LOOPBACK}:{t.port}"
         if json_out:
@@ -556,8 +579,11 @@ async def _serve(urls: list[str], token: str, device: str, port: int, json_out: 
         else:
             typer.echo(f"tunnel to {t.serial} open: adb connect {address}")
         sys.stdout.flush()
-        return await t.wait()
+        reason = await t.wait()
+        return None if interrupted else reason
     finally:
+        if handled:
+            loop.remove_signal_handler(signal.SIGINT)
         await t.aclose()
 
 
