@@ -6,9 +6,9 @@ all in this process (:func:`bench.stack.device_stack`). The remote call is what 
 an HTTP request with a bearer token, authorization, an RPC over the bridge's WebSocket, the
 bridge's policy check and the adb client, and back. The baseline is what ``adb shell echo …`` on
 the bridge's host pays against the same adb server and device (:func:`bench.stack.adb_shell`;
-until the fourth round of docs/benchmarks.md it was adbutils' ``shell()``, whose 10 ms sleep on
-closing each connection made the baseline about 20 ms). Repetitions alternate a batch of each (5 full, 5 quick); the figure is the median of
-the batches' medians.
+until 2026-12-07 it was adbutils' ``shell()``, whose 10 ms sleep on closing each connection made
+the baseline about 20 ms: docs/benchmarks.md, "The shell round trip"). Repetitions alternate a
+batch of each (5 full, 5 quick); the figure is the median of the batches' medians.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ async def _run(batch: int, reps: int) -> list[dict[str, Any]]:
     ms = 1000.0
     return [noted(figure("remote_shell_p50", median(ours) * ms, "ms", median(base) * ms),
                   f"{reps} alternating batches of {batch} echo calls each; REST shell through "
-                  "controller + bridge + adb vs local `adb shell` on the adb server, same simulated device and "
-                  f"adb server; batch medians {[round(x * ms, 2) for x in ours]} ms vs "
+                  "controller + bridge + adb vs local `adb shell` on the adb server, same "
+                  f"simulated device and adb server; batch medians {[round(x * ms, 2) for x in ours]} ms vs "
                   f"{[round(x * ms, 2) for x in base]} ms")]
 
 

@@ -19,7 +19,7 @@ process's interpreter with the controller and the bridge: four hops on one core.
   median ms. Lower is better. Each is what ``adb shell echo`` does on the adb server's socket —
   connect, ``host:transport:SERIAL``, ``shell:echo N``, read to the end — by a client of a few
   lines here: adbutils' ``shell()`` sleeps 10 ms as it closes each connection, which put 20 ms
-  into both sides until the fourth round of docs/benchmarks.md. The target (issue 24): at most
+  into both sides until 2026-12-07 (docs/benchmarks.md, "The shell round trip"). The target (issue 24): at most
   twice the direct figure plus the link's round trip (``bound``), the latter (``link_rtt_ms``)
   measured in the same run as a WebSocket ping on each of the tunnel's two WebSockets — the
   tunnel's own (a second tunnel, opened in this process) and the bridge's link — added: the

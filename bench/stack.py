@@ -74,19 +74,18 @@ def noted(fig: Figure, notes: str, **extra: Any) -> dict[str, Any]:
 
 def adb_shell(port: int, serial: str, command: str) -> bytes:
     """``command``'s output, run as ``adb shell`` runs it on the adb server at ``port``: connect,
-    ``host:transport:SERIAL``, ``shell:COMMAND``, read to the end. Not adbutils' ``shell()``,
-    which sleeps 10 ms as it closes each connection — more than the whole round trip to a
-    simulated phone."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ``host:transport:SERIAL``, ``shell:COMMAND``, read to the end — with the bridge's own adb
+    client (:class:`device_bridge.adb.wire.AdbConnection`). Not adbutils' ``shell()``, which
+    sleeps 10 ms as it closes each connection: more than the whole round trip to a simulated
+    phone."""
+    from device_bridge.adb.wire import AdbConnection
+
+    with AdbConnection("127.0.0.1", port) as conn:
         for request in (f"host:transport:{serial}", f"shell:{command}"):
-            data = request.encode()
-            sock.sendall(b"%04x" % len(data) + data)
-            status = sock.recv(4)
-            if status != b"OKAY":
-                raise RuntimeError(f"{request}: {status!r} {sock.recv(1024)!r}")
+            conn.send_command(request)
+            conn.check_okay()
         output = bytearray()
-        while chunk := sock.recv(4096):
+        while chunk := conn.recv(4096):
             output += chunk
     return bytes(output)
 
