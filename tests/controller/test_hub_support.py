@@ -88,7 +88,18 @@ class InLoopController:
     async def stop(self) -> None:
         self.server.should_exit = True
         if self._task is not None:
-            await asyncio.wait_for(self._task, WAIT_S)
+            # uvicorn gives open requests up to graceful_shutdown_s before it cancels them, then
+            # runs the app's shutdown: a shorter wait raced the server's own timer.
+            budget = self.config.graceful_shutdown_s + WAIT_S
+            done, _ = await asyncio.wait({self._task}, timeout=budget)
+            if not done:
+                still = [type(c).__name__ for c in self.server.server_state.connections]
+                waiting = _waiting_tasks()
+                self._task.cancel()
+                raise AssertionError(f"the controller did not stop within {budget:g} s; "
+                                     f"connections still open: {still}; tasks waiting:\n"
+                                     f"{waiting}")
+            self._task.result()
         await self.http.aclose()
         self.sock.close()
 
@@ -96,6 +107,20 @@ class InLoopController:
         response = await self.http.post("/v1/tokens", json={"kind": "bridge", "name": name})
         assert response.status_code == 201, response.text
         return str(response.json()["token"])
+
+
+def _waiting_tasks(limit: int = 40) -> str:
+    """Each pending task of this loop and where it waits (its innermost frame): what a stop
+    that did not end was waiting for."""
+    lines = []
+    for task in asyncio.all_tasks():
+        if task.done() or task is asyncio.current_task():
+            continue
+        frames = task.get_stack()
+        where = (f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} "
+                 f"{frames[-1].f_code.co_name}") if frames else "?"
+        lines.append(f"  {task.get_name()}: {where}")
+    return "\n".join(sorted(lines)[:limit])
 
 
 @contextlib.asynccontextmanager
