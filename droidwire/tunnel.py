@@ -478,9 +478,9 @@ class TunnelClient:
 
     def _flush(self, stream: _Stream) -> None:
         t = stream.transport
-        if stream.wrte_size or stream.done:
+        if stream.done:
             return
-        if stream.pending:
+        if stream.pending and not stream.wrte_size:  # one WRTE in flight, each waits its OKAY
             size = t.max_out
             head = stream.pending[0]
             if len(head) > size:
@@ -489,8 +489,11 @@ class TunnelClient:
                 chunk = stream.pending.popleft()
             stream.wrte_size = len(chunk)
             t.send(Command.WRTE, stream.s, stream.remote, chunk)
-            return
-        if stream.device_closed:
+        if stream.device_closed and not stream.pending:
+            # The device ended the stream: its CLSE goes right behind the last WRTE, as adbd's
+            # does — the adb server still hands the queued bytes to its client
+            # (docs/simulated-device.md, "Transport"). Waiting for that WRTE's OKAY first cost
+            # every stream one more round trip with the adb server before its client saw EOF.
             t.send(Command.CLSE, stream.s, stream.remote)
             self.drop(stream, tell=False)
 

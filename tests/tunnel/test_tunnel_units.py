@@ -386,3 +386,46 @@ async def test_local_end_reads_any_split_and_frames_wrtes_in_place(step: int) ->
     # Junk: this connection ends, nothing else does.
     feed(b"GET / HTTP/1.1\r\n\r\n" + bytes(64))
     assert sock.closed and client.reason is None
+
+
+async def test_local_end_closes_right_behind_the_last_wrte() -> None:
+    """A stream the device ended: one WRTE in flight at a time, and the CLSE right behind the
+    last one, without waiting for its OKAY (as adbd; docs/simulated-device.md, "Transport")."""
+    from droidwire.tunnel import TunnelClient, _Transport
+    from protocol.adbwire import A_VERSION, Command, encode
+
+    client = TunnelClient("http://controller.invalid", "token", "dev")
+    conn = _Transport(client)
+    sock = _FakeSocket()
+    conn.connection_made(sock)  # type: ignore[arg-type]
+
+    def feed(data: bytes) -> None:
+        buf = conn.get_buffer(-1)
+        buf[:len(data)] = data
+        conn.buffer_updated(len(data))
+
+    def sent() -> list[tuple[int, int, int, bytes]]:
+        out = _adb_messages(bytes(sock.written))
+        sock.written.clear()
+        return [m for m in out if m[0] != Command.CNXN]
+
+    feed(encode(Command.CNXN, A_VERSION, 1 << 20, b"host::")
+         + encode(Command.OPEN, 5, 0, b"shell:echo hi\0") + encode(Command.OPEN, 6, 0, b"shell:x\0"))
+    sent()
+    for s in (1, 2):
+        client._on_frame({"op": "opened", "s": s})
+    assert sent() == [(Command.OKAY, 1, 5, b""), (Command.OKAY, 2, 6, b"")]
+    # Stream 1: its output and its end come together.
+    client._on_frame({"op": "data", "s": 1, "data": b"hi\n"})
+    client._on_frame({"op": "close", "s": 1})
+    assert sent() == [(Command.WRTE, 1, 5, b"hi\n"), (Command.CLSE, 1, 5, b"")]
+    # Stream 2: two chunks; the second WRTE waits for the first one's OKAY, the CLSE does not
+    # wait for the second's.
+    client._on_frame({"op": "data", "s": 2, "data": b"a"})
+    client._on_frame({"op": "data", "s": 2, "data": b"b"})
+    client._on_frame({"op": "close", "s": 2})
+    assert sent() == [(Command.WRTE, 2, 6, b"a")]
+    feed(encode(Command.OKAY, 6, 2))
+    assert sent() == [(Command.WRTE, 2, 6, b"b"), (Command.CLSE, 2, 6, b"")]
+    feed(encode(Command.OKAY, 6, 2) + encode(Command.CLSE, 6, 2))  # late: ignored
+    assert sent() == [] and not sock.closed and not client._streams
