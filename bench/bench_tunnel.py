@@ -23,7 +23,11 @@ process's interpreter with the controller and the bridge: four hops on one core.
   twice the direct figure plus the link's round trip (``bound``), the latter (``link_rtt_ms``)
   measured in the same run as a WebSocket ping on each of the tunnel's two WebSockets — the
   tunnel's own (a second tunnel, opened in this process) and the bridge's link — added: the
-  network's share of the path, which a tunnel cannot take away.
+  network's share of the path, which a tunnel cannot take away. ``relay_floor_ms``: the same
+  ``shell:echo`` through three bare TCP relays in processes of their own in front of the phone
+  (:mod:`bench.relay`) — what the three process hops of the path (local end, controller, bridge)
+  cost with nothing else to do, measured in the same run: the floor no tunnel through them can
+  go under, which tells whether the bound can be met on this machine at all.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import figure, median
+from bench.relay import relay_chain
 from bench.stack import adb_shell, device_stack, noted
 
 __all__ = ["run"]
@@ -71,6 +76,22 @@ def _shell_rtts(port: int, serial: str, n: int) -> list[float]:
         if answer.strip() != str(i).encode():
             raise RuntimeError(f"shell echo answered {answer!r}")
     return out
+
+
+def _floor(laptop: Any, phone_port: int, n: int) -> float:
+    """Median ms of ``n`` ``shell:echo`` streams from the laptop's adb server to the phone
+    through three bare relay processes (:func:`bench.relay.relay_chain`)."""
+    from tests.adb_support import wait_for_state
+
+    with relay_chain(phone_port, 3) as port:
+        address = f"127.0.0.1:{port}"
+        laptop.client().connect(address, 30.0)
+        try:
+            wait_for_state(laptop.client(), address, "device", 60.0)
+            _shell_rtts(laptop.port, address, 3)
+            return median(_shell_rtts(laptop.port, address, n))
+        finally:
+            laptop.client().disconnect(address)
 
 
 async def _link_rtt(stack: Any, serial: str, n: int) -> float:
@@ -125,6 +146,7 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
         try:
             async with device_stack(1, processes=True, controller_process=True) as stack:
                 serial = stack.serials[0]
+                phone_port = int(stack.sims[0].address.rsplit(":", 1)[1])
                 async with _tunnel_cli(stack.url, stack.admin_token, serial) as port:
                     address = f"127.0.0.1:{port}"
                     await asyncio.to_thread(laptop.client().connect, address, 30.0)
@@ -143,6 +165,7 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
                                                        shells)
                     rtt_mine = await asyncio.to_thread(_shell_rtts, laptop.port, address, shells)
                     link_ms = await _link_rtt(stack, serial, shells)
+                    floor_ms = await asyncio.to_thread(_floor, laptop, phone_port, shells)
                     await asyncio.to_thread(laptop.client().disconnect, address)
         finally:
             laptop.kill()
@@ -156,8 +179,10 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
               f"{shells} sequential `shell:echo` streams through the tunnel vs straight to the "
               "device on the bridge's adb server, median; bound: 2 × straight + the link's round "
               f"trip ({link_ms:.3f} ms: a WebSocket ping on the tunnel's and on the bridge's "
-              "link, medians added)",
-              link_rtt_ms=round(link_ms, 4), bound=round(2 * median(rtt_base) + link_ms, 4)),
+              f"link, medians added); three bare relay processes in front of the phone "
+              f"{floor_ms:.3f} ms (the floor)",
+              link_rtt_ms=round(link_ms, 4), bound=round(2 * median(rtt_base) + link_ms, 4),
+              relay_floor_ms=round(floor_ms, 4)),
     ]
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "LoopMonitor",
     "ServerProcess",
     "device_stack",
+    "die_with_parent",
     "free_port",
     "noted",
     "raise_nofile",
@@ -480,7 +481,7 @@ def timer() -> Iterator[Callable[[], float]]:
 # -- the server processes' entry point ------------------------------------------------------
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: SIGTERM this server when the benchmark that started it dies, however it dies."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
@@ -546,7 +547,7 @@ def _connected_sim_process(adb: Any, pace: str = "instant") -> Iterator[Any]:
 
 
 def _main(argv: list[str] | None = None) -> None:
-    _die_with_parent()
+    die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m bench.stack")
     parser.add_argument("kind", choices=("controller", "bare", "sim"))
     parser.add_argument("--port", type=int, required=True)

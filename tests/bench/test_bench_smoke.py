@@ -83,6 +83,8 @@ def test_tunnel() -> None:
     assert shell["link_rtt_ms"] > 0
     assert shell["bound"] == pytest.approx(2 * shell["baseline"] + shell["link_rtt_ms"],
                                            abs=1e-3)
+    # The floor: the same streams through three bare relay processes, measured too.
+    assert shell["relay_floor_ms"] > 0
 
 
 @pytest.mark.adb
