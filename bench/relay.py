@@ -22,12 +22,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-__all__ = ["relay_chain"]
+__all__ = ["pipe", "relay_chain"]
 
 CHUNK = 1 << 16
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until it ends (or either side fails), then close it."""
     try:
         while data := await reader.read(CHUNK):
             writer.write(data)
@@ -47,7 +48,7 @@ async def _serve(target_port: int) -> None:
             return
         for w in (writer, up_writer):
             w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     server = await asyncio.start_server(relay, "127.0.0.1", 0)
     print(json.dumps({"port": server.sockets[0].getsockname()[1]}), flush=True)

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.relay import pipe
 from device_bridge.adb import AdbDevices
 from device_bridge.bridge import Bridge
 from device_bridge.config import HostConfig
@@ -286,16 +287,6 @@ async def _tcp_relay(port: int, to_port: int) -> AsyncIterator[Callable[[], Awai
     """A loopback TCP relay ``port`` → ``to_port``: a URL that starts answering on cue, and
     stops (its connections cut) when the yielded function is called, or on exit."""
     pipes: set[asyncio.Task[None]] = set()
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", to_port)
