@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import statistics
 from typing import Any, TypedDict
 
@@ -68,3 +70,12 @@ def judged(fig: dict[str, Any]) -> dict[str, Any]:
 
 def _number(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and x == x
+
+
+def die_with_parent() -> None:
+    """Linux: SIGTERM this server when the benchmark that started it dies, however it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

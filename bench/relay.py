@@ -80,7 +80,7 @@ def relay_chain(target_port: int, hops: int = 3) -> Iterator[int]:
 
 
 if __name__ == "__main__":
-    from bench.stack import die_with_parent
+    from bench.common import die_with_parent
 
     die_with_parent()
     with contextlib.suppress(KeyboardInterrupt):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import Figure, percentile
+from bench.common import Figure, die_with_parent, percentile
 from bench.crowd import BareClient, BridgeClient, Tally, close_crowd, open_crowd  # re-exported
 
 __all__ = [
@@ -479,15 +479,6 @@ def timer() -> Iterator[Callable[[], float]]:
 
 
 # -- the server processes' entry point ------------------------------------------------------
-
-
-def die_with_parent() -> None:
-    """Linux: SIGTERM this server when the benchmark that started it dies, however it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 async def _serve_sim(pace: str) -> None:
