@@ -7,7 +7,7 @@ bytes both ways to the next one (the last to the simulated phone), no WebSocket,
 policy, no second adb server. An adb server ``adb connect``-ed to the chain's front port
 reaches the phone through them, and a ``shell:echo`` there costs what the three process hops
 alone cost on this machine: no tunnel through those three processes can be faster
-(docs/benchmarks.md, "The shell round trip").
+(docs/benchmarks.md, "The floor under the bound").
 
 Run as ``python -m bench.relay TARGET_PORT``: it prints ``{"port": N}`` once it listens.
 """
