@@ -179,7 +179,7 @@ async def _run(size: int, reps: int, shells: int) -> list[dict[str, Any]]:
               f"{shells} sequential `shell:echo` streams through the tunnel vs straight to the "
               "device on the bridge's adb server, median; bound: 2 × straight + the link's round "
               f"trip ({link_ms:.3f} ms: a WebSocket ping on the tunnel's and on the bridge's "
-              f"link, medians added); three bare relay processes in front of the phone "
+              "link, medians added); three bare relay processes in front of the phone "
               f"{floor_ms:.3f} ms (the floor)",
               link_rtt_ms=round(link_ms, 4), bound=round(2 * median(rtt_base) + link_ms, 4),
               relay_floor_ms=round(floor_ms, 4)),

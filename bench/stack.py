@@ -49,7 +49,6 @@ __all__ = [
     "LoopMonitor",
     "ServerProcess",
     "device_stack",
-    "die_with_parent",
     "free_port",
     "noted",
     "raise_nofile",
